@@ -1,0 +1,248 @@
+// Arena, dtype and checkpoint bindings, and the thread's current arena.
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include "common.hpp"
+
+namespace btpy {
+
+PyObject* g_dtype_objects[2] = {nullptr, nullptr};
+static PyObject* g_arena_type = nullptr;
+
+// Arenas entered with `with arena:` (borrowed: the with-statement holds them), per dtype.
+static thread_local std::vector<PyObject*> tl_stack[2];
+// The thread's default arenas, owned by the thread-state dict so they die with the thread.
+static thread_local PyObject* tl_default[2] = {nullptr, nullptr};
+static thread_local PyObject* tl_dict = nullptr;
+
+ArenaBox* box_of(PyObject* o) {
+    if (!o || !PyObject_TypeCheck(o, reinterpret_cast<PyTypeObject*>(g_arena_type))) {
+        PyErr_Format(PyExc_TypeError, "expected a burtorch.Arena, got %s", o ? Py_TYPE(o)->tp_name : "nothing");
+        return nullptr;
+    }
+    return nb::inst_ptr<ArenaBox>(o);
+}
+
+PyObject* current_arena(bt::DType dt) {
+    const int d = static_cast<int>(dt);
+    if (!tl_stack[d].empty()) return tl_stack[d].back();
+    PyObject* dict = PyThreadState_GetDict();
+    if (dict != tl_dict) {  // first use on this thread (or a new thread state): forget the cache
+        tl_dict = dict;
+        tl_default[0] = tl_default[1] = nullptr;
+    }
+    if (tl_default[d]) return tl_default[d];
+    static const char* keys[2] = {"burtorch.default_arena.float32", "burtorch.default_arena.float64"};
+    PyObject* a = dict ? PyDict_GetItemString(dict, keys[d]) : nullptr;  // borrowed
+    if (!a) {
+        a = PyObject_CallOneArg(g_arena_type, g_dtype_objects[d]);
+        if (!a) return nullptr;
+        if (!dict || PyDict_SetItemString(dict, keys[d], a) < 0) {
+            Py_DECREF(a);
+            PyErr_SetString(PyExc_RuntimeError, "burtorch: no thread state dict for the default arena");
+            return nullptr;
+        }
+        Py_DECREF(a);  // the dict keeps it alive
+    }
+    tl_default[d] = a;
+    return a;
+}
+
+bool parse_dtype(PyObject* o, bt::DType* out) {
+    if (o == g_dtype_objects[0]) { *out = bt::DType::float32; return true; }
+    if (o == g_dtype_objects[1]) { *out = bt::DType::float64; return true; }
+    // Accept "float32"/"float64" and objects named so (numpy dtypes and scalar types).
+    PyObject* name = nullptr;
+    if (PyUnicode_Check(o)) { name = o; Py_INCREF(name); }
+    else if (PyObject_HasAttrString(o, "__name__")) name = PyObject_GetAttrString(o, "__name__");
+    else if (PyObject_HasAttrString(o, "name")) name = PyObject_GetAttrString(o, "name");
+    if (name && PyUnicode_Check(name)) {
+        bool f32 = PyUnicode_CompareWithASCIIString(name, "float32") == 0;
+        bool f64 = PyUnicode_CompareWithASCIIString(name, "float64") == 0;
+        Py_DECREF(name);
+        if (f32 || f64) {
+            *out = f32 ? bt::DType::float32 : bt::DType::float64;
+            return true;
+        }
+    } else {
+        Py_XDECREF(name);
+        PyErr_Clear();
+    }
+    PyErr_Format(PyExc_TypeError, "dtype must be burtorch.float32 or burtorch.float64, got %R", o);
+    return false;
+}
+
+// A checkpoint of one or two arenas (the thread's float32 and float64 arenas by default).
+struct Checkpoint {
+    nb::object arena[2];
+    bt::Mark mark[2];
+};
+
+static Checkpoint take_checkpoint(nb::handle a0, nb::handle a1) {
+    Checkpoint cp;
+    nb::handle hs[2] = {a0, a1};
+    for (int k = 0; k < 2; ++k)
+        if (hs[k].is_valid()) {
+            cp.arena[k] = nb::borrow(hs[k]);
+            cp.mark[k] = box_of(hs[k].ptr())->core->checkpoint();
+        }
+    return cp;
+}
+
+static void rewind_to(const Checkpoint& cp) {
+    for (int k = 0; k < 2; ++k)  // validate everything before changing anything
+        if (cp.arena[k].is_valid())
+            if (const char* why = box_of(cp.arena[k].ptr())->core->mark_problem(cp.mark[k]))
+                throw nb::value_error((std::string("cannot rewind: ") + why).c_str());
+    for (int k = 0; k < 2; ++k)
+        if (cp.arena[k].is_valid()) box_of(cp.arena[k].ptr())->core->rewind(cp.mark[k]);
+}
+
+static nb::dict arena_stats(const ArenaBox& b) {
+    const bt::ArenaBase& a = *b.core;
+    nb::dict bytes;
+    size_t vs = a.value_size();
+    bytes["values"] = a.num_slots() * vs;
+    bytes["grads"] = a.num_slots() * vs;
+    bytes["generations"] = a.bytes_gen();
+    bytes["records"] = a.bytes_records();
+    bytes["args"] = a.bytes_args();
+    bytes["labels"] = a.label_bytes();
+    nb::dict d;
+    d["dtype"] = dtype_name(b.dtype);
+    d["nodes"] = a.num_slots();
+    d["records"] = a.num_records();
+    d["args"] = a.num_args();
+    d["labels"] = a.num_labels();
+    d["bytes"] = bytes;
+    d["bytes_in_use"] = a.num_slots() * (2 * vs + 4) + a.bytes_records() + a.bytes_args() + a.label_bytes();
+    d["bytes_committed"] = a.committed_bytes();
+    d["epoch"] = a.epoch();
+    return d;
+}
+
+void init_arena(nb::module_& m) {
+    nb::enum_<bt::DType>(m, "DType", "Floating-point type of an arena's slots.")
+        .value("float32", bt::DType::float32)
+        .value("float64", bt::DType::float64);
+    nb::object dt = m.attr("DType");
+    m.attr("float32") = dt.attr("float32");
+    m.attr("float64") = dt.attr("float64");
+    g_dtype_objects[0] = m.attr("float32").ptr();
+    g_dtype_objects[1] = m.attr("float64").ptr();
+    Py_INCREF(g_dtype_objects[0]);
+    Py_INCREF(g_dtype_objects[1]);
+
+    nb::class_<Checkpoint>(m, "Checkpoint",
+                           "A position in one or two arenas; rewind(cp) truncates them back to it.")
+        .def_prop_ro("nodes", [](const Checkpoint& c) {
+            size_t n = 0;
+            for (int k = 0; k < 2; ++k) if (c.arena[k].is_valid()) n += c.mark[k].slots;
+            return n;
+        }, "Total nodes below this checkpoint.")
+        .def("__repr__", [](const Checkpoint& c) {
+            std::string s = "Checkpoint(";
+            for (int k = 0; k < 2; ++k)
+                if (c.arena[k].is_valid())
+                    s += std::string(k ? " float64" : "float32") + ": " + std::to_string(c.mark[k].slots) + " nodes";
+            return s + ")";
+        });
+
+    nb::class_<ArenaBox>(m, "Arena",
+        "Contiguous storage of nodes (values, grads) and records of one dtype.\n\n"
+        "`with arena:` makes it the thread's current arena for its dtype.")
+        .def("__init__", [](ArenaBox* self, nb::handle dtype, size_t capacity) {
+            bt::DType d = bt::DType::float64;
+            if (!dtype.is_none() && !parse_dtype(dtype.ptr(), &d)) throw nb::python_error();
+            bt::Capacity cap;
+            if (capacity) {
+                if (capacity > (size_t(1) << 31))
+                    throw nb::value_error("Arena capacity is limited to 2**31 nodes");
+                cap.slots = capacity;
+                cap.records = capacity;
+                cap.args = 2 * capacity;
+            }
+            new (self) ArenaBox(d, cap);
+        }, nb::arg("dtype") = nb::none(), nb::arg("capacity") = 0,
+           "Arena(dtype=float64, capacity=0): capacity is the maximum number of nodes (address space\n"
+           "is reserved for it, memory is committed as the arena grows); 0 means 2**28.")
+        .def_prop_ro("dtype", [](const ArenaBox& b) { return nb::borrow(g_dtype_objects[int(b.dtype)]); })
+        .def_prop_ro("num_nodes", [](const ArenaBox& b) { return b.core->num_slots(); })
+        .def_prop_ro("num_records", [](const ArenaBox& b) { return b.core->num_records(); })
+        .def_prop_ro("num_args", [](const ArenaBox& b) { return b.core->num_args(); })
+        .def("__len__", [](const ArenaBox& b) { return b.core->num_slots(); })
+        .def("checkpoint", [](nb::handle self) { return take_checkpoint(self, nb::handle()); },
+             "A checkpoint of this arena alone.")
+        .def("rewind", [](nb::handle, const Checkpoint& cp) { rewind_to(cp); }, nb::arg("checkpoint"))
+        .def("clear", [](ArenaBox& b) {
+            bt::Mark m;
+            m.arena_id = b.core->id();
+            b.core->rewind(m);
+        }, "Discards every node of the arena.")
+        .def("reserve", [](ArenaBox& b, size_t nodes, size_t records, size_t args) {
+            b.core->reserve(nodes, records ? records : nodes, args ? args : nodes);
+        }, nb::arg("nodes"), nb::arg("records") = 0, nb::arg("args") = 0,
+           "Commits memory for this many nodes (and records, args) up front.")
+        .def("release_unused", [](ArenaBox& b) { b.core->release_unused(); },
+             "Returns memory above the current size to the OS.")
+        .def("stats", &arena_stats, "Nodes, records and bytes in use by category.")
+        .def("value", [](nb::handle self, int64_t index) {
+            ArenaBox* b = box_of(self.ptr());
+            if (index < 0 || size_t(index) >= b->core->num_slots())
+                throw nb::index_error(("node index " + std::to_string(index) + " is out of range for an arena of " +
+                                       std::to_string(b->core->num_slots()) + " nodes").c_str());
+            return nb::steal(make_value(b->core.get(), self.ptr(), uint32_t(index), b->dtype));
+        }, nb::arg("index"), "A Value handle to node `index`.")
+        .def("record_of", [](const ArenaBox& b, int64_t index) {
+            if (index < 0 || size_t(index) >= b.core->num_slots()) throw nb::index_error("node index out of range");
+            return b.core->record_of(uint32_t(index));
+        }, nb::arg("index"), "Index of the record that wrote node `index`, or -1 for a leaf.")
+        .def("record", [](const ArenaBox& b, int64_t r) {
+            if (r < 0 || size_t(r) >= b.core->num_records()) throw nb::index_error("record index out of range");
+            const bt::Record& rec = b.core->record(size_t(r));
+            return nb::make_tuple(bt::op_info(rec.op).name, rec.out, rec.nout, b.core->record_args(rec), rec.imm);
+        }, nb::arg("r"), "(op, first output, number of outputs, argument spans [(first, count)], immediate).")
+        .def("__enter__", [](nb::handle self) {
+            ArenaBox* b = box_of(self.ptr());
+            tl_stack[int(b->dtype)].push_back(self.ptr());
+            return nb::borrow(self);
+        })
+        .def("__exit__", [](nb::handle self, nb::args) {
+            ArenaBox* b = box_of(self.ptr());
+            auto& st = tl_stack[int(b->dtype)];
+            if (st.empty() || st.back() != self.ptr())
+                throw std::runtime_error("arenas were exited in another order than entered");
+            st.pop_back();
+        })
+        .def("__repr__", [](const ArenaBox& b) {
+            return "Arena(dtype=" + std::string(dtype_name(b.dtype)) + ", nodes=" + std::to_string(b.core->num_slots()) +
+                   ", records=" + std::to_string(b.core->num_records()) + ")";
+        });
+    g_arena_type = m.attr("Arena").ptr();
+
+    m.def("current_arena", [](nb::handle dtype) {
+        bt::DType d = bt::DType::float64;
+        if (!dtype.is_none() && !parse_dtype(dtype.ptr(), &d)) throw nb::python_error();
+        PyObject* a = current_arena(d);
+        if (!a) throw nb::python_error();
+        return nb::borrow(a);
+    }, nb::arg("dtype") = nb::none(), "The thread's current arena for a dtype (float64 by default).");
+    m.def("checkpoint", [](nb::handle arena) {
+        if (!arena.is_none()) {
+            if (!box_of(arena.ptr())) throw nb::python_error();
+            return take_checkpoint(arena, nb::handle());
+        }
+        PyObject* a32 = current_arena(bt::DType::float32);
+        PyObject* a64 = a32 ? current_arena(bt::DType::float64) : nullptr;
+        if (!a64) throw nb::python_error();
+        return take_checkpoint(a32, a64);
+    }, nb::arg("arena") = nb::none(),
+       "A checkpoint of the thread's current float32 and float64 arenas (or of one arena).");
+    m.def("rewind", &rewind_to, nb::arg("checkpoint"),
+          "Discards every node created after the checkpoint; their handles become stale.");
+    m.def("set_labels", [](bool on) { g_labels_on = on; }, nb::arg("enabled"));
+    m.def("labels_enabled", []() { return g_labels_on; });
+}
+
+}  // namespace btpy

@@ -1,0 +1,13 @@
+// burtorch._core: the module file only calls each area's init, in dependency order.
+#include "build_info.hpp"
+#include "common.hpp"
+
+NB_MODULE(_core, m) {
+    m.doc() = "burtorch native core: arenas of scalar nodes, ops, reverse sweep.";
+    btpy::init_arena(m);
+    btpy::init_value(m);
+    btpy::init_functions(m);
+#ifdef BT_BUILD_INFO
+    m.attr("build_info") = BT_BUILD_INFO;
+#endif
+}

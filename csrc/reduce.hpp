@@ -1,0 +1,143 @@
+// Var-arity ops (reduce_*, inner products, variance): forward and backward side by side.
+// Arguments are n slot indices; inner products take 2n (x then w), with bias 2n + 1.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "ops.hpp"
+
+namespace bt {
+
+// Number of output slots an nary op writes.
+inline uint32_t nary_outputs(Op op) { return op == Op::mean_and_mean_squares ? 2 : 1; }
+
+// Forward: writes the op's outputs to y[0..nary_outputs(op)).
+template <typename T>
+void nary_forward(Op op, const T* v, const uint32_t* idx, size_t n, T* y) {
+    T s = T(0);
+    switch (op) {
+        case Op::reduce_sum:
+            for (size_t i = 0; i < n; ++i) s += v[idx[i]];
+            y[0] = s;
+            return;
+        case Op::reduce_sub:  // x0 - x1 - x2 - ...
+            s = v[idx[0]];
+            for (size_t i = 1; i < n; ++i) s -= v[idx[i]];
+            y[0] = s;
+            return;
+        case Op::reduce_mul:
+            s = T(1);
+            for (size_t i = 0; i < n; ++i) s *= v[idx[i]];
+            y[0] = s;
+            return;
+        case Op::reduce_mean:
+        case Op::reduce_negative_mean:
+            for (size_t i = 0; i < n; ++i) s += v[idx[i]];
+            y[0] = (op == Op::reduce_mean ? s : -s) / T(n);
+            return;
+        case Op::reduce_sum_of_squares:
+        case Op::reduce_mean_squares:
+            for (size_t i = 0; i < n; ++i) s += v[idx[i]] * v[idx[i]];
+            y[0] = op == Op::reduce_sum_of_squares ? s : s / T(n);
+            return;
+        case Op::inner_product:
+        case Op::inner_product_with_bias: {
+            size_t m = n / 2;
+            for (size_t i = 0; i < m; ++i) s += v[idx[i]] * v[idx[m + i]];
+            y[0] = op == Op::inner_product ? s : s + v[idx[2 * m]];
+            return;
+        }
+        case Op::variance:
+        case Op::variance_biased: {
+            for (size_t i = 0; i < n; ++i) s += v[idx[i]];
+            T mean = s / T(n), ss = T(0);
+            for (size_t i = 0; i < n; ++i) ss += (v[idx[i]] - mean) * (v[idx[i]] - mean);
+            y[0] = ss / T(op == Op::variance ? n - 1 : n);
+            return;
+        }
+        case Op::mean_and_mean_squares: {
+            T q = T(0);
+            for (size_t i = 0; i < n; ++i) {
+                s += v[idx[i]];
+                q += v[idx[i]] * v[idx[i]];
+            }
+            y[0] = s / T(n);
+            y[1] = q / T(n);
+            return;
+        }
+        default: return;
+    }
+}
+
+// Backward: adds the op's contribution to the argument grads. y are the outputs, g their grads.
+template <typename T>
+void nary_backward(Op op, const T* v, T* gr, const uint32_t* idx, size_t n, const T* y, const T* g,
+                   std::vector<T>& scratch) {
+    const T g0 = g[0];
+    switch (op) {
+        case Op::reduce_sum:
+            for (size_t i = 0; i < n; ++i) gr[idx[i]] += g0;
+            return;
+        case Op::reduce_sub:
+            gr[idx[0]] += g0;
+            for (size_t i = 1; i < n; ++i) gr[idx[i]] -= g0;
+            return;
+        case Op::reduce_mul: {
+            // d/dx_i = prod_{j<i} x_j * prod_{j>i} x_j: prefix and suffix products, exact with zeros.
+            if (scratch.size() < n) scratch.resize(n);
+            T suffix = T(1);
+            for (size_t i = n; i-- > 0;) {
+                scratch[i] = suffix;
+                suffix *= v[idx[i]];
+            }
+            T prefix = T(1);
+            for (size_t i = 0; i < n; ++i) {
+                gr[idx[i]] += g0 * (prefix * scratch[i]);
+                prefix *= v[idx[i]];
+            }
+            return;
+        }
+        case Op::reduce_mean:
+        case Op::reduce_negative_mean: {
+            T d = (op == Op::reduce_mean ? g0 : -g0) / T(n);
+            for (size_t i = 0; i < n; ++i) gr[idx[i]] += d;
+            return;
+        }
+        case Op::reduce_sum_of_squares:
+        case Op::reduce_mean_squares: {
+            T d = op == Op::reduce_sum_of_squares ? T(2) * g0 : T(2) * g0 / T(n);
+            for (size_t i = 0; i < n; ++i) gr[idx[i]] += d * v[idx[i]];
+            return;
+        }
+        case Op::inner_product:
+        case Op::inner_product_with_bias: {
+            size_t m = n / 2;
+            for (size_t i = 0; i < m; ++i) {
+                T x = v[idx[i]], w = v[idx[m + i]];  // read both first: x and w may be one slot
+                gr[idx[i]] += g0 * w;
+                gr[idx[m + i]] += g0 * x;
+            }
+            if (op == Op::inner_product_with_bias) gr[idx[2 * m]] += g0;
+            return;
+        }
+        case Op::variance:
+        case Op::variance_biased: {
+            T s = T(0);
+            for (size_t i = 0; i < n; ++i) s += v[idx[i]];
+            T mean = s / T(n);
+            T d = T(2) * g0 / T(op == Op::variance ? n - 1 : n);
+            for (size_t i = 0; i < n; ++i) gr[idx[i]] += d * (v[idx[i]] - mean);
+            return;
+        }
+        case Op::mean_and_mean_squares: {
+            T dm = g0 / T(n), dq = T(2) * g[1] / T(n);
+            for (size_t i = 0; i < n; ++i) gr[idx[i]] += dm + dq * v[idx[i]];
+            return;
+        }
+        default: return;
+    }
+    (void)y;
+}
+
+}  // namespace bt

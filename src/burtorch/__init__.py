@@ -1,0 +1,101 @@
+"""burtorch: scalar-level reverse-mode autodiff with a contiguous arena and a C++20 core.
+
+Every scalar is a node (a slot in an arena); ``Value`` is a handle to one. Arithmetic appends
+nodes and records, ``backward()`` sweeps the records once in reverse, and ``checkpoint()`` /
+``rewind()`` discard whole iterations of nodes at once.
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager
+
+from . import _core
+from ._core import (  # noqa: F401  (re-exported API)
+    Arena,
+    Checkpoint,
+    DType,
+    StaleValueError,
+    Value,
+    checkpoint,
+    current_arena,
+    float32,
+    float64,
+    rewind,
+)
+from ._core import (  # noqa: F401  scalar ops as functions
+    abs, add, add_squares, cos, div, exp, inner_product, inner_product_with_bias, inv, inv_sqrt,
+    leaky_relu, log, mean, mean_squares, mul, mul_by_constant, neg, neg_log, negative_mean, pow,
+    pow3, reduce_mean, reduce_mean_and_mean_squares, reduce_mean_squares, reduce_mul,
+    reduce_negative_mean, reduce_sub, reduce_sum, reduce_sum_of_squares, relu, sigmoid, sin,
+    softplus, sqr, sqrt, sub, tanh, variance, variance_biased,
+)
+
+__version__ = "0.1.0"
+build_info = getattr(_core, "build_info", "unknown")
+
+
+class scope:
+    """``with bt.scope():`` discards every node created inside the block on exit.
+
+    Nodes created before the block (parameters, inputs) survive; handles to nodes created inside
+    become stale.
+    """
+
+    __slots__ = ("_arena", "_cp")
+
+    def __init__(self, arena: Arena | None = None):
+        self._arena = arena
+        self._cp = None
+
+    def __enter__(self) -> Checkpoint:
+        self._cp = checkpoint(self._arena)
+        return self._cp
+
+    def __exit__(self, *exc) -> None:
+        rewind(self._cp)
+
+
+def backward(root: Value, seed: float = 1.0, wrt=None) -> None:
+    """Reverse sweep from ``root``; same as ``root.backward(seed, wrt)``."""
+    if not isinstance(root, Value):
+        raise TypeError(f"backward() expects a Value, got {type(root).__name__}")
+    root.backward(seed, wrt)
+
+
+def reserve(nodes: int, dtype=None) -> None:
+    """Commits memory for ``nodes`` nodes in the thread's current arena of ``dtype`` up front."""
+    if not isinstance(nodes, int) or nodes < 0:
+        raise ValueError(f"reserve() expects a non-negative int, got {nodes!r}")
+    current_arena(dtype).reserve(nodes)
+
+
+def stats(dtype=None) -> dict:
+    """Nodes, records and bytes by category of the thread's current arena of ``dtype``."""
+    return current_arena(dtype).stats()
+
+
+def zero_grad(values) -> None:
+    """Sets the grad of every Value in ``values`` to 0."""
+    for v in values:
+        v.grad = 0.0
+
+
+class labels:
+    """Switches node labels on or off: ``bt.labels(True)`` or ``with bt.labels(True): ...``.
+
+    While off (the default), ``label=`` arguments and ``v.label = ...`` store nothing, so labels
+    cost no memory and no time.
+    """
+
+    def __init__(self, enabled: bool = True):
+        self._previous = _core.labels_enabled()
+        _core.set_labels(bool(enabled))
+
+    def __enter__(self) -> "labels":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        _core.set_labels(self._previous)
+
+    @staticmethod
+    def enabled() -> bool:
+        return _core.labels_enabled()
