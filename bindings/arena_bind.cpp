@@ -1,4 +1,5 @@
 // Arena, dtype and checkpoint bindings, and the thread's current arena.
+#include <nanobind/ndarray.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
@@ -122,6 +123,21 @@ static nb::dict arena_stats(const ArenaBox& b) {
     return d;
 }
 
+// Checks [first, last) against the arena and returns a pointer to the values or grads there.
+static char* range_ptr(ArenaBox& b, int64_t first, int64_t last, const std::string& what) {
+    const int64_t n = static_cast<int64_t>(b.core->num_slots());
+    if (first < 0 || last < first || last > n)
+        throw nb::index_error(("node range [" + std::to_string(first) + ", " + std::to_string(last) +
+                               ") is outside the arena's " + std::to_string(n) + " nodes").c_str());
+    const bool grads = what == "grads";
+    if (!grads && what != "values")
+        throw nb::value_error(("what must be 'values' or 'grads', got '" + what + "'").c_str());
+    char* base;
+    if (b.dtype == bt::DType::float64) base = reinterpret_cast<char*>(grads ? typed<double>(b.core.get()).grads() : typed<double>(b.core.get()).values());
+    else base = reinterpret_cast<char*>(grads ? typed<float>(b.core.get()).grads() : typed<float>(b.core.get()).values());
+    return base + first * static_cast<int64_t>(b.core->value_size());
+}
+
 void init_arena(nb::module_& m) {
     nb::enum_<bt::DType>(m, "DType", "Floating-point type of an arena's slots.")
         .value("float32", bt::DType::float32)
@@ -203,6 +219,48 @@ void init_arena(nb::module_& m) {
             const bt::Record& rec = b.core->record(size_t(r));
             return nb::make_tuple(bt::op_info(rec.op).name, rec.out, rec.nout, b.core->record_args(rec), rec.imm);
         }, nb::arg("r"), "(op, first output, number of outputs, argument spans [(first, count)], immediate).")
+        .def("numpy", [](nb::handle self, int64_t first, int64_t last, const std::string& what, bool writable) {
+            ArenaBox& b = *box_of(self.ptr());
+            char* p = range_ptr(b, first, last, what);
+            size_t shape[1] = {static_cast<size_t>(last - first)};
+            // The array keeps the arena alive; the arena's columns never move, so it never dangles.
+            nb::dlpack::dtype dt = b.dtype == bt::DType::float64 ? nb::dtype<double>() : nb::dtype<float>();
+            auto arr = nb::ndarray<nb::numpy, nb::ndim<1>>(p, 1, shape, self, nullptr, dt);
+            nb::object o = nb::cast(arr, nb::rv_policy::reference);
+            if (!writable) o.attr("flags").attr("writeable") = false;
+            return o;
+        }, nb::arg("first"), nb::arg("last"), nb::arg("what") = "values", nb::arg("writable") = false,
+           "A zero-copy numpy array over the values (or grads) of nodes [first, last).\n\n"
+           "Read-only unless writable=True. It shows whatever the slots hold: after a rewind\n"
+           "below `last` the slots are reused by new nodes.")
+        .def("read_bytes", [](nb::handle self, int64_t first, int64_t last, const std::string& what) {
+            ArenaBox& b = *box_of(self.ptr());
+            char* p = range_ptr(b, first, last, what);
+            return nb::bytes(p, static_cast<size_t>(last - first) * b.core->value_size());
+        }, nb::arg("first"), nb::arg("last"), nb::arg("what") = "values",
+           "The raw native-endian payload of nodes [first, last) as bytes.")
+        .def("write_bytes", [](nb::handle self, int64_t first, nb::handle data, const std::string& what) {
+            ArenaBox& b = *box_of(self.ptr());
+            Py_buffer view;
+            if (PyObject_GetBuffer(data.ptr(), &view, PyBUF_C_CONTIGUOUS) != 0) throw nb::python_error();
+            size_t vs = b.core->value_size();
+            size_t nbytes = static_cast<size_t>(view.len);
+            if (nbytes % vs != 0) {
+                PyBuffer_Release(&view);
+                throw nb::value_error(("payload of " + std::to_string(nbytes) + " bytes is not a whole number of " +
+                                       std::to_string(vs) + "-byte values").c_str());
+            }
+            char* p;
+            try {
+                p = range_ptr(b, first, first + static_cast<int64_t>(nbytes / vs), what);
+            } catch (...) {
+                PyBuffer_Release(&view);
+                throw;
+            }
+            std::memcpy(p, view.buf, nbytes);
+            PyBuffer_Release(&view);
+        }, nb::arg("first"), nb::arg("data"), nb::arg("what") = "values",
+           "Copies a raw native-endian payload (any contiguous buffer) into nodes starting at `first`.")
         .def("__enter__", [](nb::handle self) {
             ArenaBox* b = box_of(self.ptr());
             tl_stack[int(b->dtype)].push_back(self.ptr());

@@ -67,15 +67,12 @@ public:
     void reserve(size_t n) {
         if (n * sizeof(T) > committed_bytes_) commit(n);
     }
-    // Returns committed pages beyond the current size to the OS.
+    // Returns the physical pages beyond the current size to the OS. They stay mapped (reads
+    // give zeros), so a numpy view made earlier over them can never fault.
     void release_unused() {
         size_t keep = round_up(size_ * sizeof(T));
-        if (keep < committed_bytes_) {
-            char* base = reinterpret_cast<char*>(data_);
-            madvise(base + keep, committed_bytes_ - keep, MADV_DONTNEED);
-            mprotect(base + keep, committed_bytes_ - keep, PROT_NONE);
-            committed_bytes_ = keep;
-        }
+        if (keep < committed_bytes_)
+            madvise(reinterpret_cast<char*>(data_) + keep, committed_bytes_ - keep, MADV_DONTNEED);
     }
 
 private:
