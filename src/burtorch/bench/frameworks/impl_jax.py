@@ -1,0 +1,143 @@
+"""JAX on the CPU: eager (value_and_grad traced every call) and jit (compiled once, called per step)."""
+from __future__ import annotations
+
+import os
+
+# One intra-op thread, set before jax is imported; the process is pinned to one core anyway.
+os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1")
+
+import jax  # noqa: E402
+import jax.numpy as jnp  # noqa: E402
+
+from ..workloads import GPT_DMODEL, GPT_HEAD_SIZE, GPT_HEADS, GPT_LAYERS, GPT_LR, LN_EPS, MLP_LR  # noqa: E402
+from . import Unavailable  # noqa: E402
+from .training import TrainRunner  # noqa: E402
+
+
+def versions() -> dict:
+    import jaxlib
+    return {"jax": jax.__version__, "jaxlib": jaxlib.__version__}
+
+
+# --- W1 / W2 ----------------------------------------------------------------------------------
+
+def w1_forward(a, b):
+    c = a + b
+    d = a * b + b ** 3
+    e = c - d
+    f = e ** 2
+    return f * 0.5
+
+
+def w2_forward(a, b):
+    c = a + b
+    d = a * b + b ** 3
+    c = c + (c + 1)
+    c = c + (1 + c + (-a))
+    d = d + (d * 2 + jax.nn.relu(b + a))
+    d = d + (3 * d + jax.nn.relu(b - a))
+    e = c - d
+    f = e ** 2
+    g = f / 2
+    return g + 10 / f
+
+
+class GraphRunner:
+    def __init__(self, forward, leaves, variant):
+        jax.config.update("jax_enable_x64", True)  # W1/W2 are FP64
+        fn = jax.value_and_grad(forward, argnums=(0, 1))
+        self._fn = jax.jit(fn) if variant == "jit" else fn
+        self._leaves = tuple(jnp.float64(v) for v in leaves)
+        self.timed_region = (f"{variant} jax.value_and_grad(f, argnums=(0, 1))(a, b) with fresh "
+                             "FP64 leaves + block_until_ready per iteration")
+        self._last = None
+
+    def run(self, phase: str, n: int) -> None:
+        fn, (a0, b0), f64, ready = self._fn, self._leaves, jnp.float64, jax.block_until_ready
+        for _ in range(n):
+            out = ready(fn(f64(a0), f64(b0)))
+        self._last = out
+
+    def numbers(self) -> dict:
+        g, (da, db) = self._last
+        return {"g": float(g), "dg/da": float(da), "dg/db": float(db)}
+
+
+# --- W4 / W5 ----------------------------------------------------------------------------------
+
+def cross_entropy(logits, y):
+    logp = jax.nn.log_softmax(logits, axis=-1)
+    return -jnp.mean(jnp.take_along_axis(logp, y[:, None], axis=-1))
+
+
+def layer_norm(x, w, b):
+    mean = jnp.mean(x, axis=-1, keepdims=True)
+    var = jnp.mean((x - mean) ** 2, axis=-1, keepdims=True)
+    return (x - mean) / jnp.sqrt(var + LN_EPS) * w + b
+
+
+def mlp_loss(p, x, y):
+    emb = p["C"][x].reshape(x.shape[0], -1)
+    h = jnp.tanh(emb @ p["W1"] + p["b1"])
+    return cross_entropy(h @ p["W2"] + p["b2"], y)
+
+
+def gpt_loss(p, x, y):
+    B, T = x.shape
+    d, H, hs = GPT_DMODEL, GPT_HEADS, GPT_HEAD_SIZE
+    mask = jnp.tril(jnp.ones((T, T), dtype=bool))
+    h = p["wte"][x] + p["wpe"][:T]
+
+    def heads(t):
+        return t.reshape(B, T, H, hs).transpose(0, 2, 1, 3)
+
+    for i in range(GPT_LAYERS):
+        a = layer_norm(h, p[f"{i}.ln1.w"], p[f"{i}.ln1.b"])
+        q, k, v = heads(a @ p[f"{i}.q"]), heads(a @ p[f"{i}.k"]), heads(a @ p[f"{i}.v"])
+        att = (q @ k.transpose(0, 1, 3, 2)) * hs ** -0.5
+        att = jax.nn.softmax(jnp.where(mask, att, -jnp.inf), axis=-1)
+        y_att = (att @ v).transpose(0, 2, 1, 3).reshape(B, T, d)
+        h = h + y_att @ p[f"{i}.proj.w"] + p[f"{i}.proj.b"]
+        a = layer_norm(h, p[f"{i}.ln2.w"], p[f"{i}.ln2.b"])
+        h = h + jax.nn.relu(a @ p[f"{i}.ff1.w"] + p[f"{i}.ff1.b"]) @ p[f"{i}.ff2.w"] + p[f"{i}.ff2.b"]
+    h = layer_norm(h, p["lnf.w"], p["lnf.b"])
+    logits = h @ p["head.w"] + p["head.b"]
+    return cross_entropy(logits.reshape(B * T, -1), y.reshape(B * T))
+
+
+class JaxTrainRunner(TrainRunner):
+    def __init__(self, workload, variant, config):
+        loss_fn = mlp_loss if workload == "mlp" else gpt_loss
+        lr = MLP_LR if workload == "mlp" else GPT_LR
+
+        def step(params, x, y):
+            loss, grads = jax.value_and_grad(loss_fn)(params, x, y)
+            return jax.tree_util.tree_map(lambda p, g: p - lr * g, params, grads), loss
+
+        self._step = jax.jit(step) if variant == "jit" else step
+        self._loss = jax.jit(loss_fn)
+        self.timed_region = (f"{variant} step: value_and_grad of the loss + SGD tree_map + "
+                             "block_until_ready")
+        super().__init__(workload, config)
+
+    def to_params(self, np_params):
+        return {k: jnp.asarray(v) for k, v in np_params.items()}
+
+    def to_batch(self, x, y):
+        return jax.block_until_ready((jnp.asarray(x, dtype=jnp.int32), jnp.asarray(y, dtype=jnp.int32)))
+
+    def step(self, params, batch):
+        return jax.block_until_ready(self._step(params, *batch))
+
+    def loss_of(self, params, batch):
+        return float(self._loss(params, *batch))
+
+
+def make_runner(workload: str, variant: str, config: dict):
+    if workload == "tiny":
+        return GraphRunner(w1_forward, (-41.0, 2.0), variant)
+    if workload == "small":
+        return GraphRunner(w2_forward, (-4.0, 2.0), variant)
+    if workload in ("mlp", "gpt"):
+        return JaxTrainRunner(workload, variant, config)
+    raise Unavailable(f"jax does not implement workload {workload!r} here")

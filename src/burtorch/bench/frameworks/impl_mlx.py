@@ -1,0 +1,150 @@
+"""MLX on the CPU (mlx-cpu on Linux): eager (lazy graph, evaluated every step) and mx.compile."""
+from __future__ import annotations
+
+import mlx.core as mx
+from mlx.utils import tree_map
+
+from ..workloads import GPT_DMODEL, GPT_HEAD_SIZE, GPT_HEADS, GPT_LAYERS, GPT_LR, LN_EPS, MLP_LR
+from . import Unavailable
+from .training import TrainRunner
+
+mx.set_default_device(mx.cpu)
+
+
+def versions() -> dict:
+    return {"mlx": mx.__version__}
+
+
+# --- W1 / W2 ----------------------------------------------------------------------------------
+
+def w1_forward(a, b):
+    c = a + b
+    d = a * b + b ** 3
+    e = c - d
+    f = e ** 2
+    return f * 0.5
+
+
+def relu(x):
+    return mx.maximum(x, 0.0)
+
+
+def w2_forward(a, b):
+    c = a + b
+    d = a * b + b ** 3
+    c = c + (c + 1)
+    c = c + (1 + c + (-a))
+    d = d + (d * 2 + relu(b + a))
+    d = d + (3 * d + relu(b - a))
+    e = c - d
+    f = e ** 2
+    g = f / 2
+    return g + 10 / f
+
+
+class GraphRunner:
+    timed_region = ("mx.value_and_grad(f, argnums=[0, 1])(a, b) with fresh FP64 mx.array leaves + "
+                    "mx.eval per iteration")
+
+    def __init__(self, forward, leaves):
+        self._fn = mx.value_and_grad(forward, argnums=[0, 1])
+        self._leaves, self._last = leaves, None
+
+    def run(self, phase: str, n: int) -> None:
+        fn, (a0, b0), array, f64, ev = self._fn, self._leaves, mx.array, mx.float64, mx.eval
+        for _ in range(n):
+            g, grads = fn(array(a0, dtype=f64), array(b0, dtype=f64))
+            ev(g, grads)
+        self._last = (g, grads)
+
+    def numbers(self) -> dict:
+        g, (da, db) = self._last
+        return {"g": g.item(), "dg/da": da.item(), "dg/db": db.item()}
+
+
+# --- W4 / W5 ----------------------------------------------------------------------------------
+
+def cross_entropy(logits, y):
+    logp = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+    return -mx.mean(mx.take_along_axis(logp, y[:, None], axis=-1))
+
+
+def layer_norm(x, w, b):
+    mean = mx.mean(x, axis=-1, keepdims=True)
+    var = mx.mean((x - mean) ** 2, axis=-1, keepdims=True)
+    return (x - mean) * mx.rsqrt(var + LN_EPS) * w + b
+
+
+def mlp_loss(p, x, y):
+    emb = p["C"][x].reshape(x.shape[0], -1)
+    h = mx.tanh(emb @ p["W1"] + p["b1"])
+    return cross_entropy(h @ p["W2"] + p["b2"], y)
+
+
+def gpt_loss(p, x, y):
+    B, T = x.shape
+    d, H, hs = GPT_DMODEL, GPT_HEADS, GPT_HEAD_SIZE
+    mask = mx.tril(mx.ones((T, T), dtype=mx.bool_))
+    h = p["wte"][x] + p["wpe"][:T]
+
+    def heads(t):
+        return t.reshape(B, T, H, hs).transpose(0, 2, 1, 3)
+
+    for i in range(GPT_LAYERS):
+        a = layer_norm(h, p[f"{i}.ln1.w"], p[f"{i}.ln1.b"])
+        q, k, v = heads(a @ p[f"{i}.q"]), heads(a @ p[f"{i}.k"]), heads(a @ p[f"{i}.v"])
+        att = (q @ k.transpose(0, 1, 3, 2)) * hs ** -0.5
+        att = mx.softmax(mx.where(mask, att, -float("inf")), axis=-1)
+        y_att = (att @ v).transpose(0, 2, 1, 3).reshape(B, T, d)
+        h = h + y_att @ p[f"{i}.proj.w"] + p[f"{i}.proj.b"]
+        a = layer_norm(h, p[f"{i}.ln2.w"], p[f"{i}.ln2.b"])
+        h = h + relu(a @ p[f"{i}.ff1.w"] + p[f"{i}.ff1.b"]) @ p[f"{i}.ff2.w"] + p[f"{i}.ff2.b"]
+    h = layer_norm(h, p["lnf.w"], p["lnf.b"])
+    logits = h @ p["head.w"] + p["head.b"]
+    return cross_entropy(logits.reshape(B * T, -1), y.reshape(B * T))
+
+
+class MlxTrainRunner(TrainRunner):
+    def __init__(self, workload, variant, config):
+        loss_fn = mlp_loss if workload == "mlp" else gpt_loss
+        lr = MLP_LR if workload == "mlp" else GPT_LR
+        grad_fn = mx.value_and_grad(loss_fn)
+
+        def step(params, x, y):
+            loss, grads = grad_fn(params, x, y)
+            return tree_map(lambda p, g: p - lr * g, params, grads), loss
+
+        self._step = mx.compile(step) if variant == "compile" else step
+        self._loss = loss_fn
+        self.timed_region = f"{variant} step: value_and_grad + SGD tree_map + mx.eval"
+        super().__init__(workload, config)
+
+    def to_params(self, np_params):
+        return {k: mx.array(v) for k, v in np_params.items()}
+
+    def to_batch(self, x, y):
+        xb, yb = mx.array(x.astype("int32")), mx.array(y.astype("int32"))
+        mx.eval(xb, yb)
+        return xb, yb
+
+    def step(self, params, batch):
+        params, loss = self._step(params, *batch)
+        mx.eval(params, loss)
+        return params, loss
+
+    def scalar(self, loss):
+        return loss.item()
+
+    def loss_of(self, params, batch):
+        return self._loss(params, *batch).item()
+
+
+def make_runner(workload: str, variant: str, config: dict):
+    if workload in ("tiny", "small"):
+        if variant != "eager":
+            raise Unavailable("mx.compile variant implemented for W4/W5 only")
+        forward, leaves = (w1_forward, (-41.0, 2.0)) if workload == "tiny" else (w2_forward, (-4.0, 2.0))
+        return GraphRunner(forward, leaves)
+    if workload in ("mlp", "gpt"):
+        return MlxTrainRunner(workload, variant, config)
+    raise Unavailable(f"mlx does not implement workload {workload!r} here")
