@@ -39,6 +39,35 @@ def peak_rss_bytes() -> int:
     return rss if sys.platform == "darwin" else rss * 1024  # Linux reports KiB
 
 
+def warm_up(runner, phase: str, units: int, max_s: float = 1.0) -> float | None:
+    """Runs up to ``units`` untimed units (stopping after ``max_s``) in doubling chunks.
+
+    Returns seconds per unit of the last chunk: the steady state, after any JIT work.
+    """
+    done, start, chunk, per_unit = 0, time.perf_counter(), 1, None
+    while done < units and time.perf_counter() - start < max_s:
+        step = min(chunk, units - done)
+        t = time.perf_counter()
+        runner.run(phase, step)
+        per_unit = (time.perf_counter() - t) / step
+        done += step
+        chunk *= 2
+    return per_unit
+
+
+def fit_budget(n: int, per_unit: float, budget_s: float, floor: int = 100) -> int:
+    """The paper's count ``n`` if one run fits in the budget, else fewer (2 significant digits).
+
+    The tables say how many units each run measured, and scale per unit, never silently.
+    """
+    fit = int(budget_s / per_unit)
+    if fit >= n:
+        return n
+    fit = max(fit, min(floor, n))
+    digits = len(str(fit)) - 2
+    return fit if digits <= 0 else (fit // 10 ** digits) * 10 ** digits
+
+
 def run(spec: dict) -> dict:
     from . import frameworks as fw
     from .workloads import WORKLOADS
@@ -60,8 +89,8 @@ def run(spec: dict) -> dict:
     except fw.Pending as exc:
         return {**base, "status": "pending", "message": str(exc)}
 
-    times, first_sent = {}, False
-    n, reps, warmup = int(config["n"]), int(config["reps"]), int(config["warmup"])
+    times, counts, first_sent = {}, {}, False
+    reps, warmup = int(config["reps"]), int(config["warmup"])
     try:
         for phase in WORKLOADS[workload].phases:
             runner.run(phase, 1)
@@ -71,21 +100,23 @@ def run(spec: dict) -> dict:
                 after = getattr(runner, "after_first_step", None)
                 if after is not None:
                     after()
-            if warmup:
-                runner.run(phase, warmup)
+            per_unit = warm_up(runner, phase, warmup)
+            n = int(config["n"])
+            if config.get("budget_s") and per_unit:
+                n = fit_budget(int(config["n"]), per_unit, float(config["budget_s"]))
             samples = []
             for _ in range(reps):
                 start = time.perf_counter()
                 runner.run(phase, n)
                 samples.append(time.perf_counter() - start)
-            times[phase] = samples
+            times[phase], counts[phase] = samples, n
         numbers = runner.numbers()
     finally:
         close = getattr(runner, "close", None)
         if close is not None:
             close()
     return {
-        **base, "status": "ok", "times": times, "n": n, "reps": reps, "warmup": warmup,
+        **base, "status": "ok", "times": times, "n": counts, "reps": reps, "warmup": warmup,
         "numbers": numbers, "info": getattr(runner, "info", {}),
         "timed_region": runner.timed_region, "import_s": import_s,
         "peak_rss": peak_rss_bytes(), "versions": mod.versions(),

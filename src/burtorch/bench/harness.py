@@ -1,0 +1,187 @@
+"""The parent side: plans the runs, spawns one child per (framework, workload, config), times init.
+
+Init time is measured here: wall clock from spawning a fresh interpreter to the moment the child
+reports the end of its first step. Peak RSS comes from the child's own getrusage(RUSAGE_SELF).
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+
+from . import frameworks as fw
+from .child import PREFIX
+from .workloads import PAPER_ITERS, W4_BATCH, W4_EMBED, W5_BATCH, WORKLOAD_ORDER, WORKLOADS
+
+# One thread per library, whatever the library: the process is pinned to one core.
+THREAD_ENV = {
+    "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
+    "XLA_FLAGS": "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1",
+    "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONHASHSEED": "0",
+}
+
+# Variants whose first step compiles for tens of seconds run on a subset of the W4/W5 grid unless
+# the preset says "all" (the paper preset) or the user names the configs.
+COMPILING = ("torch-compile", "mlx-compile")
+
+PRESETS = {
+    # name: per-workload settings; budget_s lets slow peers measure fewer iterations per run
+    "quick": {
+        "tiny": {"n": 5_000, "reps": 3, "warmup": 200, "budget_s": 0.5},
+        "small": {"n": 2_000, "reps": 3, "warmup": 100, "budget_s": 0.5},
+        "saveload": {"n": 500, "reps": 3, "warmup": 20, "budget_s": 0.5},
+        "mlp": {"reps": 10, "warmup": 3, "e": (4, 64, 1024), "b": W4_BATCH,
+                "compile_subset": ((64, 64),)},
+        "gpt": {"reps": 10, "warmup": 3, "b": (1, 8, 64), "compile_subset": (8,)},
+    },
+    "full": {
+        "tiny": {"n": PAPER_ITERS["tiny"], "reps": 5, "warmup": 1_000, "budget_s": 2.0},
+        "small": {"n": PAPER_ITERS["small"], "reps": 5, "warmup": 200, "budget_s": 2.0},
+        "saveload": {"n": PAPER_ITERS["saveload"], "reps": 5, "warmup": 100, "budget_s": 2.0},
+        "mlp": {"reps": 20, "warmup": 5, "e": W4_EMBED, "b": W4_BATCH,
+                "compile_subset": ((64, 1), (64, 64), (1024, 64))},
+        "gpt": {"reps": 20, "warmup": 5, "b": W5_BATCH, "compile_subset": (1, 64)},
+    },
+    "paper": {
+        "tiny": {"n": PAPER_ITERS["tiny"], "reps": 5, "warmup": 1_000, "budget_s": None},
+        "small": {"n": PAPER_ITERS["small"], "reps": 5, "warmup": 200, "budget_s": None},
+        "saveload": {"n": PAPER_ITERS["saveload"], "reps": 5, "warmup": 100, "budget_s": None},
+        "mlp": {"reps": 20, "warmup": 5, "e": W4_EMBED, "b": W4_BATCH, "compile_subset": None},
+        "gpt": {"reps": 20, "warmup": 5, "b": W5_BATCH, "compile_subset": None},
+    },
+}
+
+
+@dataclass
+class Job:
+    entry: fw.Entry
+    workload: str
+    config: dict
+    python: str = sys.executable
+    label: str = ""            # row name; entry name unless comparing interpreters
+    env: dict = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.label or self.entry.name
+
+
+def configs_for(workload: str, entry: fw.Entry, preset: str, overrides: dict) -> list:
+    """The configurations ``entry`` runs for ``workload`` under ``preset`` and CLI overrides."""
+    p = dict(PRESETS[preset][workload])
+    for key in ("reps", "warmup"):
+        if overrides.get(key) is not None:
+            p[key] = overrides[key]
+    base = {"reps": int(p["reps"]), "warmup": int(p["warmup"])}
+    if overrides.get("data"):
+        base["data"] = overrides["data"]
+    if not WORKLOADS[workload].per_step:
+        n = overrides.get("iters") or p["n"]
+        budget = None if overrides.get("iters") else p.get("budget_s")
+        if overrides.get("budget") is not None:
+            budget = overrides["budget"] or None
+        return [{**base, "n": int(n), "budget_s": budget}]
+    base["n"] = 1
+    named = overrides.get("embed") is not None or overrides.get("batch") is not None
+    subset = None if (named or entry.name not in COMPILING) else p.get("compile_subset")
+    batches = overrides.get("batch") or p["b"]
+    if workload == "mlp":
+        embeds = overrides.get("embed") or p["e"]
+        grid = [(e, b) for e in embeds for b in batches]
+        if subset is not None:
+            grid = [eb for eb in grid if eb in subset]
+        return [{**base, "e": int(e), "b": int(b)} for e, b in grid]
+    grid = list(batches) if subset is None else [b for b in batches if b in subset]
+    return [{**base, "b": int(b)} for b in grid]
+
+
+def plan(workloads, entries, preset="full", overrides=None, against=()) -> tuple[list, list]:
+    """(jobs, missing): jobs in workload order; missing = entries whose packages are absent."""
+    overrides = overrides or {}
+    jobs, missing = [], []
+    for entry in entries:
+        req = fw.missing_requirement(entry)
+        if req is not None:
+            missing.append({"entry": entry.name, "package": req, "install": entry.install})
+    absent = {m["entry"] for m in missing}
+    for workload in (w for w in WORKLOAD_ORDER if w in workloads):
+        for entry in entries:
+            if entry.name in absent or workload not in entry.workloads:
+                continue
+            for config in configs_for(workload, entry, preset, overrides):
+                jobs.append(Job(entry, workload, config))
+                if entry.name == "burtorch":
+                    for label, python in against:
+                        jobs.append(Job(entry, workload, config, python=python,
+                                        label=f"burtorch@{label}"))
+    return jobs, missing
+
+
+def run_job(job: Job, cpu=None, timeout: float = 900.0) -> dict:
+    """Spawns the child, times init from the spawn to its 'first' event, returns its result."""
+    spec = {"entry": job.entry.name, "workload": job.workload, "config": job.config, "cpu": cpu}
+    env = {**os.environ, **THREAD_ENV, **job.env}
+    cmd = [job.python, "-m", "burtorch.bench.child", json.dumps(spec)]
+    with tempfile.TemporaryFile(mode="w+") as err:
+        t_spawn = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, env=env)
+        killed = threading.Event()
+
+        def kill():
+            killed.set()
+            proc.kill()
+
+        timer = threading.Timer(timeout, kill)
+        timer.start()
+        init_s, result = None, None
+        try:
+            for line in proc.stdout:
+                if not line.startswith(PREFIX):
+                    continue
+                msg = json.loads(line[len(PREFIX):])
+                if msg.get("event") == "first":
+                    init_s = time.perf_counter() - t_spawn
+                else:
+                    result = msg
+            proc.wait()
+        finally:
+            timer.cancel()
+        process_s = time.perf_counter() - t_spawn
+        err.seek(0)
+        stderr = err.read()
+    if result is None:
+        status = "timeout" if killed.is_set() else "error"
+        tail = stderr.strip().splitlines()[-3:]
+        result = {"entry": job.entry.name, "workload": job.workload, "config": job.config,
+                  "status": status,
+                  "message": (f"killed after {timeout:.0f} s" if killed.is_set()
+                              else f"child exited {proc.returncode}: " + " | ".join(tail))}
+    result.update({"name": job.name, "python": job.python, "init_s": init_s,
+                   "process_s": process_s, "returncode": proc.returncode})
+    return result
+
+
+def default_cpu():
+    """The last core this process may run on (leaves core 0 to the OS and the shell)."""
+    if not hasattr(os, "sched_getaffinity"):
+        return None
+    return max(os.sched_getaffinity(0))
+
+
+def run_all(jobs, cpu=None, timeout=900.0, progress=None) -> list:
+    results = []
+    for i, job in enumerate(jobs, 1):
+        if progress:
+            progress(f"[{i}/{len(jobs)}] {job.workload} {job.name} {describe_config(job.config)}")
+        results.append(run_job(job, cpu=cpu, timeout=timeout))
+    return results
+
+
+def describe_config(config: dict) -> str:
+    parts = [f"{k}={config[k]}" for k in ("e", "b") if k in config]
+    return " ".join(parts)

@@ -1,0 +1,61 @@
+"""A description of the machine the suite ran on: CPU, flags, memory, OS, Python, compiler."""
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+import sys
+
+# The instruction-set flags that matter for these kernels, in the order shown.
+INTERESTING_FLAGS = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl",
+                     "avx512_bf16", "avx512_vnni", "neon", "asimd")
+
+
+def _cpuinfo() -> dict:
+    out = {}
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                key = key.strip()
+                if key in ("model name", "flags", "Features") and key not in out:
+                    out[key] = value.strip()
+    except OSError:
+        pass
+    return out
+
+
+def _memory_bytes() -> int | None:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def _compiler() -> str:
+    for cc in ("c++", "g++", "clang++"):
+        try:
+            out = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=10)
+        except (OSError, subprocess.SubprocessError):
+            continue
+        if out.returncode == 0 and out.stdout:
+            return out.stdout.splitlines()[0]
+    return "unknown"
+
+
+def describe() -> dict:
+    info = _cpuinfo()
+    flags = set((info.get("flags") or info.get("Features") or "").split())
+    hyper = "hypervisor" in flags
+    mem = _memory_bytes()
+    return {
+        "cpu": info.get("model name") or platform.processor() or platform.machine(),
+        "cpu_flags": [f for f in INTERESTING_FLAGS if f in flags],
+        "virtualized": hyper,
+        "logical_cpus": os.cpu_count(),
+        "memory_gib": round(mem / 2 ** 30, 1) if mem else None,
+        "os": platform.platform(),
+        "python": sys.version.split()[0],
+        "python_impl": platform.python_implementation(),
+        "compiler": _compiler(),
+    }

@@ -1,0 +1,365 @@
+"""Tables and figures from the suite's JSON: terminal, Markdown, PNG, and the benchmarks README.
+
+Every figure shown is computed here from the raw runs in the JSON; nothing is typed by hand.
+``python -m burtorch.bench.report results.json [--readme PATH] [--png-dir DIR]``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+from . import agreement, paper
+from .workloads import PAPER_ITERS, WORKLOAD_ORDER, WORKLOADS
+
+SCHEMA = 1
+
+
+# --- numbers derived from raw runs ------------------------------------------------------------
+
+def config_key(config: dict) -> str:
+    parts = [f"{k}={config[k]}" for k in ("e", "b") if k in config]
+    return " ".join(parts) or "-"
+
+
+def unit_label(workload: str) -> str:
+    if WORKLOADS[workload].per_step:
+        return "ms/step"
+    return f"s per {PAPER_ITERS[workload]:,}"
+
+
+def scaled(row: dict, phase: str) -> tuple:
+    """(median, min, max) of one phase in the workload's unit (per paper count, or ms/step)."""
+    times, n = row["times"][phase], row["n"][phase]
+    factor = 1000.0 / n if WORKLOADS[row["workload"]].per_step else PAPER_ITERS[row["workload"]] / n
+    return (statistics.median(times) * factor, min(times) * factor, max(times) * factor)
+
+
+def groups(runs: list) -> list:
+    """[(workload, config_key, rows)] in workload order, rows in run order."""
+    out = {}
+    for r in runs:
+        out.setdefault((r["workload"], config_key(r.get("config") or {})), []).append(r)
+    order = {w: i for i, w in enumerate(WORKLOAD_ORDER)}
+    keys = sorted(out, key=lambda k: (order.get(k[0], 99), _config_sort(k[1])))
+    return [(w, c, out[(w, c)]) for w, c in keys]
+
+
+def _config_sort(key: str):
+    vals = dict(p.split("=") for p in key.split() if "=" in p)
+    return (int(vals.get("e", 0)), int(vals.get("b", 0)))
+
+
+def annotate(runs: list) -> None:
+    """Agreement verdicts and ratios to burtorch, written into the rows."""
+    for workload, _, rows in groups(runs):
+        agreement.check(workload, rows)
+        base = next((r for r in rows if r.get("name") == "burtorch" and r["status"] == "ok"), None)
+        for r in rows:
+            if r["status"] != "ok":
+                continue
+            r["summary"] = {}
+            for phase in r["times"]:
+                med, lo, hi = scaled(r, phase)
+                ratio = None
+                if base is not None and phase in base["times"]:
+                    ratio = med / scaled(base, phase)[0]
+                r["summary"][phase] = {"median": med, "min": lo, "max": hi, "ratio": ratio}
+
+
+def computed(row: dict) -> str:
+    nums, w = row["numbers"], row["workload"]
+    if w in ("tiny", "small"):
+        return ", ".join(f"{nums[k]:.10g}" for k in agreement.GRAD_KEYS)
+    if w == "saveload":
+        return f"g={nums['g']:.6g} (7 values), {nums['file bytes']} B file"
+    return f"{nums['loss before']:.5f} -> {nums['loss after']:.5f}"
+
+
+def _fmt(x, digits=4) -> str:
+    if x is None:
+        return "-"
+    if x >= 100:
+        return f"{x:,.0f}"
+    return f"{x:.{digits}g}"
+
+
+def table_rows(rows: list) -> tuple:
+    """(header, body rows of strings, notes) for one workload/config group."""
+    w = rows[0]["workload"]
+    header = ["framework", "phase", "units/run", f"median ({unit_label(w)})", "min", "max",
+              "x burtorch", "peak RSS MB", "init s", "computed", "agrees"]
+    body, notes = [], []
+    for r in rows:
+        if r["status"] != "ok":
+            continue
+        for phase, s in r["summary"].items():
+            body.append([
+                r["name"], phase, f"{r['n'][phase]:,}", _fmt(s["median"]), _fmt(s["min"]),
+                _fmt(s["max"]), _fmt(s["ratio"], 3), f"{r['peak_rss'] / 2**20:.1f}",
+                _fmt(r.get("init_s"), 3), computed(r),
+                "yes" if r.get("agrees") else "NO",
+            ])
+        if not r.get("agrees"):
+            notes.append(f"{r['name']} disagrees: {r.get('agreement')}")
+    return header, body, notes
+
+
+def status_lines(runs: list, missing: list) -> list:
+    """One line per framework that did not run (not installed, pending, unavailable, error)."""
+    lines, seen = [], set()
+    for m in missing:
+        lines.append(f"{m['entry']}: not installed ({m['package']}); to include it: {m['install']}")
+    for r in runs:
+        if r["status"] == "ok":
+            continue
+        key = (r.get("name"), r["workload"], r["status"], r.get("message"))
+        if key in seen:
+            continue
+        seen.add(key)
+        lines.append(f"{r.get('name')} [{r['workload']}]: {r['status']}: {r.get('message')}")
+    return lines
+
+
+# --- terminal ---------------------------------------------------------------------------------
+
+def _text_table(header, body) -> str:
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *body)]
+    line = "  ".join(h.ljust(wd) for h, wd in zip(header, widths))
+    out = [line, "  ".join("-" * wd for wd in widths)]
+    out += ["  ".join(str(c).ljust(wd) for c, wd in zip(row, widths)) for row in body]
+    return "\n".join(out)
+
+
+def render_terminal(doc: dict) -> str:
+    out = []
+    for workload, ckey, rows in groups(doc["runs"]):
+        spec = WORKLOADS[workload]
+        header, body, notes = table_rows(rows)
+        out.append(f"\n== {spec.title}" + (f"  [{ckey}]" if ckey != "-" else ""))
+        if not body:
+            out.append("   (no framework ran this configuration)")
+            continue
+        out.append(_text_table(header, body))
+        out.append(f"   agreement: {spec.agreement_rule}")
+        out += [f"   !! {n}" for n in notes]
+    lines = status_lines(doc["runs"], doc.get("missing", []))
+    if lines:
+        out.append("\nnot run:")
+        out += [f"  {line}" for line in lines]
+    return "\n".join(out) + "\n"
+
+
+# --- markdown ---------------------------------------------------------------------------------
+
+def _md_table(header, body) -> str:
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    out += ["| " + " | ".join(str(c).replace("|", "/") for c in row) + " |" for row in body]
+    return "\n".join(out)
+
+
+def render_markdown(doc: dict, png_names: dict | None = None) -> str:
+    out = []
+    current = None
+    for workload, ckey, rows in groups(doc["runs"]):
+        spec = WORKLOADS[workload]
+        if workload != current:
+            current = workload
+            out.append(f"\n### {spec.title}\n")
+            out.append(f"Timed region: {spec.timed_region}. Agreement: {spec.agreement_rule}.\n")
+            regions = {}
+            for r in (x for _, _, rs in groups(doc["runs"]) for x in rs):
+                if r["workload"] == workload and r["status"] == "ok":
+                    regions.setdefault(r["name"], r["timed_region"])
+            out += [f"- `{name}`: {region}" for name, region in regions.items()]
+            info = next((r.get("info") for r in rows if r.get("info")), None)
+            if info:
+                out.append("\nModel: " + ", ".join(f"{k} {v}" for k, v in info.items()
+                                                   if k != "parameters" or workload == "gpt"))
+            if png_names and workload in png_names:
+                out.append(f"\n![{spec.title}]({png_names[workload]})")
+            out.append("")
+        header, body, notes = table_rows(rows)
+        if body:
+            out.append(f"**{ckey}**\n" if ckey != "-" else "")
+            out.append(_md_table(header, body))
+            out += [f"\n> {n}" for n in notes]
+            out.append("")
+    lines = status_lines(doc["runs"], doc.get("missing", []))
+    if lines:
+        out.append("\n### Not run\n")
+        out += [f"- {line}" for line in lines]
+    return "\n".join(out) + "\n"
+
+
+# --- PNG --------------------------------------------------------------------------------------
+
+def render_png(doc: dict, out_dir: Path) -> dict:
+    """One log-scale bar chart per workload; {} when matplotlib is absent."""
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return {}
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written = {}
+    by_workload = {}
+    for workload, ckey, rows in groups(doc["runs"]):
+        by_workload.setdefault(workload, []).append((ckey, rows))
+    for workload, cfgs in by_workload.items():
+        series = {}   # framework -> {category: median}
+        categories = []
+        for ckey, rows in cfgs:
+            for r in rows:
+                if r["status"] != "ok":
+                    continue
+                for phase, s in r["summary"].items():
+                    cat = " ".join(x for x in (ckey if ckey != "-" else "", phase if phase not in
+                                               ("run", "step") else "") if x) or workload
+                    if cat not in categories:
+                        categories.append(cat)
+                    series.setdefault(r["name"], {})[cat] = s["median"]
+        if not series:
+            continue
+        fig, ax = plt.subplots(figsize=(max(6.0, 0.9 * len(categories) * max(1, len(series)) / 3), 4.2))
+        width = 0.8 / len(series)
+        for i, (name, vals) in enumerate(series.items()):
+            xs = [c + i * width for c, cat in enumerate(categories) if cat in vals]
+            ys = [vals[cat] for cat in categories if cat in vals]
+            ax.bar(xs, ys, width=width, label=name)
+        ax.set_yscale("log")
+        ax.set_xticks([c + 0.4 - width / 2 for c in range(len(categories))])
+        ax.set_xticklabels(categories, rotation=30 if len(categories) > 4 else 0, ha="right"
+                           if len(categories) > 4 else "center", fontsize=8)
+        ax.set_ylabel(f"{unit_label(workload)} (median, log scale)")
+        ax.set_title(WORKLOADS[workload].title, fontsize=10)
+        ax.legend(fontsize=7, ncol=2)
+        ax.grid(axis="y", which="both", alpha=0.3)
+        fig.tight_layout()
+        path = out_dir / f"{workload}.png"
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        written[workload] = path.name
+    return written
+
+
+# --- README -----------------------------------------------------------------------------------
+
+def render_readme(doc: dict, png_names: dict, png_prefix: str = "") -> str:
+    meta = doc["meta"]
+    m = meta["machine"]
+    versions = {}
+    for r in doc["runs"]:
+        versions.update(r.get("versions") or {})
+    out = [
+        "# burtorch benchmarks",
+        "",
+        "Generated by `python -m burtorch.bench.report` from the JSON the suite wrote "
+        f"(`{meta.get('json_name', 'results.json')}`); no figure on this page is typed by hand "
+        "except the paper's, which are quoted as such at the end.",
+        "",
+        "## How these numbers were produced",
+        "",
+        "```",
+        meta["command"],
+        f"python -m burtorch.bench.report {meta.get('json_name', 'results.json')} --readme benchmarks/README.md",
+        "```",
+        "",
+        f"Preset `{meta['preset']}`; started {meta['started']}, took {meta['elapsed_s']:.0f} s. "
+        "Each (framework, workload, configuration) ran in its own fresh Python process "
+        f"pinned to CPU {meta.get('cpu')} (`os.sched_setaffinity`), with one library thread "
+        "(OMP/MKL/XLA/torch set to 1), a warm-up, then the timed repetitions.",
+        "",
+        "- Times: median, min and max over the repetitions. W1/W2/W3 are shown per the paper's "
+        "count (100,000 / 20,000 / 5,000); `units/run` says how many iterations each timed run "
+        "really measured. Where a peer's run would exceed the preset's budget it measured fewer "
+        "iterations per run and the time is scaled linearly per iteration (the iterations are "
+        "identical). The `paper` preset measures the full counts for everyone.",
+        "- W4/W5: milliseconds per training step (one step = one run), batch preparation excluded.",
+        "- Peak RSS: `getrusage(RUSAGE_SELF).ru_maxrss` of the whole child process at its end "
+        "(every child also imports the small burtorch package shell that hosts the harness).",
+        "- Init: wall clock from spawning the interpreter to the end of the first step, measured "
+        "by the parent (includes interpreter start, imports, data preparation and compilation).",
+        "- x burtorch: the row's median divided by burtorch's in the same table.",
+        "- computed / agrees: the numbers each framework produced, cross-checked (rule under each "
+        "table); a faster wrong answer shows as `NO`.",
+        "",
+        "## Machine",
+        "",
+        f"- CPU: {m['cpu']} ({m['logical_cpus']} logical CPUs"
+        f"{', virtualized' if m.get('virtualized') else ''}); flags: {', '.join(m['cpu_flags'])}",
+        f"- Memory: {m.get('memory_gib')} GiB; OS: {m['os']}",
+        f"- Python {m['python']} ({m['python_impl']}); C++ compiler: {m['compiler']}",
+        "- Versions: " + ", ".join(f"{k} {v}" for k, v in sorted(versions.items())),
+        "",
+        "## Results",
+        render_markdown(doc, {k: png_prefix + v for k, v in png_names.items()}),
+        "## The paper's figures, for context",
+        "",
+        f"Quoted from {paper.SOURCE}. Another machine and the authors' C++ API, so compare "
+        "ratios rather than absolute times.",
+        "",
+        _md_table(list(paper.COLUMNS), [list(r) for r in paper.ROWS]),
+        "",
+        paper.OTHERS,
+        "",
+    ]
+    return "\n".join(out)
+
+
+# --- files ------------------------------------------------------------------------------------
+
+def load(path) -> dict:
+    doc = json.loads(Path(path).read_text(encoding="utf-8"))
+    if doc.get("schema") != SCHEMA or "runs" not in doc:
+        raise ValueError(f"{path}: not a burtorch bench results file (schema {SCHEMA})")
+    annotate(doc["runs"])
+    return doc
+
+
+def write_outputs(doc: dict, out_dir: Path, stem: str = "results") -> dict:
+    """Writes JSON (raw runs), Markdown and PNG charts into ``out_dir``; returns their paths."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    json_path = out_dir / f"{stem}.json"
+    doc["meta"]["json_name"] = json_path.name
+    raw = {**doc, "runs": [{k: v for k, v in r.items() if k not in ("summary", "agrees", "agreement")}
+                           for r in doc["runs"]]}
+    json_path.write_text(json.dumps(raw, indent=1) + "\n", encoding="utf-8")
+    pngs = render_png(doc, out_dir)
+    md_path = out_dir / f"{stem}.md"
+    md_path.write_text(render_markdown(doc, pngs), encoding="utf-8")
+    return {"json": json_path, "markdown": md_path, "png": [out_dir / p for p in pngs.values()]}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m burtorch.bench.report",
+                                 description="Tables, charts and README from a bench JSON file.")
+    ap.add_argument("json", help="results JSON written by `burtorch bench`")
+    ap.add_argument("--readme", help="write the benchmarks README page here")
+    ap.add_argument("--png-dir", help="write PNG charts here (default: beside the README)")
+    ap.add_argument("--markdown", help="write the Markdown tables here")
+    args = ap.parse_args(argv)
+    doc = load(args.json)
+    sys.stdout.write(render_terminal(doc))
+    if args.markdown:
+        Path(args.markdown).write_text(render_markdown(doc), encoding="utf-8")
+    if args.readme:
+        readme = Path(args.readme)
+        png_dir = Path(args.png_dir) if args.png_dir else Path(args.json).resolve().parent
+        pngs = render_png(doc, png_dir)
+        try:
+            prefix = str(png_dir.resolve().relative_to(readme.resolve().parent))
+            prefix = "" if prefix == "." else prefix + "/"
+        except ValueError:
+            prefix = str(png_dir.resolve()) + "/"
+        doc["meta"]["json_name"] = Path(args.json).name
+        readme.write_text(render_readme(doc, pngs, prefix), encoding="utf-8")
+        print(f"wrote {readme}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
