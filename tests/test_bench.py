@@ -1,0 +1,198 @@
+"""burtorch.bench: every workload in a tiny configuration, for burtorch and each installed peer.
+
+These check the numbers each framework computes (and that the suite's plumbing reports them),
+never speed. Peers that are not installed are skipped with pytest.importorskip.
+"""
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from burtorch.bench import agreement, child, compare, harness, report
+from burtorch.bench import frameworks as fw
+from burtorch.bench.workloads import W1_GOLDEN, W2_GOLDEN, W3_NAMES, w1_reference, w2_values
+
+
+def _require(entry):
+    for pkg in entry.requires:
+        pytest.importorskip(pkg)
+
+
+def _runner(name, workload, **config):
+    entry = fw.BY_NAME[name]
+    _require(entry)
+    return fw.load(entry).make_runner(workload, entry.variant, config)
+
+
+GRAPH_CASES = [(e.name, w) for e in fw.ENTRIES for w in ("tiny", "small") if w in e.workloads]
+
+
+@pytest.mark.parametrize("name,workload", GRAPH_CASES)
+def test_graph_workloads_compute_the_golden_numbers(name, workload):
+    r = _runner(name, workload, n=3, reps=1, warmup=0)
+    r.run("run", 3)
+    nums = r.numbers()
+    if workload == "tiny":
+        assert nums == pytest.approx(W1_GOLDEN, rel=1e-12)
+    else:
+        for k, v in W2_GOLDEN.items():
+            assert abs(nums[k] - v) < 5e-5, (k, nums[k])
+
+
+def test_plain_float_references_match_the_paper():
+    assert w1_reference() == W1_GOLDEN
+    g = w2_values()["g"]
+    assert abs(g - W2_GOLDEN["g"]) < 5e-5
+
+
+@pytest.mark.parametrize("name", ["burtorch", "torch-eager", "numpy"])
+def test_saveload_round_trips_the_seven_values(name):
+    try:
+        r = _runner(name, "saveload", n=2, reps=1, warmup=0)
+    except fw.Unavailable as exc:
+        assert name == "burtorch" and "burtorch.io not available yet" in str(exc)
+        pytest.skip(str(exc))
+    try:
+        r.run("save", 2)
+        r.run("load", 2)
+        nums = r.numbers()
+    finally:
+        r.close()
+    expected = w2_values()
+    for k in W3_NAMES:
+        assert nums[k] == pytest.approx(expected[k], rel=1e-12)
+    assert nums["file bytes"] >= 7 * 8
+
+
+TRAIN_PEERS = ["torch-eager", "jax-jit", "mlx-eager", "mlx-compile"]
+
+
+@pytest.mark.parametrize("workload,config", [("mlp", {"e": 4, "b": 2}), ("gpt", {"b": 2})])
+def test_training_peers_agree_from_the_same_weights(workload, config):
+    results = {}
+    for name in TRAIN_PEERS:
+        entry = fw.BY_NAME[name]
+        if fw.missing_requirement(entry):
+            continue
+        r = fw.load(entry).make_runner(workload, entry.variant,
+                                       {**config, "n": 1, "reps": 1, "warmup": 0})
+        r.run("step", 1)
+        r.after_first_step()
+        r.run("step", 1)
+        results[name] = r.numbers()
+        assert r.info["parameters"] == (5963 if workload == "mlp" else 46337)
+    if not results:
+        pytest.skip("no training peer installed")
+    rows = [{"name": n, "entry": n, "workload": workload, "status": "ok", "numbers": v}
+            for n, v in results.items()]
+    agreement.check(workload, rows)
+    for row in rows:
+        nums = row["numbers"]
+        assert abs(nums["loss before"] - nums["ln V"]) < 0.7
+        assert nums["loss after"] < nums["loss before"]
+        assert row["agrees"], row["agreement"]
+
+
+def test_burtorch_training_pending_without_models():
+    try:
+        import burtorch.nn  # noqa: F401
+        pytest.skip("burtorch.nn exists")
+    except ImportError:
+        pass
+    result = child.run({"entry": "burtorch", "workload": "gpt", "cpu": None,
+                        "config": {"b": 1, "n": 1, "reps": 1, "warmup": 0}})
+    assert result["status"] == "pending"
+    assert result["message"] == "burtorch W4/W5 pending issue 3"
+
+
+def test_agreement_flags_a_wrong_answer():
+    good = {"g": 612.5, "dg/da": -35.0, "dg/db": 1050.0}
+    rows = [{"name": "burtorch", "entry": "burtorch", "status": "ok", "numbers": good},
+            {"name": "fast-but-wrong", "entry": "x", "status": "ok",
+             "numbers": {**good, "dg/db": 1050.001}}]
+    agreement.check("tiny", rows)
+    assert rows[0]["agrees"] is True
+    assert rows[1]["agrees"] is False and "dg/db" in rows[1]["agreement"]
+    loss_rows = [{"name": "a", "entry": "a", "status": "ok",
+                  "numbers": {"loss before": 3.3, "loss after": 3.4, "ln V": math.log(27)}}]
+    agreement.check("mlp", loss_rows)
+    assert loss_rows[0]["agrees"] is False and "did not decrease" in loss_rows[0]["agreement"]
+
+
+def test_fit_budget_keeps_paper_count_or_reduces_visibly():
+    assert child.fit_budget(100_000, 1e-6, 2.0) == 100_000
+    assert child.fit_budget(100_000, 1e-4, 2.0) == 20_000
+    assert child.fit_budget(100_000, 1e-3, 2.0) == 2_000
+    assert child.fit_budget(100_000, 1.0, 2.0) == 100  # never below the floor
+
+
+def test_plan_prints_install_line_for_a_missing_peer(monkeypatch):
+    ghost = fw.Entry("ghost", "impl_ghost", "eager", ("no_such_package_xyz",),
+                     "pip install ghost", ("tiny",))
+    jobs, missing = harness.plan(["tiny"], [fw.BY_NAME["burtorch"], ghost], "quick")
+    assert [j.name for j in jobs] == ["burtorch"]
+    assert missing == [{"entry": "ghost", "package": "no_such_package_xyz",
+                        "install": "pip install ghost"}]
+    lines = report.status_lines([], missing)
+    assert lines == ["ghost: not installed (no_such_package_xyz); to include it: pip install ghost"]
+
+
+def test_plan_grids_and_compile_subset():
+    torch_entry, compile_entry = fw.BY_NAME["torch-eager"], fw.BY_NAME["torch-compile"]
+    full = harness.configs_for("mlp", torch_entry, "full", {})
+    assert len(full) == 14 and {c["e"] for c in full} == {4, 16, 32, 64, 128, 512, 1024}
+    sub = harness.configs_for("mlp", compile_entry, "full", {})
+    assert [(c["e"], c["b"]) for c in sub] == [(64, 1), (64, 64), (1024, 64)]
+    named = harness.configs_for("mlp", compile_entry, "full", {"embed": [4], "batch": [1]})
+    assert [(c["e"], c["b"]) for c in named] == [(4, 1)]
+    w1 = harness.configs_for("tiny", torch_entry, "paper", {})
+    assert w1[0]["n"] == 100_000 and w1[0]["budget_s"] is None
+
+
+def test_end_to_end_subprocess_run_report_and_compare(tmp_path):
+    entries = [fw.BY_NAME["burtorch"]]
+    if not fw.missing_requirement(fw.BY_NAME["micrograd"]):
+        entries.append(fw.BY_NAME["micrograd"])
+    overrides = {"iters": 50, "reps": 2, "warmup": 5}
+    jobs, _ = harness.plan(["tiny", "small"], entries, "quick", overrides)
+    runs = harness.run_all(jobs, cpu=harness.default_cpu(), timeout=120)
+    assert all(r["status"] == "ok" for r in runs), [r.get("message") for r in runs]
+    for r in runs:
+        assert r["init_s"] > 0 and r["process_s"] >= r["init_s"]
+        assert r["peak_rss"] > 1 << 20
+        assert r["n"] == {"run": 50} and len(r["times"]["run"]) == 2
+    doc = {"schema": report.SCHEMA, "missing": [], "runs": runs,
+           "meta": {"command": "test", "preset": "quick", "started": "now", "elapsed_s": 1.0,
+                    "cpu": None, "machine": {}, "workloads": ["tiny", "small"]}}
+    report.annotate(runs)
+    assert all(r["agrees"] for r in runs)
+    text = report.render_terminal(doc)
+    assert "612.5, -35, 1050" in text and "W2 small graph" in text
+    paths = report.write_outputs(doc, tmp_path)
+    raw = json.loads(paths["json"].read_text())
+    assert len(raw["runs"]) == len(runs) and "summary" not in raw["runs"][0]
+    assert "| burtorch |" in paths["markdown"].read_text()
+    old, new = report.load(paths["json"]), report.load(paths["json"])
+    rows = compare.compare(old, new)
+    assert rows and all(abs(r[6] - 1.0) < 1e-12 for r in rows)
+
+
+def test_cli_rejects_bad_input():
+    from burtorch.bench import cli
+    with pytest.raises(SystemExit):
+        cli.main(["nonsense"])
+    with pytest.raises(SystemExit):
+        cli.main(["tiny", "--iters", "0"])
+    with pytest.raises(SystemExit):
+        cli.main(["tiny", "--frameworks", "tensorflowx"])
+    with pytest.raises(SystemExit):
+        cli.main(["compare", "only-one.json"])
+    with pytest.raises(argparse_error()):
+        cli._against("no-equals-sign")
+
+
+def argparse_error():
+    import argparse
+    return argparse.ArgumentTypeError
