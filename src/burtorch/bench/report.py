@@ -75,7 +75,7 @@ def computed(row: dict) -> str:
         return ", ".join(f"{nums[k]:.10g}" for k in agreement.GRAD_KEYS)
     if w == "saveload":
         return f"g={nums['g']:.6g} (7 values), {nums['file bytes']} B file"
-    return f"{nums['loss before']:.5f} -> {nums['loss after']:.5f}"
+    return f"{nums['loss before']:.5g} -> {nums['loss after']:.5g}"
 
 
 def _fmt(x, digits=4) -> str:
@@ -196,8 +196,43 @@ def render_markdown(doc: dict, png_names: dict | None = None) -> str:
 
 # --- PNG --------------------------------------------------------------------------------------
 
+def _bars(ax, categories, series, ylabel, title) -> None:
+    width = 0.8 / len(series)
+    for i, (name, vals) in enumerate(series.items()):
+        xs = [c + i * width for c, cat in enumerate(categories) if cat in vals]
+        ax.bar(xs, [vals[cat] for cat in categories if cat in vals], width=width, label=name)
+    ax.set_yscale("log")
+    ax.set_xticks([c + 0.4 - width / 2 for c in range(len(categories))])
+    ax.set_xticklabels(categories, fontsize=8)
+    ax.set_ylabel(ylabel, fontsize=8)
+    ax.set_title(title, fontsize=9)
+    ax.grid(axis="y", which="both", alpha=0.3)
+
+
+def _panels(workload: str, cfgs: list) -> dict:
+    """{panel title: (categories, {framework: {category: median}})}; W4 gets one panel per b."""
+    panels = {}
+    for ckey, rows in cfgs:
+        parts = dict(p.split("=") for p in ckey.split() if "=" in p)
+        if workload == "mlp":
+            panel, base_cat = f"b={parts.get('b')}", f"e={parts.get('e')}"
+        else:
+            panel, base_cat = "", ("" if ckey == "-" else ckey)
+        cats, series = panels.setdefault(panel, ([], {}))
+        for r in rows:
+            if r["status"] != "ok":
+                continue
+            for phase, s in r["summary"].items():
+                cat = " ".join(x for x in (base_cat, "" if phase in ("run", "step") else phase)
+                               if x) or WORKLOADS[workload].key
+                if cat not in cats:
+                    cats.append(cat)
+                series.setdefault(r["name"], {})[cat] = s["median"]
+    return {k: v for k, v in panels.items() if v[1]}
+
+
 def render_png(doc: dict, out_dir: Path) -> dict:
-    """One log-scale bar chart per workload; {} when matplotlib is absent."""
+    """Log-scale bar charts (one file per workload); {} when matplotlib is absent."""
     try:
         import matplotlib
         matplotlib.use("Agg")
@@ -205,42 +240,22 @@ def render_png(doc: dict, out_dir: Path) -> dict:
     except ImportError:
         return {}
     out_dir.mkdir(parents=True, exist_ok=True)
-    written = {}
-    by_workload = {}
+    written, by_workload = {}, {}
     for workload, ckey, rows in groups(doc["runs"]):
         by_workload.setdefault(workload, []).append((ckey, rows))
     for workload, cfgs in by_workload.items():
-        series = {}   # framework -> {category: median}
-        categories = []
-        for ckey, rows in cfgs:
-            for r in rows:
-                if r["status"] != "ok":
-                    continue
-                for phase, s in r["summary"].items():
-                    cat = " ".join(x for x in (ckey if ckey != "-" else "", phase if phase not in
-                                               ("run", "step") else "") if x) or workload
-                    if cat not in categories:
-                        categories.append(cat)
-                    series.setdefault(r["name"], {})[cat] = s["median"]
-        if not series:
+        panels = _panels(workload, cfgs)
+        if not panels:
             continue
-        fig, ax = plt.subplots(figsize=(max(6.0, 0.9 * len(categories) * max(1, len(series)) / 3), 4.2))
-        width = 0.8 / len(series)
-        for i, (name, vals) in enumerate(series.items()):
-            xs = [c + i * width for c, cat in enumerate(categories) if cat in vals]
-            ys = [vals[cat] for cat in categories if cat in vals]
-            ax.bar(xs, ys, width=width, label=name)
-        ax.set_yscale("log")
-        ax.set_xticks([c + 0.4 - width / 2 for c in range(len(categories))])
-        ax.set_xticklabels(categories, rotation=30 if len(categories) > 4 else 0, ha="right"
-                           if len(categories) > 4 else "center", fontsize=8)
-        ax.set_ylabel(f"{unit_label(workload)} (median, log scale)")
-        ax.set_title(WORKLOADS[workload].title, fontsize=10)
-        ax.legend(fontsize=7, ncol=2)
-        ax.grid(axis="y", which="both", alpha=0.3)
+        fig, axes = plt.subplots(len(panels), 1, figsize=(9, 3.6 * len(panels)), squeeze=False)
+        ylabel = f"{unit_label(workload)} (median, log)"
+        for ax, (panel, (cats, series)) in zip(axes[:, 0], panels.items()):
+            _bars(ax, cats, series, ylabel,
+                  WORKLOADS[workload].title + (f", {panel}" if panel else ""))
+        axes[0, 0].legend(fontsize=7, ncol=3)
         fig.tight_layout()
         path = out_dir / f"{workload}.png"
-        fig.savefig(path, dpi=110)
+        fig.savefig(path, dpi=100)
         plt.close(fig)
         written[workload] = path.name
     return written
@@ -355,7 +370,7 @@ def main(argv=None) -> int:
             prefix = "" if prefix == "." else prefix + "/"
         except ValueError:
             prefix = str(png_dir.resolve()) + "/"
-        doc["meta"]["json_name"] = Path(args.json).name
+        doc["meta"]["json_name"] = args.json
         readme.write_text(render_readme(doc, pngs, prefix), encoding="utf-8")
         print(f"wrote {readme}")
     return 0
