@@ -189,6 +189,10 @@ def test_cli_rejects_bad_input():
         cli.main(["tiny", "--frameworks", "tensorflowx"])
     with pytest.raises(SystemExit):
         cli.main(["compare", "only-one.json"])
+    with pytest.raises(SystemExit):
+        cli.main(["mlp", "--data", "/no/such/dir"])
+    with pytest.raises(SystemExit):
+        cli.main(["mlp", "--batch", "0"])
     with pytest.raises(argparse_error()):
         cli._against("no-equals-sign")
 

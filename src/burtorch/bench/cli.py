@@ -88,6 +88,8 @@ def _validate(args) -> None:
         v = getattr(args, name)
         if v is not None and v < (0 if name == "warmup" else 1):
             raise SystemExit(f"burtorch bench: --{name} must be positive, got {v}")
+    if args.data is not None and not Path(args.data).exists():
+        raise SystemExit(f"burtorch bench: --data {args.data!r} does not exist")
     for name in ("embed", "batch"):
         v = getattr(args, name)
         if v is not None and (not v or min(v) < 1):
