@@ -174,6 +174,8 @@ def test_end_to_end_subprocess_run_report_and_compare(tmp_path):
     raw = json.loads(paths["json"].read_text())
     assert len(raw["runs"]) == len(runs) and "summary" not in raw["runs"][0]
     assert "| burtorch |" in paths["markdown"].read_text()
+    paper_like = report.ours_like_paper(doc)
+    assert paper_like[0][0] == "W1, 100K iterations" and paper_like[0][1].endswith(" s")
     old, new = report.load(paths["json"]), report.load(paths["json"])
     rows = compare.compare(old, new)
     assert rows and all(abs(r[6] - 1.0) < 1e-12 for r in rows)

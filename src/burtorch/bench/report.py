@@ -263,6 +263,46 @@ def render_png(doc: dict, out_dir: Path) -> dict:
 
 # --- README -----------------------------------------------------------------------------------
 
+def _median(doc, name, workload, phase, **cfg):
+    for r in doc["runs"]:
+        if (r.get("name") == name and r["workload"] == workload and r["status"] == "ok"
+                and all(r["config"].get(k) == v for k, v in cfg.items()) and phase in r["summary"]):
+            return r
+    return None
+
+
+def ours_like_paper(doc: dict) -> list:
+    """Our figures arranged like the paper's table (computed from the runs; '' where not run)."""
+
+    def med(name, workload, phase="run", **cfg):
+        r = _median(doc, name, workload, phase, **cfg)
+        return r["summary"][phase]["median"] if r else None
+
+    def join(vals, unit=""):
+        if all(v is None for v in vals):
+            return ""
+        return " / ".join(_fmt(v) for v in vals) + unit
+
+    cols = ("burtorch", "torch-eager", "micrograd")
+    rows = [
+        ["W1, 100K iterations"] + [join([med(c, "tiny")], " s") for c in cols],
+        ["W2, 20K iterations"] + [join([med(c, "small")], " s") for c in cols],
+        ["W3, 5,000 saves / loads"] + [join([med(c, "saveload", "save"), med(c, "saveload", "load")],
+                                            " s") for c in cols],
+    ]
+    for e in (4, 64, 1024):
+        label = "W4 e=4, b=1 / b=64, ms per step" if e == 4 else f"W4 e={e}"
+        rows.append([label] + [join([med(c, "mlp", "step", e=e, b=b) for b in (1, 64)])
+                               for c in cols])
+    rows.append(["W5 b=1 / b=8 / b=64, ms per step"]
+                + [join([med(c, "gpt", "step", b=b) for b in (1, 8, 64)]) for c in cols])
+    rss = [_median(doc, c, "gpt", "step", b=1) for c in cols]
+    rows.append(["peak RSS, W5"] + [f"{r['peak_rss'] / 2**20:.1f} MB" if r else "" for r in rss])
+    rows.append(["init, process start to one W5 step done"]
+                + [f"{r['init_s']:.3g} s" if r and r.get("init_s") else "" for r in rss])
+    return rows
+
+
 def render_readme(doc: dict, png_names: dict, png_prefix: str = "") -> str:
     meta = doc["meta"]
     m = meta["machine"]
@@ -312,10 +352,17 @@ def render_readme(doc: dict, png_names: dict, png_prefix: str = "") -> str:
         "",
         "## Results",
         render_markdown(doc, {k: png_prefix + v for k, v in png_names.items()}),
-        "## The paper's figures, for context",
+        "## Beside the paper's figures",
         "",
-        f"Quoted from {paper.SOURCE}. Another machine and the authors' C++ API, so compare "
-        "ratios rather than absolute times.",
+        "Ours (this machine, from the JSON above; empty where that framework or workload did not "
+        "run here). burtorch is measured through its Python API, one native call per scalar op; "
+        "the paper's BurTorch column is the authors' C++ API.",
+        "",
+        _md_table(["workload", "burtorch (Python API)", "PyTorch eager", "micrograd"],
+                  ours_like_paper(doc)),
+        "",
+        f"The paper's, quoted from {paper.SOURCE}. Another machine and the authors' C++ API, so "
+        "compare ratios rather than absolute times.",
         "",
         _md_table(list(paper.COLUMNS), [list(r) for r in paper.ROWS]),
         "",
