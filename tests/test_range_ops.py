@@ -58,8 +58,7 @@ def test_views_copy_nothing(arena):
     assert cols.data == [2.0, 3.0, 5.0, 6.0] and cols.shape == (2, 2)
     assert both.data == [4.0, 5.0, 6.0, 2.0, 3.0, 5.0, 6.0]
     assert emb.shape == (3, 3) and emb.data == [4, 5, 6, 1, 2, 3, 4, 5, 6]
-    assert len(emb.spans) == 3
-    assert len(bt.embedding(x, [0, 1]).spans) == 1  # rows 0 and 1 are adjacent: one span
+    assert emb.spans == [(3, 3), (0, 6)]  # row 0 then row 1 are adjacent slots: one span
 
 
 def test_elementwise_maps(arena, rng):
