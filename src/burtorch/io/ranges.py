@@ -93,12 +93,14 @@ def load(file, values, what: str | None = "values", *, mmap: bool | None = None)
 def _load_mapped(fd: int, size: int, values, what) -> None:
     import mmap as mmap_module
 
-    with mmap_module.mmap(fd, size, access=mmap_module.ACCESS_READ) as mapped:
-        mv = memoryview(mapped)
+    mapped = mmap_module.mmap(fd, size, access=mmap_module.ACCESS_READ)
+    try:
+        _load_from_buffer(mapped, size, values, what)
+    finally:
         try:
-            _load_from_buffer(mv, size, values, what)
-        finally:
-            mv.release()
+            mapped.close()
+        except BufferError:  # an exception's traceback still holds a slice; the GC unmaps it later
+            pass
 
 
 def _load_from_buffer(buf, size: int, values, what) -> None:
