@@ -190,7 +190,18 @@ void init_arena(nb::module_& m) {
         .def("__len__", [](const ArenaBox& b) { return b.core->num_slots(); })
         .def("checkpoint", [](nb::handle self) { return take_checkpoint(self, nb::handle()); },
              "A checkpoint of this arena alone.")
-        .def("rewind", [](nb::handle, const Checkpoint& cp) { rewind_to(cp); }, nb::arg("checkpoint"))
+        .def("rewind", [](nb::handle self, const Checkpoint& cp) {
+            // Only this arena's part of the checkpoint applies; a checkpoint without one is refused.
+            for (int k = 0; k < 2; ++k)
+                if (cp.arena[k].is(self)) {
+                    Checkpoint mine;
+                    mine.arena[k] = cp.arena[k];
+                    mine.mark[k] = cp.mark[k];
+                    rewind_to(mine);
+                    return;
+                }
+            throw nb::value_error("cannot rewind: the checkpoint belongs to another arena");
+        }, nb::arg("checkpoint"), "Discards this arena's nodes created after the checkpoint.")
         .def("clear", [](ArenaBox& b) {
             bt::Mark m;
             m.arena_id = b.core->id();
