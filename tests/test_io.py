@@ -391,3 +391,45 @@ def test_fuzz_byte_overwrites(edits):
     for pos, xor in edits:
         data[pos] ^= xor
     fuzz_once(bytes(data))
+
+
+# ---- real bt.Vector views ------------------------------------------------------------------
+
+def test_vector_round_trip_and_stale_vector():
+    arena = bt.Arena(bt.float32)
+    with arena:
+        W = bt.leaves([0.5 * i for i in range(12)], shape=(3, 4), dtype=bt.float32)
+        cols = W.columns(1, 3)  # three spans of two
+        data = bio.dumps([W, cols], "values")
+        expected = arena.read_bytes(0, 12, "values")
+        scramble(arena)
+        bio.loads(data, [W, cols])
+        assert arena.read_bytes(0, 12, "values") == expected
+        cp = arena.checkpoint()
+        tmp = bt.leaves([1.0, 2.0], dtype=bt.float32)
+        saved = bio.dumps(tmp)
+        arena.rewind(cp)
+        bt.leaves([3.0, 4.0], dtype=bt.float32)  # reuses the slots: the old vector is stale
+    expect_rejected(arena, bt.StaleValueError, lambda: bio.loads(saved, tmp))
+    with pytest.raises(bt.StaleValueError):
+        bio.dumps(tmp)
+
+
+def test_state_dict_of_vectors(tmp_path):
+    arena = bt.Arena(bt.float64)
+    with arena:
+        sd = {"w": bt.leaves([1.0, 2.0, 3.0, 4.0], shape=(2, 2)), "b": bt.leaves([5.0, 6.0])}
+    bio.save_state_dict(sd, tmp_path / "sd.bt")
+    loaded = bio.load_state_dict(tmp_path / "sd.bt")
+    assert list(loaded["w"]) == [1.0, 2.0, 3.0, 4.0] and list(loaded["b"]) == [5.0, 6.0]
+    sd["w"].set_data([0.0] * 4)
+    bio.load_state_dict(tmp_path / "sd.bt", sd)
+    assert sd["w"].data == [1.0, 2.0, 3.0, 4.0]
+
+
+def test_run_w3_smoke(tmp_path):
+    from burtorch.io.bench_w3 import run_w3
+
+    result = run_w3(iterations=3, directory=str(tmp_path))  # checks the loaded values itself
+    assert result["file_bytes"] == fmt.FIXED_SIZE + 7 * 8 and result["payload_bytes"] == 56
+    assert os.listdir(tmp_path) == []  # its temporary directory is gone

@@ -101,3 +101,17 @@ def test_bad_input(nodes):
     other = bt.Value(1.0, arena=bt.Arena(arena.dtype))
     with pytest.raises(ValueError, match="different arenas"):
         numpy_view([vals[0], other], copy=True)
+
+
+def test_real_vectors():
+    arena = bt.Arena(bt.float64)
+    with arena:
+        W = bt.leaves([float(i) for i in range(6)], shape=(2, 3))
+    rows = numpy_view(W, writable=True)
+    rows[0] = 42.0
+    assert W.data[0] == 42.0
+    with pytest.raises(ValueError, match="copy=True"):
+        numpy_view(W.columns(0, 2))
+    assert numpy_view(W.columns(0, 2), copy=True).tolist() == [42.0, 1.0, 3.0, 4.0]
+    load_array(W.columns(2, 3), [7.0, 8.0])
+    assert W.data == [42.0, 1.0, 7.0, 3.0, 4.0, 8.0]

@@ -76,7 +76,7 @@ def test_range_records_are_one_box_with_spans():
     assert 'l0_6 [shape=box3d, label="leaves #[0, 6)"]' in text
     assert "mean_and_mean_squares\\nout #[8, 10)\\narg #[0, 6)\\narg #7" in text
     assert "l0_6 -> r1 [label=\"#[0, 6)\"]" in text
-    assert 'r1 -> op2 [label="#8"]' in text and 'r1 -> op2 [label="#9"]' in text
+    assert 'r1 -> op2 [label="#[8, 10)"]' in text  # one edge for both outputs of the box
     assert "v6 [shape=record" in text  # the lone leaf k
     for i in range(6):
         assert f"v{i} " not in text  # the span's leaves are not drawn one by one
@@ -179,3 +179,21 @@ def test_render_with_the_graphviz_package(tmp_path):
     _, _, g = figure1_graph(bt.Arena(bt.float64))
     svg = pathlib.Path(viz.render(g, tmp_path / "g.svg")).read_text()
     assert "<svg" in svg and "mul_const 0.5" in svg
+
+
+def test_linear_softmax_graph_of_vectors():
+    arena = bt.Arena(bt.float64)
+    with arena:
+        W = bt.leaves([0.1 * i for i in range(12)], shape=(3, 4))
+        x = bt.leaves([1.0, 2.0, 3.0, 4.0])
+        b = bt.leaves([0.0, 0.5, 1.0])
+        logits = bt.linear(x, W, b)
+        loss = bt.cross_entropy(logits, 1)
+    loss.backward()
+    text = viz.to_dot(loss)
+    assert text.count('label="linear\\nout #[19, 22)') == 1
+    assert 'l0_12 [shape=box3d, label="leaves #[0, 12)"]' in text
+    assert 'r0 -> op1 [label="#[19, 22)"]' in text  # cross_entropy reads the three logits at once
+    assert "shape=box3d" in text and text.count("shape=record") == 1  # only the loss is a value node
+    if HAVE_DOT:
+        dot_parses(text)

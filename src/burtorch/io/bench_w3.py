@@ -17,27 +17,18 @@ import tempfile
 import time
 
 import burtorch as bt
+from burtorch.workloads import w2_graph
 
 from . import load, save
 
 
 def w2_nodes():
-    """The paper's Figure 2 graph (micrograd's README example) in FP64; returns 7 of its nodes."""
+    """7 nodes of the paper's Figure 2 graph (FP64, after backward): the leaves a, b and the last
+    five nodes, ending at the output g."""
     arena = bt.current_arena(bt.float64)
-    a = bt.Value(-4.0, arena=arena)
-    b = bt.Value(2.0, arena=arena)
-    c = a + b
-    d = a * b + b**3
-    c += c + 1
-    c += 1 + c + (-a)
-    d += d * 2 + (b + a).relu()
-    d += 3 * d + (b - a).relu()
-    e = c - d
-    f = e**2
-    g = f / 2
-    g += 10 / f
+    a, b, g = w2_graph(lambda x: bt.Value(x, arena=arena))
     g.backward()
-    return [a, b, c, d, e, f, g]
+    return [a, b] + [arena.value(i) for i in range(g.index - 4, g.index + 1)]
 
 
 def run_w3(iterations: int = 5000, directory: str | None = None, atomic: bool = True) -> dict:

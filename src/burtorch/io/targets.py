@@ -39,13 +39,14 @@ class Targets:
     segment came from (so its liveness can be checked) or None for a range or a view's span.
     """
 
-    __slots__ = ("dtype", "count", "values", "segments")
+    __slots__ = ("dtype", "count", "values", "segments", "views")
 
-    def __init__(self, dtype, count, values, segments):
+    def __init__(self, dtype, count, values, segments, views=()):
         self.dtype = dtype
         self.count = count
         self.values = values
         self.segments = segments
+        self.views = views  # views with an .alive flag (bt.Vector), checked before reading or writing
 
 
 def resolve(targets) -> Targets:
@@ -66,13 +67,16 @@ def resolve(targets) -> Targets:
                 segments.extend(_segments_of(item))
     else:
         segments = _segments_of(targets)
+        targets = (targets,)
+    views = [item for item in targets if type(item) is not Value and hasattr(item, "alive")
+             and hasattr(item, "spans")]
     dtype = segments[0][0].dtype
     count = 0
     for arena, first, last, _ in segments:
         if arena.dtype is not dtype:
             raise ValueError(f"cannot mix dtypes in one save/load: {dtype.name} and {arena.dtype.name}")
         count += last - first
-    return Targets(dtype.name, count, None, _coalesce(segments))
+    return Targets(dtype.name, count, None, _coalesce(segments), views)
 
 
 def _is_range(obj) -> bool:
@@ -121,6 +125,7 @@ def check_alive(t: Targets) -> None:
             if not v.alive:
                 raise StaleValueError(f"cannot load into Value at slot {v.index}: it was discarded by a rewind")
         return
+    _check_views(t)
     for arena, first, last, handle in t.segments:
         if handle is not None:
             if not handle.alive:
@@ -128,6 +133,14 @@ def check_alive(t: Targets) -> None:
         elif last > arena.num_nodes:
             raise IndexError(f"node range [{first}, {last}) is outside the arena's {arena.num_nodes} nodes "
                              "(was it rewound?)")
+
+
+def _check_views(t: Targets) -> None:
+    for view in t.views:
+        if not view.alive:
+            spans = list(view.spans)
+            where = f"slot {spans[0][0]}" if spans else "no slots"
+            raise StaleValueError(f"a view of {len(spans)} span(s) from {where} was discarded by a rewind")
 
 
 def read_payload(t: Targets, what: str) -> bytes:
@@ -145,6 +158,7 @@ def read_payload(t: Targets, what: str) -> bytes:
 
 
 def _read_segments(t: Targets, what: str) -> bytes:
+    _check_views(t)
     for arena, first, last, handle in t.segments:
         if handle is not None and not handle.alive:
             raise StaleValueError(f"cannot save Value at slot {first}: it was discarded by a rewind")

@@ -170,12 +170,16 @@ class _Walk:
         op, imm = rec[0], rec[4]
         return op if imm == 0 else f"{op} {self.number(imm)}"
 
-    def producers(self, first: int, last: int):
-        """Yields (DOT key, (start, end)) for each producer of the slots [first, last)."""
+    def producers(self, first: int, last: int, split_leaves: bool = False):
+        """Yields (DOT key, (start, end)) for each producer of the slots [first, last).
+
+        A run of leaves is one box, or (``split_leaves``) one value node per leaf.
+        """
         for start, end, r in self.runs(first, last):
             if r < 0:
-                if end - start == 1:
-                    yield self.value_node(start), (start, end)
+                if end - start == 1 or split_leaves:
+                    for slot in range(start, end):
+                        yield self.value_node(slot), (slot, slot + 1)
                 else:
                     key = f"l{start}_{end}"
                     if key not in self.nodes:
@@ -207,10 +211,7 @@ class _Walk:
         while self.pending:
             r, consumer, scalar = self.pending.pop()
             for first, count in self.record(r)[3]:
-                if scalar:  # each argument of a scalar record is its own value node
-                    for slot in range(first, first + count):
-                        for key, _ in self.producers(slot, slot + 1):
-                            self.edges.add((key, consumer, "" if key.startswith("v") else _span(slot, slot + 1)))
-                else:
-                    for key, (start, end) in self.producers(first, first + count):
-                        self.edges.add((key, consumer, "" if key.startswith("v") else _span(start, end)))
+                # A scalar record's arguments are drawn one value node each (a range record's
+                # outputs stay one box, with one edge naming the span it passes).
+                for key, (start, end) in self.producers(first, first + count, split_leaves=scalar):
+                    self.edges.add((key, consumer, "" if key.startswith("v") else _span(start, end)))
