@@ -37,6 +37,7 @@ extern PyTypeObject ValueType;
 extern PyObject* StaleValueError;
 extern bool g_labels_on;
 extern PyObject* g_dtype_objects[2];
+extern bt::DType g_default_dtype;
 
 inline bool is_value(PyObject* o) { return Py_TYPE(o) == &ValueType; }
 

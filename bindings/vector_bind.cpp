@@ -118,7 +118,7 @@ static nb::object value_at(const VectorBox& v, uint32_t slot) {
 
 // ---------------------------------------------------------------- construction
 static nb::object arena_for(nb::handle arena, nb::handle dtype, bt::DType* dt) {
-    *dt = bt::DType::float64;
+    *dt = g_default_dtype;
     bool have_dt = !dtype.is_none();
     if (have_dt && !parse_dtype(dtype.ptr(), dt)) throw nb::python_error();
     if (!arena.is_none()) {
