@@ -452,6 +452,27 @@ static nb::object attention(const VectorBox& q, const VectorBox& k, const Vector
     return nb::make_tuple(out, w);
 }
 
+static nb::object multi_head_attention(const VectorBox& qkv, uint32_t heads, bool causal, nb::handle scale_h,
+                                       bool return_weights) {
+    qkv.check();
+    if (!qkv.rows || qkv.cols % 3 != 0)
+        throw nb::value_error(("multi_head_attention(): qkv must be a (T x 3C) matrix, got " + shape_str(qkv)).c_str());
+    const uint32_t Tn = qkv.rows, C = qkv.cols / 3;
+    if (heads == 0 || C % heads != 0)
+        throw nb::value_error(("multi_head_attention(): " + std::to_string(C) + " channels do not split into " +
+                               std::to_string(heads) + " heads").c_str());
+    double scale = scale_h.is_none() ? 1.0 / std::sqrt(double(C / heads)) : nb::cast<double>(scale_h);
+    if (!std::isfinite(scale)) throw nb::value_error("multi_head_attention(): scale must be finite");
+    VectorBox all = emit(qkv, Tn * C + heads * Tn * Tn, 0, 0,
+                         [&](auto& A) { return bt::range_mha(A, qkv.spans, Tn, C, heads, causal, scale); });
+    VectorBox out = contiguous_vector(qkv.owner, qkv.arena, qkv.dtype, all.first(), Tn * C, Tn, C);
+    if (!return_weights) return nb::cast(out);
+    nb::list ws;
+    for (uint32_t h = 0; h < heads; ++h)
+        ws.append(contiguous_vector(qkv.owner, qkv.arena, qkv.dtype, all.first() + Tn * C + h * Tn * Tn, Tn * Tn, Tn, Tn));
+    return nb::make_tuple(out, ws);
+}
+
 static VectorBox copy(const VectorBox& x) {
     x.check();
     return emit(x, x.size, x.rows, x.cols, [&](auto& A) { return bt::range_copy(A, x.spans); });
@@ -589,6 +610,36 @@ static void adam_step(const VectorBox& p, OptimState& st, double lr, double b1, 
     });
 }
 
+// ---------------------------------------------------------------- initialisers (native RNG)
+// splitmix64-seeded xorshift: the stream depends on the seed alone, not on the C++ library.
+struct Rng {
+    uint64_t s;
+    explicit Rng(uint64_t seed) : s(seed * 0x9E3779B97F4A7C15ull + 0x2545F4914F6CDD1Dull) {}
+    uint64_t next() {
+        uint64_t z = (s += 0x9E3779B97F4A7C15ull);
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        return z ^ (z >> 31);
+    }
+    double uniform() { return double(next() >> 11) * 0x1.0p-53; }  // [0, 1)
+};
+
+static void init_fill(const VectorBox& v, const std::string& kind, double a, double b, uint64_t seed) {
+    v.check();
+    Rng rng(seed);
+    if (kind != "uniform" && kind != "normal" && kind != "constant")
+        throw nb::value_error("init kind must be 'uniform', 'normal' or 'constant'");
+    each_slot_ptr(v, false, [&](auto* p) {
+        double x;
+        if (kind == "uniform") x = a + (b - a) * rng.uniform();
+        else if (kind == "normal") {  // Box-Muller; one draw per element keeps the stream simple
+            double u1 = 1.0 - rng.uniform(), u2 = rng.uniform();
+            x = a + b * std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+        } else x = a;
+        *p = static_cast<std::remove_reference_t<decltype(*p)>>(x);
+    });
+}
+
 // ---------------------------------------------------------------- registration
 void init_ranges(nb::module_& m) {
     auto V = nb::class_<VectorBox>(m, "Vector",
@@ -700,9 +751,16 @@ void init_ranges(nb::module_& m) {
           nb::arg("scale") = nb::none(), nb::arg("return_weights") = false,
           "Scaled dot-product attention of one head: q, k, v are (T x head_size). One record whose\n"
           "outputs are the (T x head_size) result followed by the (T x T) attention weights.");
+    m.def("multi_head_attention", &multi_head_attention, nb::arg("qkv"), nb::arg("heads"), nb::arg("causal") = true,
+          nb::arg("scale") = nb::none(), nb::arg("return_weights") = false,
+          "All heads of attention from a fused (T x 3C) q/k/v matrix in one record: the (T x C) output\n"
+          "holds the heads side by side; return_weights=True also returns the H (T x T) weight matrices.");
     m.def("vsum", [](const VectorBox& x) { return vsum(x, 1.0); }, nb::arg("x"), "Sum of a vector, one record.");
     m.def("vmean", [](const VectorBox& x) { return vsum(x, 1.0 / x.size); }, nb::arg("x"), "Mean of a vector, one record.");
     m.def("dot", &vdot, nb::arg("x"), nb::arg("w"), "Inner product of two vectors, one record.");
+
+    m.def("init_", &init_fill, nb::arg("vector"), nb::arg("kind"), nb::arg("a"), nb::arg("b"), nb::arg("seed"),
+          "Fills values in place: uniform on [a, b), normal(mean=a, std=b) or the constant a.");
 
     nb::class_<OptimState>(m, "OptimState")
         .def("__init__", [](OptimState* s, const VectorBox& p, uint32_t nbuf) {

@@ -80,7 +80,8 @@ namespace bt {
     X(softmax)                                                                 \
     X(cross_entropy)                                                           \
     X(layer_norm)                                                              \
-    X(attention)
+    X(attention)                                                               \
+    X(multi_head_attention)
 
 enum class Op : uint32_t {
     leaf = 0,

@@ -230,11 +230,28 @@ inline uint32_t range_dot(Arena<T>& A, const Spans& x, const Spans& w) {
 // ---------------------------------------------------------------- linear: y = W x + b, per row
 // x: rows * in values; W: one span of out * in (row-major, rows of W are output units);
 // b: one span of out, or absent. Output rows * out.
+// One row: out dot products over contiguous rows of W (a matvec; no copy of W).
+// Several rows: W is transposed once into scratch and each output row is built by axpys over
+// contiguous rows of W^T, which vectorizes without horizontal reductions (the short dot products
+// of small layers spend most of their time in those).
 template <typename T>
-inline void linear_fwd(const T* x, const T* W, const T* b, T* y, uint32_t rows, uint32_t in, uint32_t out) {
-    for (uint32_t r = 0; r < rows; ++r)
-        for (uint32_t o = 0; o < out; ++o)
-            y[size_t(r) * out + o] = (b ? b[o] : T(0)) + k::dot(W + size_t(o) * in, x + size_t(r) * in, in);
+inline void linear_fwd(const T* x, const T* W, const T* b, T* y, uint32_t rows, uint32_t in, uint32_t out,
+                       T* wt_scratch) {
+    if (rows < 4 || wt_scratch == nullptr) {
+        for (uint32_t r = 0; r < rows; ++r)
+            for (uint32_t o = 0; o < out; ++o)
+                y[size_t(r) * out + o] = (b ? b[o] : T(0)) + k::dot(W + size_t(o) * in, x + size_t(r) * in, in);
+        return;
+    }
+    for (uint32_t o = 0; o < out; ++o)
+        for (uint32_t i = 0; i < in; ++i) wt_scratch[size_t(i) * out + o] = W[size_t(o) * in + i];
+    for (uint32_t r = 0; r < rows; ++r) {
+        T* yr = y + size_t(r) * out;
+        if (b) std::copy(b, b + out, yr);
+        else std::fill(yr, yr + out, T(0));
+        const T* xr = x + size_t(r) * in;
+        for (uint32_t i = 0; i < in; ++i) k::axpy(yr, xr[i], wt_scratch + size_t(i) * out, out);
+    }
 }
 
 template <typename T>
@@ -245,10 +262,11 @@ inline uint32_t range_linear(Arena<T>& A, const Spans& x, const Spans& W, const 
                    : append_range(A, Op::linear, {&x, &W}, tail, 4, rows * nout);
     SpanList in[1];
     last_operands(A, in, 1);
-    T* scratch = A.scratch(size_t(rows) * nin).data();
+    const size_t nx = size_t(rows) * nin, nw = rows >= 4 ? size_t(nin) * nout : 0;
+    T* scratch = A.scratch(nx + nw).data();
     const T* xs = contiguous(A.values(), in[0], scratch);
     linear_fwd(xs, A.values() + W[0].first, b ? A.values() + (*b)[0].first : nullptr, A.values() + y, rows, nin,
-               nout);
+               nout, nw ? scratch + nx : nullptr);
     return y;
 }
 
@@ -338,9 +356,51 @@ inline uint32_t range_layer_norm(Arena<T>& A, const Spans& x, const Spans& gamma
     return out;
 }
 
-// ---------------------------------------------------------------- causal self-attention, one head
-// q, k, v: T x hs each. Outputs: T x hs (the head's output), then T x T attention weights P
-// (kept as nodes: they are drawn in heatmaps and their grads flow like any other node's).
+// ---------------------------------------------------------------- attention
+// One head over row-strided q/k/v: row i of Q is Q + i * ld (so the heads of a fused (T x 3C)
+// q/k/v block are read in place). O is written with stride ldo; P is T x T.
+template <typename T>
+inline void attn_head_fwd(const T* Q, const T* K, const T* Vv, size_t ld, T* O, size_t ldo, T* P, uint32_t Tn,
+                          uint32_t hs, bool causal, T sc) {
+    for (uint32_t i = 0; i < Tn; ++i) {
+        const uint32_t nj = causal ? i + 1 : Tn;
+        T* Pi = P + size_t(i) * Tn;
+        for (uint32_t j = 0; j < nj; ++j) Pi[j] = sc * k::dot(Q + i * ld, K + j * ld, hs);
+        softmax_row(Pi, Pi, nj);
+        for (uint32_t j = nj; j < Tn; ++j) Pi[j] = T(0);
+        T* Oi = O + i * ldo;
+        std::fill(Oi, Oi + hs, T(0));
+        for (uint32_t j = 0; j < nj; ++j) k::axpy(Oi, Pi[j], Vv + j * ld, hs);
+    }
+}
+
+// Backward of one head. gO has stride ldo, gPext (grads of the weights as nodes) is T x T;
+// gQ/gK/gV (stride ld) are accumulated. gP, gS: T x T scratch.
+template <typename T>
+inline void attn_head_bwd(const T* Q, const T* K, const T* Vv, size_t ld, const T* P, const T* gO, size_t ldo,
+                          const T* gPext, T* gQ, T* gK, T* gV, T* gP, T* gS, uint32_t Tn, uint32_t hs, bool causal,
+                          T sc) {
+    for (uint32_t i = 0; i < Tn; ++i) {
+        const uint32_t nj = causal ? i + 1 : Tn;
+        const T* Pi = P + size_t(i) * Tn;
+        const T* gOi = gO + i * ldo;
+        T* gPi = gP + size_t(i) * Tn;
+        for (uint32_t j = 0; j < nj; ++j) {
+            gPi[j] = k::dot(gOi, Vv + j * ld, hs) + gPext[size_t(i) * Tn + j];
+            k::axpy(gV + j * ld, Pi[j], gOi, hs);
+        }
+        const T s = k::dot(gPi, Pi, nj);
+        T* gSi = gS + size_t(i) * Tn;
+        for (uint32_t j = 0; j < nj; ++j) gSi[j] = Pi[j] * (gPi[j] - s) * sc;
+        for (uint32_t j = 0; j < nj; ++j) {
+            k::axpy(gQ + i * ld, gSi[j], K + j * ld, hs);
+            k::axpy(gK + j * ld, gSi[j], Q + i * ld, hs);
+        }
+    }
+}
+
+// One head: q, k, v are T x hs each. Outputs: T x hs (the head's output), then T x T weights P
+// (kept as nodes: they can be drawn as heatmaps, and their grads flow like any other node's).
 template <typename T>
 inline uint32_t range_attention(Arena<T>& A, const Spans& q, const Spans& kk, const Spans& v, uint32_t Tn,
                                 uint32_t hs, bool causal, double scale) {
@@ -354,18 +414,28 @@ inline uint32_t range_attention(Arena<T>& A, const Spans& q, const Spans& kk, co
     const T* K = contiguous(A.values(), in[1], scratch + th);
     const T* Vv = contiguous(A.values(), in[2], scratch + 2 * th);
     T* O = A.values() + out;
-    T* P = O + th;
-    const T sc = static_cast<T>(scale);
-    for (uint32_t i = 0; i < Tn; ++i) {
-        const uint32_t nj = causal ? i + 1 : Tn;
-        T* Pi = P + size_t(i) * Tn;
-        for (uint32_t j = 0; j < nj; ++j) Pi[j] = sc * k::dot(Q + size_t(i) * hs, K + size_t(j) * hs, hs);
-        softmax_row(Pi, Pi, nj);
-        for (uint32_t j = nj; j < Tn; ++j) Pi[j] = T(0);
-        T* Oi = O + size_t(i) * hs;
-        std::fill(Oi, Oi + hs, T(0));
-        for (uint32_t j = 0; j < nj; ++j) k::axpy(Oi, Pi[j], Vv + size_t(j) * hs, hs);
-    }
+    attn_head_fwd(Q, K, Vv, hs, O, hs, O + th, Tn, hs, causal, static_cast<T>(scale));
+    return out;
+}
+
+// All heads at once from a fused (T x 3C) q/k/v block (columns: queries of heads 0..H-1, keys,
+// values). Outputs: the heads' outputs side by side (T x C, i.e. already concatenated), then the
+// H weight matrices (H x T x T).
+template <typename T>
+inline uint32_t range_mha(Arena<T>& A, const Spans& qkv, uint32_t Tn, uint32_t C, uint32_t H, bool causal,
+                          double scale) {
+    uint32_t tail[4] = {Tn, C, H, causal ? 1u : 0u};
+    const size_t tc = size_t(Tn) * C, tt = size_t(Tn) * Tn;
+    uint32_t out = append_range(A, Op::multi_head_attention, {&qkv}, tail, 4, uint32_t(tc + H * tt), 0, scale);
+    SpanList in[1];
+    last_operands(A, in, 1);
+    T* scratch = A.scratch(3 * tc).data();
+    const T* X = contiguous(A.values(), in[0], scratch);
+    const uint32_t hs = C / H;
+    T* O = A.values() + out;
+    for (uint32_t h = 0; h < H; ++h)
+        attn_head_fwd(X + h * hs, X + C + h * hs, X + 2 * C + h * hs, 3 * size_t(C), O + h * hs, C, O + tc + h * tt,
+                      Tn, hs, causal, static_cast<T>(scale));
     return out;
 }
 
@@ -538,35 +608,28 @@ inline void range_backward(Arena<T>& A, const Record& r) {
             const T* K = contiguous(val, in[1], buf + th);
             const T* Vv = contiguous(val, in[2], buf + 2 * th);
             T* gQ = buf + 3 * th;
-            T* gK = buf + 4 * th;
-            T* gV = buf + 5 * th;
-            T* gP = buf + 6 * th;
-            T* gS = gP + tt;
             std::fill(gQ, gQ + 3 * th, T(0));
-            const T* P = y + th;
-            const T* gO = gy;
-            const T* gPext = gy + th;
-            const T sc = static_cast<T>(r.imm);
-            for (uint32_t i = 0; i < Tn; ++i) {
-                const uint32_t nj = causal ? i + 1 : Tn;
-                const T* Pi = P + size_t(i) * Tn;
-                const T* gOi = gO + size_t(i) * hs;
-                T* gPi = gP + size_t(i) * Tn;
-                for (uint32_t j = 0; j < nj; ++j) {
-                    gPi[j] = k::dot(gOi, Vv + size_t(j) * hs, hs) + gPext[size_t(i) * Tn + j];
-                    k::axpy(gV + size_t(j) * hs, Pi[j], gOi, hs);
-                }
-                const T s = k::dot(gPi, Pi, nj);
-                T* gSi = gS + size_t(i) * Tn;
-                for (uint32_t j = 0; j < nj; ++j) gSi[j] = Pi[j] * (gPi[j] - s) * sc;
-                for (uint32_t j = 0; j < nj; ++j) {
-                    k::axpy(gQ + size_t(i) * hs, gSi[j], K + size_t(j) * hs, hs);
-                    k::axpy(gK + size_t(j) * hs, gSi[j], Q + size_t(i) * hs, hs);
-                }
-            }
+            attn_head_bwd(Q, K, Vv, hs, y + th, gy, hs, gy + th, gQ, gQ + th, gQ + 2 * th, buf + 6 * th,
+                          buf + 6 * th + tt, Tn, hs, causal, static_cast<T>(r.imm));
             scatter_add(g, in[0], gQ);
-            scatter_add(g, in[1], gK);
-            scatter_add(g, in[2], gV);
+            scatter_add(g, in[1], gQ + th);
+            scatter_add(g, in[2], gQ + 2 * th);
+            return;
+        }
+        case Op::multi_head_attention: {
+            const uint32_t Tn = tail[0], C = tail[1], H = tail[2];
+            const bool causal = tail[3] != 0;
+            const uint32_t hs = C / H;
+            const size_t tc = size_t(Tn) * C, tt = size_t(Tn) * Tn;
+            T* buf = A.scratch(6 * tc + 2 * tt).data();
+            const T* X = contiguous(val, in[0], buf);
+            T* gX = buf + 3 * tc;
+            std::fill(gX, gX + 3 * tc, T(0));
+            for (uint32_t h = 0; h < H; ++h)
+                attn_head_bwd(X + h * hs, X + C + h * hs, X + 2 * C + h * hs, 3 * size_t(C), y + tc + h * tt,
+                              gy + h * hs, C, gy + tc + h * tt, gX + h * hs, gX + C + h * hs, gX + 2 * C + h * hs,
+                              buf + 6 * tc, buf + 6 * tc + tt, Tn, hs, causal, static_cast<T>(r.imm));
+            scatter_add(g, in[0], gX);
             return;
         }
         default: return;

@@ -29,6 +29,7 @@ from ._core import (  # noqa: F401  (re-exported API)
     layer_norm,
     leaves,
     linear,
+    multi_head_attention,
     rewind,
     softmax,
     vector,
