@@ -40,3 +40,14 @@ def test_empty_arena_and_units():
     text = format_stats(bt.Arena(bt.float64).stats())
     assert "nodes 0" in text
     assert human_bytes(512) == "512 B" and human_bytes(2048) == "2.0 KiB" and human_bytes(3 << 30) == "3.0 GiB"
+
+
+def test_tool_modules_import_nothing_heavy():
+    import subprocess
+    import sys
+
+    code = ("import sys, burtorch.io, burtorch.viz, burtorch.viz.plots, burtorch.views, burtorch.introspect\n"
+            "print(sorted(m for m in ('numpy', 'matplotlib', 'graphviz', 'torch') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"

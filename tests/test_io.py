@@ -433,3 +433,20 @@ def test_run_w3_smoke(tmp_path):
     result = run_w3(iterations=3, directory=str(tmp_path))  # checks the loaded values itself
     assert result["file_bytes"] == fmt.FIXED_SIZE + 7 * 8 and result["payload_bytes"] == 56
     assert os.listdir(tmp_path) == []  # its temporary directory is gone
+
+
+def test_state_dict_of_a_real_module(tmp_path):
+    from burtorch import nn
+
+    model = nn.MLP(3, [4, 2])
+    path = tmp_path / "mlp.bt"
+    bio.save_state_dict(model, path)
+    saved = {name: list(p.data) for name, p in model.state_dict().items()}
+    for p in model.parameters():
+        p.set_data([0.0] * p.size)
+    model.load_state_dict(bio.load_state_dict(path))  # the module's own loader takes the arrays
+    assert {name: list(p.data) for name, p in model.state_dict().items()} == saved
+    for p in model.parameters():
+        p.set_data([0.0] * p.size)
+    bio.load_state_dict(path, model)  # or write straight into the module
+    assert {name: list(p.data) for name, p in model.state_dict().items()} == saved

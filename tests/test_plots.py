@@ -49,7 +49,7 @@ def test_function_script_with_burtorch_gradients(tmp_path):
                                       with_grad=True)
     assert arena.num_nodes == nodes_before  # sampling used a private arena
     namespace = {}
-    exec("\n".join(l for l in text.splitlines() if l.startswith(("xs =", "ys =", "grads ="))), namespace)
+    exec("\n".join(line for line in text.splitlines() if line.startswith(("xs =", "ys =", "grads ="))), namespace)
     for x, y, g in zip(namespace["xs"], namespace["ys"], namespace["grads"]):
         assert y == pytest.approx(3 * math.tanh(x * x), rel=1e-12)
         assert g == pytest.approx(3 * (1 - math.tanh(x * x) ** 2) * 2 * x, rel=1e-12, abs=1e-15)

@@ -197,3 +197,21 @@ def test_linear_softmax_graph_of_vectors():
     assert "shape=box3d" in text and text.count("shape=record") == 1  # only the loss is a value node
     if HAVE_DOT:
         dot_parses(text)
+
+
+def test_stale_roots_are_refused():
+    arena = bt.Arena(bt.float64)
+    with arena:
+        a = bt.Value(1.0)
+        cp = arena.checkpoint()
+        gone = a * 2
+        vec = bt.leaves([1.0, 2.0])
+        arena.rewind(cp)
+        bt.Value(5.0)
+    with pytest.raises(bt.StaleValueError):
+        viz.to_dot(gone)
+    with pytest.raises(bt.StaleValueError):
+        viz.to_dot([a, gone])
+    with pytest.raises(bt.StaleValueError):
+        viz.to_dot(vec)
+    assert "v0 [" in viz.to_dot(a)

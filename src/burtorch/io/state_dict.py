@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import array
 import os
+import threading
 
 from .format import (FormatError, check_payload, decode_header, encode_header, encode_name_table)
 from .ranges import _read_all, _write_all
@@ -44,7 +45,7 @@ def save_state_dict(module_or_mapping, path) -> None:
     table = encode_name_table([(name, t.count) for name, t in named])
     header = encode_header(dtype, "values", sum(t.count for _, t in named), payload, table)
     path = os.fspath(path)
-    tmp = f"{path}.{os.getpid()}.tmp"
+    tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_BINARY", 0), 0o644)
         try:

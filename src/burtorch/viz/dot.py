@@ -12,7 +12,7 @@ the record index, which lets a run of leaves inside a span be skipped with a bin
 """
 from __future__ import annotations
 
-from .._core import Arena, Value
+from .._core import Arena, StaleValueError, Value
 
 
 class GraphTooLargeError(ValueError):
@@ -51,6 +51,10 @@ def to_dot(root, max_nodes: int = 2000, show_grad: bool = True, rankdir: str = "
 
 
 def _roots(root):
+    items = root if isinstance(root, (list, tuple)) else [root]
+    for item in items:  # a discarded root would draw whatever node now holds its slot
+        if getattr(item, "alive", True) is False:
+            raise StaleValueError("cannot draw the graph of a node or view discarded by a rewind")
     if isinstance(root, Value):
         return root.arena, [(root.index, root.index + 1)]
     arena = getattr(root, "arena", None)
