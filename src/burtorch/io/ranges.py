@@ -49,8 +49,13 @@ def save(file, values, what: str = "values", *, atomic: bool = True) -> None:
     if not atomic:
         _write_in_place(path, header, payload)
         return
+    write_atomic(path, header, payload)
+
+
+def write_atomic(path: str, header: bytes, payload) -> None:
+    """Writes header + payload to a temporary file beside `path`, then renames it over `path`."""
     tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_BINARY", 0), 0o644)
     try:
         try:
             _write_all(fd, header)

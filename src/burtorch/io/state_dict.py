@@ -12,10 +12,9 @@ from __future__ import annotations
 
 import array
 import os
-import threading
 
 from .format import (FormatError, check_payload, decode_header, encode_header, encode_name_table)
-from .ranges import _read_all, _write_all
+from .ranges import _read_all, write_atomic
 from .targets import ITEMSIZE, NATIVE_BYTEORDER, check_alive, read_payload, resolve, write_payload
 
 
@@ -44,22 +43,7 @@ def save_state_dict(module_or_mapping, path) -> None:
     payload = b"".join([read_payload(t, "values") for _, t in named])
     table = encode_name_table([(name, t.count) for name, t in named])
     header = encode_header(dtype, "values", sum(t.count for _, t in named), payload, table)
-    path = os.fspath(path)
-    tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_BINARY", 0), 0o644)
-        try:
-            _write_all(fd, header)
-            _write_all(fd, payload)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    write_atomic(os.fspath(path), header, payload)
 
 
 def load_state_dict(path, into=None, *, strict: bool = True):
