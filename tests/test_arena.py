@@ -203,3 +203,30 @@ def test_numpy_views_are_zero_copy():
         assert xs[1].data == 7.0
         with pytest.raises(IndexError):
             arena.numpy(0, 6)
+
+
+def test_default_dtype():
+    assert bt.get_default_dtype() == bt.float64
+    try:
+        bt.set_default_dtype(bt.float32)
+        assert bt.Value(1.0).dtype == bt.float32
+        assert bt.leaves([1.0, 2.0]).dtype == bt.float32
+        assert bt.reduce_sum([1.0, 2.0]).dtype == bt.float32
+        with pytest.raises(TypeError):
+            bt.set_default_dtype("int32")
+    finally:
+        bt.set_default_dtype("float64")
+    assert bt.Value(1.0).dtype == bt.float64
+
+
+def test_records_name_their_op():
+    arena = bt.Arena()
+    with arena:
+        x = bt.leaves([1.0, 2.0])
+        t = x.tanh()
+        s = t + x
+        y = bt.vsum(s)
+        names = [arena.record(r)[0] for r in range(arena.num_records)]
+        assert names == ["map_unary:tanh", "map_binary:add", "sum_range"]
+        assert y.op == "sum_range" and t[0].op == "map_unary"
+        assert arena.record(0)[3] == [(0, 2)]  # argument spans
