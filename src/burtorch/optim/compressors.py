@@ -25,6 +25,25 @@ def _check_int(name, value, lo, hi=None):
     return value
 
 
+def _floats(x) -> list:
+    """A list of floats from a sequence of numbers (strings are not numbers here)."""
+    if isinstance(x, (str, bytes)):
+        raise TypeError("compress() expects a sequence of numbers, got a string")
+    try:
+        items = list(x)
+    except TypeError:
+        raise TypeError(f"compress() expects a sequence of numbers, got {type(x).__name__}") from None
+    out = []
+    for i, v in enumerate(items):
+        if isinstance(v, (str, bytes)):
+            raise TypeError(f"item {i} is not a number: {v!r}")
+        try:
+            out.append(float(v))
+        except TypeError:
+            raise TypeError(f"item {i} is not a number: {type(v).__name__}") from None
+    return out
+
+
 def _index_bits(d: int) -> int:
     return max(1, math.ceil(math.log2(d)))
 
@@ -48,10 +67,7 @@ class Compressor:
     def _as_list(self, x) -> list:
         if hasattr(x, "spans") and hasattr(x, "grad"):
             raise TypeError("pass a Vector's grads as vector.grad, or use compress_grad_(vector)")
-        try:
-            x = [float(v) for v in x]
-        except TypeError:
-            raise TypeError(f"compress() expects a sequence of numbers, got {type(x).__name__}") from None
+        x = _floats(x)
         if len(x) != self.d:
             raise ValueError(f"{type(self).__name__} was built for d={self.d}, got a vector of {len(x)}")
         return x
