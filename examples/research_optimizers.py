@@ -6,7 +6,7 @@ data (what the papers' theorems bound). Step sizes are the papers' theoretical o
 from smoothness constants estimated here by power iteration: no tuning.
 
     python examples/research_optimizers.py [--workers 10] [--per-worker 40] [--dim 20] [--k 2]
-                                           [--budget 400] [--lr-scale 1] [--plot curves.png]
+                                           [--budget 100] [--lr-scale 1] [--plot curves.png]
 
 --budget is in full-gradient rounds of GD (one round = dim floats per worker, or N sample grads).
 """
@@ -96,7 +96,7 @@ def main(argv=None):
     ap.add_argument("--per-worker", type=int, default=40)
     ap.add_argument("--dim", type=int, default=20)
     ap.add_argument("--k", type=int, default=2, help="coordinates kept by Top-k / Rand-k")
-    ap.add_argument("--budget", type=int, default=400, help="in GD rounds (see the module docstring)")
+    ap.add_argument("--budget", type=int, default=100, help="in GD rounds (see the module docstring)")
     ap.add_argument("--page-batch", type=int, default=8)
     ap.add_argument("--lr-scale", type=float, default=1.0,
                     help="multiply every theoretical step size (the papers' experiments tune such multipliers)")

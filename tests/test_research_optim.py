@@ -374,3 +374,22 @@ def test_method_bad_input():
         GD(object(), shards_of(data, 2), lr=0.1)
     with pytest.raises(ValueError):
         EF21(model, shards_of(data, 2), lr=0.1, compressor=TopK(D, 1), init="zeros")
+
+
+# ---------------------------------------------------------------- the example script stays runnable
+
+def test_example_script_runs_and_prints_its_tables(capsys):
+    import pathlib
+    import runpy
+
+    path = pathlib.Path(__file__).resolve().parents[1] / "examples" / "research_optimizers.py"
+    main = runpy.run_path(str(path))["main"]
+    main(["--budget", "4", "--workers", "2", "--per-worker", "6", "--dim", "4", "--k", "1", "--page-batch", "2"])
+    out = capsys.readouterr().out
+    for name in ("GD", "EF21 Top-1", "MARINA Rand-1", "MARINA dithering s=4", "PAGE"):
+        assert name in out
+    rows = [line for line in out.splitlines() if line.startswith(("GD ", "EF21", "MARINA", "PAGE"))]
+    assert len(rows) == 6
+    for row in rows:
+        numbers = [float(x) for x in row.split()[-5:]]
+        assert all(v >= 0.0 for v in numbers)
