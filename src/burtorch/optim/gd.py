@@ -1,6 +1,7 @@
 """Distributed gradient descent: the baseline the compressed methods are measured against."""
 from __future__ import annotations
 
+from .compressors import _check_int
 from .estimator import GradientEstimator, _check_shards, mean_of
 
 
@@ -13,7 +14,7 @@ class GD(GradientEstimator):
     def __init__(self, model, shards, lr: float, loss_fn=None, float_bits: int = 32):
         super().__init__(model, lr, loss_fn)
         self.shards = _check_shards(shards)
-        self.float_bits = float_bits
+        self.float_bits = _check_int("float_bits", float_bits, 1)
 
     def _local_gradients(self) -> list:
         grads, losses = [], []
