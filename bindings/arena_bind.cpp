@@ -9,6 +9,7 @@
 namespace btpy {
 
 PyObject* g_dtype_objects[2] = {nullptr, nullptr};
+bt::DType g_default_dtype = bt::DType::float64;
 static PyObject* g_arena_type = nullptr;
 
 // Arenas entered with `with arena:` (borrowed: the with-statement holds them), per dtype.
@@ -190,7 +191,18 @@ void init_arena(nb::module_& m) {
         .def("__len__", [](const ArenaBox& b) { return b.core->num_slots(); })
         .def("checkpoint", [](nb::handle self) { return take_checkpoint(self, nb::handle()); },
              "A checkpoint of this arena alone.")
-        .def("rewind", [](nb::handle, const Checkpoint& cp) { rewind_to(cp); }, nb::arg("checkpoint"))
+        .def("rewind", [](nb::handle self, const Checkpoint& cp) {
+            // Only this arena's part of the checkpoint applies; a checkpoint without one is refused.
+            for (int k = 0; k < 2; ++k)
+                if (cp.arena[k].is(self)) {
+                    Checkpoint mine;
+                    mine.arena[k] = cp.arena[k];
+                    mine.mark[k] = cp.mark[k];
+                    rewind_to(mine);
+                    return;
+                }
+            throw nb::value_error("cannot rewind: the checkpoint belongs to another arena");
+        }, nb::arg("checkpoint"), "Discards this arena's nodes created after the checkpoint.")
         .def("clear", [](ArenaBox& b) {
             bt::Mark m;
             m.arena_id = b.core->id();
@@ -217,7 +229,10 @@ void init_arena(nb::module_& m) {
         .def("record", [](const ArenaBox& b, int64_t r) {
             if (r < 0 || size_t(r) >= b.core->num_records()) throw nb::index_error("record index out of range");
             const bt::Record& rec = b.core->record(size_t(r));
-            return nb::make_tuple(bt::op_info(rec.op).name, rec.out, rec.nout, b.core->record_args(rec), rec.imm);
+            std::string name = bt::op_info(rec.op).name;
+            if (rec.op == bt::Op::map_unary || rec.op == bt::Op::map_imm || rec.op == bt::Op::map_binary)
+                name += std::string(":") + bt::op_info(static_cast<bt::Op>(rec.c)).name;  // e.g. map_unary:tanh
+            return nb::make_tuple(name, rec.out, rec.nout, b.core->record_args(rec), rec.imm);
         }, nb::arg("r"), "(op, first output, number of outputs, argument spans [(first, count)], immediate).")
         .def("numpy", [](nb::handle self, int64_t first, int64_t last, const std::string& what, bool writable) {
             ArenaBox& b = *box_of(self.ptr());
@@ -280,7 +295,7 @@ void init_arena(nb::module_& m) {
     g_arena_type = m.attr("Arena").ptr();
 
     m.def("current_arena", [](nb::handle dtype) {
-        bt::DType d = bt::DType::float64;
+        bt::DType d = g_default_dtype;
         if (!dtype.is_none() && !parse_dtype(dtype.ptr(), &d)) throw nb::python_error();
         PyObject* a = current_arena(d);
         if (!a) throw nb::python_error();
@@ -299,6 +314,12 @@ void init_arena(nb::module_& m) {
        "A checkpoint of the thread's current float32 and float64 arenas (or of one arena).");
     m.def("rewind", &rewind_to, nb::arg("checkpoint"),
           "Discards every node created after the checkpoint; their handles become stale.");
+    m.def("set_default_dtype", [](nb::handle dtype) {
+        bt::DType d;
+        if (!parse_dtype(dtype.ptr(), &d)) throw nb::python_error();
+        g_default_dtype = d;
+    }, nb::arg("dtype"), "The dtype of new Values, leaves and checkpoints when none is given (float64 at start).");
+    m.def("get_default_dtype", []() { return nb::borrow(g_dtype_objects[int(g_default_dtype)]); });
     m.def("set_labels", [](bool on) { g_labels_on = on; }, nb::arg("enabled"));
     m.def("labels_enabled", []() { return g_labels_on; });
 }

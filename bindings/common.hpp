@@ -36,6 +36,8 @@ struct PyValue {
 extern PyTypeObject ValueType;
 extern PyObject* StaleValueError;
 extern bool g_labels_on;
+extern PyObject* g_dtype_objects[2];
+extern bt::DType g_default_dtype;
 
 inline bool is_value(PyObject* o) { return Py_TYPE(o) == &ValueType; }
 

@@ -41,7 +41,7 @@ bool collect_values(PyObject* seq, const char* what, std::vector<uint32_t>& out,
                 break;
             }
         if (!*arena) {
-            *dtype = bt::DType::float64;
+            *dtype = g_default_dtype;
             *owner = current_arena(*dtype);
             if (!*owner) { Py_DECREF(fast); return false; }
             *arena = box_of(*owner)->core.get();

@@ -7,6 +7,7 @@ NB_MODULE(_core, m) {
     btpy::init_arena(m);
     btpy::init_value(m);
     btpy::init_functions(m);
+    btpy::init_ranges(m);
 #ifdef BT_BUILD_INFO
     m.attr("build_info") = BT_BUILD_INFO;
 #endif

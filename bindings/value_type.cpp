@@ -459,7 +459,7 @@ static PyObject* value_vectorcall(PyObject*, PyObject* const* args, size_t nargs
     if (label && label != Py_None && !PyUnicode_Check(label))
         return PyErr_Format(PyExc_TypeError, "Value(): label must be a str or None");
 
-    bt::DType dt = bt::DType::float64;
+    bt::DType dt = g_default_dtype;
     bool have_dt = dtype_o && dtype_o != Py_None;
     if (have_dt && !parse_dtype(dtype_o, &dt)) return nullptr;
     PyObject* owner;

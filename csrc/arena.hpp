@@ -217,6 +217,15 @@ public:
         return value_.committed_bytes() + grad_.committed_bytes();
     }
 
+    // Guarantees that an op appending this much cannot fail half-way (all or nothing).
+    void make_room(size_t slots, size_t records, size_t args) {
+        value_.make_room(slots);
+        grad_.make_room(slots);
+        gen_.make_room(slots);
+        records_.make_room(records);
+        args_.make_room(args);
+    }
+
     // n fresh slots with zero grads, stamped with the current epoch. Returns the first index.
     uint32_t new_slots(size_t n) {
         size_t first = value_.grow(n);

@@ -76,7 +76,15 @@ inline void Arena<T>::backward(uint32_t root, T seed, uint32_t stop_below) {
     }
     if (dirty_ < top + 1) dirty_ = top + 1;
     grad_[root] = seed;
-    for (size_t k = top + 1; k-- > lo;) sweep_record(records_[k]);
+    // A record whose outputs all have zero grad contributes nothing: skipping it makes a sweep
+    // over records unreachable from the root (other graphs below it, dead ReLUs) nearly free.
+    const T* g = grad_.data();
+    for (size_t k = top + 1; k-- > lo;) {
+        const Record& r = records_[k];
+        bool live = g[r.out] != T(0);
+        for (uint32_t i = 1; !live && i < r.nout; ++i) live = g[r.out + i] != T(0);
+        if (live) sweep_record(r);
+    }
 }
 
 }  // namespace bt

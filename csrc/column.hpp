@@ -52,13 +52,21 @@ public:
     size_t grow(size_t n) {
         size_t first = size_;
         size_t want = size_ + n;
+        if (want > max_) capacity_exceeded();
         if (want * sizeof(T) > committed_bytes_) commit(want);
         size_ = want;
         return first;
     }
     void push(const T& v) {
+        if (size_ + 1 > max_) capacity_exceeded();
         if ((size_ + 1) * sizeof(T) > committed_bytes_) commit(size_ + 1);
         data_[size_++] = v;
+    }
+    // Throws unless n more elements fit; commits memory for them. After it, grow(n) cannot throw.
+    void make_room(size_t n) {
+        size_t want = size_ + n;
+        if (want > max_) capacity_exceeded();
+        if (want * sizeof(T) > committed_bytes_) commit(want);
     }
     void truncate(size_t n) {
         if (n < size_) size_ = n;
@@ -82,10 +90,13 @@ private:
     }
     static size_t round_up(size_t bytes) { return (bytes + page() - 1) / page() * page(); }
 
+    [[noreturn]] void capacity_exceeded() const {
+        throw CapacityError("arena capacity exceeded: room for " + std::to_string(max_) +
+                            " elements; create the Arena with a larger capacity");
+    }
+
     void commit(size_t elems) {
-        if (elems > max_)
-            throw CapacityError("arena capacity exceeded: " + std::to_string(max_) +
-                                " elements reserved; create the Arena with a larger capacity");
+        if (elems > max_) capacity_exceeded();
         // Grow geometrically so that commits are rare, but never past the reservation.
         size_t bytes = committed_bytes_ ? committed_bytes_ * 2 : size_t(64) << 10;
         if (bytes < elems * sizeof(T)) bytes = elems * sizeof(T);

@@ -16,6 +16,7 @@ inline uint32_t Arena<T>::unary(Op op, uint32_t xi) {
 #undef BT_FWD
         default: y = T(0); break;
     }
+    make_room(1, 1, 0);
     uint32_t out = leaf(y);
     records_.push(Record{op, out, 1, xi, 0, 0, 0.0});
     return out;
@@ -33,6 +34,7 @@ inline uint32_t Arena<T>::unary_imm(Op op, uint32_t xi, double imm) {
 #undef BT_FWD
         default: y = T(0); break;
     }
+    make_room(1, 1, 0);
     uint32_t out = leaf(y);
     records_.push(Record{op, out, 1, xi, 0, 0, imm});
     return out;
@@ -49,6 +51,7 @@ inline uint32_t Arena<T>::binary(Op op, uint32_t ai, uint32_t bi) {
 #undef BT_FWD
         default: y = T(0); break;
     }
+    make_room(1, 1, 0);
     uint32_t out = leaf(y);
     records_.push(Record{op, out, 1, ai, bi, 0, 0.0});
     return out;
@@ -59,6 +62,7 @@ inline uint32_t Arena<T>::nary(Op op, const uint32_t* idx, size_t n) {
     uint32_t nout = nary_outputs(op);
     T y[2];
     nary_forward<T>(op, value_.data(), idx, n, y);
+    make_room(nout, 1, n);
     uint32_t a = push_args(idx, n);
     uint32_t out = new_slots(nout);
     for (uint32_t k = 0; k < nout; ++k) value_[out + k] = y[k];

@@ -70,7 +70,18 @@ namespace bt {
 
 // ---- range ops over vectors (one record writes a span of outputs); see range_ops.hpp ----
 #define BT_RANGE_OPS(X)                                                        \
-    X(copy)
+    X(copy)                                                                    \
+    X(map_unary)                                                               \
+    X(map_imm)                                                                 \
+    X(map_binary)                                                              \
+    X(sum_range)                                                               \
+    X(dot_range)                                                               \
+    X(linear)                                                                  \
+    X(softmax)                                                                 \
+    X(cross_entropy)                                                           \
+    X(layer_norm)                                                              \
+    X(attention)                                                               \
+    X(multi_head_attention)
 
 enum class Op : uint32_t {
     leaf = 0,

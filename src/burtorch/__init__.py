@@ -11,15 +11,32 @@ from contextlib import contextmanager
 from . import _core
 from ._core import (  # noqa: F401  (re-exported API)
     Arena,
+    get_default_dtype,
+    set_default_dtype,
     Checkpoint,
     DType,
     StaleValueError,
     Value,
     checkpoint,
     current_arena,
+    Vector,
+    attention,
+    cat,
+    cross_entropy,
+    dot,
+    embedding,
     float32,
     float64,
+    hcat,
+    layer_norm,
+    leaves,
+    linear,
+    multi_head_attention,
     rewind,
+    softmax,
+    vector,
+    vmean,
+    vsum,
 )
 from ._core import (  # noqa: F401  scalar ops as functions
     abs, add, add_squares, cos, div, exp, inner_product, inner_product_with_bias, inv, inv_sqrt,
@@ -30,6 +47,23 @@ from ._core import (  # noqa: F401  scalar ops as functions
 )
 
 __version__ = "0.1.0"
+
+# Optional tools load on first use, so `import burtorch` stays light (no numpy, no matplotlib).
+_LAZY_MODULES = ("io", "viz", "views", "introspect", "nn", "optim", "data", "bench", "oracle", "trainer")
+
+
+def __getattr__(name):
+    import importlib
+
+    if name in _LAZY_MODULES:
+        return importlib.import_module(f".{name}", __name__)
+    if name in ("numpy_view", "load_array"):
+        return getattr(importlib.import_module(".views", __name__), name)
+    if name == "memory_report":
+        return importlib.import_module(".introspect", __name__).memory_report
+    if name == "grad_oracle":
+        return importlib.import_module(".oracle", __name__).grad_oracle
+    raise AttributeError(f"module 'burtorch' has no attribute {name!r}")
 build_info = getattr(_core, "build_info", "unknown")
 
 

@@ -1,0 +1,59 @@
+"""atheris (libFuzzer) harness for burtorch.io.loads; not part of the test suite.
+
+Every input must either load (only possible for a valid file) or raise FormatError, and a
+rejected input must leave the arena byte-for-byte unchanged. Unless a corpus directory is
+given, the fuzzer starts from a valid file of each kind (values, grads, both).
+
+    pip install atheris
+    python fuzz/fuzz_loads.py -max_total_time=60          (any libFuzzer flags)
+"""
+import os
+import sys
+import tempfile
+
+import atheris
+
+with atheris.instrument_imports():
+    import burtorch as bt
+    import burtorch.io as bio
+    from burtorch.io import FormatError
+
+ARENA = bt.Arena(bt.float64)
+with ARENA:
+    VALUES = [bt.Value(i / 3.0) for i in range(5)]
+TARGET = (ARENA, 0, 5)
+SEEDS = [bio.dumps(TARGET, what) for what in ("values", "grads", "both")]
+
+
+def snapshot():
+    return ARENA.read_bytes(0, 5, "values") + ARENA.read_bytes(0, 5, "grads")
+
+
+def test_one_input(data: bytes) -> None:
+    before = snapshot()
+    try:
+        bio.loads(data, TARGET, None)
+    except FormatError:
+        if snapshot() != before:
+            raise AssertionError("a rejected input changed the arena")
+        return
+    if data not in SEEDS and bio.dumps(TARGET, bio.decode_header(data, len(data)).what) != data:
+        raise AssertionError("an input that is not a valid file was accepted")
+
+
+def main() -> None:
+    for seed in SEEDS:
+        test_one_input(seed)
+    argv = list(sys.argv)
+    if not any(os.path.isdir(a) for a in argv[1:]):  # start from valid files, not from nothing
+        corpus = tempfile.mkdtemp(prefix="burtorch-fuzz-")
+        for i, seed in enumerate(SEEDS):
+            with open(os.path.join(corpus, f"seed{i}"), "wb") as f:
+                f.write(seed)
+        argv.append(corpus)
+    atheris.Setup(argv, test_one_input)
+    atheris.Fuzz()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,189 @@
+"""The burtorch node-range file format: a small fixed header, an optional name table, a raw payload.
+
+Layout, byte by byte (all header integers little-endian)::
+
+    offset size  field
+    0      4     magic            b"BURT"
+    4      2     version          uint16, currently 1
+    6      1     dtype            uint8: 1 = float32, 2 = float64
+    7      1     what             uint8: 1 = values, 2 = grads, 3 = both (values block, then grads block)
+    8      1     flags            uint8: bit 0 = a name table follows the fixed header; other bits 0
+    9      1     byteorder        uint8: 0 = little-endian payload, 1 = big-endian payload
+    10     2     reserved         uint16, must be 0
+    12     4     header_size      uint32: offset of the payload from the start of the file
+                                  (40 without a name table, 40 + table size with one)
+    16     8     count            uint64: number of nodes saved
+    24     8     payload_bytes    uint64: count * itemsize * (2 if what is both else 1)
+    32     4     payload_crc32    uint32: zlib.crc32 of the payload
+    36     4     header_crc32     uint32: zlib.crc32 of bytes [0, 36) followed by the name table
+    40     ...   name table       only if flags bit 0 (state dicts):
+                                    uint32 number of entries, then per entry
+                                    uint16 name length, the name in UTF-8, uint64 node count
+    header_size  payload          payload_bytes raw IEEE-754 numbers in the stated byte order
+
+The payload of a node range is exactly the arena's contiguous memory for those nodes, so saving
+is one copy out and loading is one copy in. Every field is checked on load, and both CRCs, before
+a single byte reaches an arena; any failure raises :class:`FormatError` saying which check failed.
+"""
+from __future__ import annotations
+
+import struct
+import sys
+import zlib
+
+MAGIC = b"BURT"
+VERSION = 1
+FIXED_HEADER = struct.Struct("<4sHBBBBHIQQII")
+FIXED_SIZE = FIXED_HEADER.size  # 40
+_CRC_SPAN = 36  # the header CRC covers the fixed header up to (not including) itself
+
+DTYPE_CODES = {"float32": 1, "float64": 2}
+DTYPE_NAMES = {code: name for name, code in DTYPE_CODES.items()}
+ITEMSIZE = {"float32": 4, "float64": 8}
+WHAT_CODES = {"values": 1, "grads": 2, "both": 3}
+WHAT_NAMES = {code: name for name, code in WHAT_CODES.items()}
+FLAG_NAME_TABLE = 1
+NATIVE_BYTEORDER = 0 if sys.byteorder == "little" else 1
+
+_ENTRY_HEAD = struct.Struct("<H")
+_ENTRY_COUNT = struct.Struct("<Q")
+_TABLE_LEN = struct.Struct("<I")
+
+
+class FormatError(ValueError):
+    """A burtorch file or byte string is not what the caller asked to load (or not one at all)."""
+
+
+class Header:
+    """The decoded fixed header (and name table, if any) of a burtorch file."""
+
+    __slots__ = ("dtype", "what", "count", "payload_bytes", "payload_crc", "header_size",
+                 "byteorder", "names")
+
+    def __init__(self, dtype, what, count, payload_bytes, payload_crc, header_size, byteorder, names):
+        self.dtype = dtype
+        self.what = what
+        self.count = count
+        self.payload_bytes = payload_bytes
+        self.payload_crc = payload_crc
+        self.header_size = header_size
+        self.byteorder = byteorder
+        self.names = names  # list of (name, count) or None
+
+    def __repr__(self) -> str:
+        return (f"Header(dtype={self.dtype}, what={self.what}, count={self.count}, "
+                f"payload_bytes={self.payload_bytes}, names={self.names is not None})")
+
+
+def check_what(what: str) -> str:
+    if what not in WHAT_CODES:
+        raise ValueError(f"what must be 'values', 'grads' or 'both', got {what!r}")
+    return what
+
+
+def payload_size(dtype: str, what: str, count: int) -> int:
+    return count * ITEMSIZE[dtype] * (2 if what == "both" else 1)
+
+
+def encode_name_table(entries) -> bytes:
+    """``entries``: (name, count) pairs, in payload order."""
+    parts = [_TABLE_LEN.pack(len(entries))]
+    for name, count in entries:
+        raw = name.encode("utf-8")
+        if len(raw) > 0xFFFF:
+            raise ValueError(f"name {name[:40]!r}... is longer than 65535 UTF-8 bytes")
+        parts += (_ENTRY_HEAD.pack(len(raw)), raw, _ENTRY_COUNT.pack(count))
+    return b"".join(parts)
+
+
+def encode_header(dtype: str, what: str, count: int, payload, table: bytes = b"") -> bytes:
+    """The header bytes that go before ``payload`` (any bytes-like object)."""
+    size = len(payload) if isinstance(payload, (bytes, bytearray)) else memoryview(payload).nbytes
+    fixed = FIXED_HEADER.pack(MAGIC, VERSION, DTYPE_CODES[dtype], WHAT_CODES[what],
+                              FLAG_NAME_TABLE if table else 0, NATIVE_BYTEORDER, 0,
+                              FIXED_SIZE + len(table), count, size, zlib.crc32(payload), 0)
+    header_crc = zlib.crc32(table, zlib.crc32(fixed[:_CRC_SPAN]))
+    return fixed[:_CRC_SPAN] + header_crc.to_bytes(4, "little") + table
+
+
+def decode_header(buf, total_size: int) -> Header:
+    """Parses and checks the header at the start of ``buf`` (bytes-like; may be longer).
+
+    ``total_size`` is the size of the whole file or byte string, so a truncated payload or trailing
+    garbage is caught here. The payload CRC is checked separately (:func:`check_payload`).
+    """
+    mv = memoryview(buf)
+    if total_size < FIXED_SIZE or len(mv) < FIXED_SIZE:
+        head = bytes(mv[:4])
+        if head and MAGIC.startswith(head):
+            raise FormatError(f"truncated burtorch file: {total_size} bytes is shorter than the "
+                              f"{FIXED_SIZE}-byte header")
+        raise FormatError(f"not a burtorch file: {total_size} bytes without the {MAGIC!r} magic")
+    (magic, version, dtype_code, what_code, flags, byteorder, reserved, header_size, count,
+     payload_bytes, payload_crc, header_crc) = FIXED_HEADER.unpack_from(mv, 0)
+    if magic != MAGIC:
+        raise FormatError(f"not a burtorch file: starts with {bytes(magic)!r}, expected {MAGIC!r}")
+    if version != VERSION:
+        raise FormatError(f"unsupported burtorch format version {version} (this reader knows {VERSION})")
+    if dtype_code not in DTYPE_NAMES:
+        raise FormatError(f"corrupt header: unknown dtype code {dtype_code}")
+    if what_code not in WHAT_NAMES:
+        raise FormatError(f"corrupt header: unknown 'what' code {what_code}")
+    if flags & ~FLAG_NAME_TABLE or reserved != 0 or byteorder > 1:
+        raise FormatError(f"corrupt header: unknown flags {flags:#x}, byte order {byteorder} "
+                          f"or reserved {reserved:#x}")
+    has_table = bool(flags & FLAG_NAME_TABLE)
+    if header_size < FIXED_SIZE or (not has_table and header_size != FIXED_SIZE):
+        raise FormatError(f"corrupt header: header size {header_size}")
+    if header_size > total_size or header_size > len(mv):
+        raise FormatError(f"truncated burtorch file: header of {header_size} bytes, "
+                          f"file of {total_size} bytes")
+    table = mv[FIXED_SIZE:header_size]
+    if zlib.crc32(table, zlib.crc32(mv[:_CRC_SPAN])) != header_crc:
+        raise FormatError("corrupt header: header checksum mismatch")
+    dtype = DTYPE_NAMES[dtype_code]
+    what = WHAT_NAMES[what_code]
+    expected = payload_size(dtype, what, count)
+    if payload_bytes != expected:
+        raise FormatError(f"corrupt header: {payload_bytes} payload bytes for {count} {dtype} "
+                          f"{what} (expected {expected})")
+    actual = total_size - header_size
+    if actual < payload_bytes:
+        raise FormatError(f"truncated burtorch file: payload has {actual} of {payload_bytes} bytes")
+    if actual > payload_bytes:
+        raise FormatError(f"corrupt burtorch file: {actual - payload_bytes} bytes after the payload")
+    names = _decode_name_table(table, count) if has_table else None
+    return Header(dtype, what, count, payload_bytes, payload_crc, header_size, byteorder, names)
+
+
+def _decode_name_table(table: memoryview, count: int):
+    try:
+        (n,) = _TABLE_LEN.unpack_from(table, 0)
+        pos = _TABLE_LEN.size
+        entries = []
+        total = 0
+        for _ in range(n):
+            (length,) = _ENTRY_HEAD.unpack_from(table, pos)
+            pos += _ENTRY_HEAD.size
+            if pos + length > len(table):
+                raise FormatError("corrupt name table: a name runs past the table")
+            name = bytes(table[pos:pos + length]).decode("utf-8")
+            pos += length
+            (c,) = _ENTRY_COUNT.unpack_from(table, pos)
+            pos += _ENTRY_COUNT.size
+            entries.append((name, c))
+            total += c
+    except (struct.error, UnicodeDecodeError) as e:
+        raise FormatError(f"corrupt name table: {e}") from None
+    if pos != len(table):
+        raise FormatError(f"corrupt name table: {len(table) - pos} stray bytes")
+    if total != count:
+        raise FormatError(f"corrupt name table: entries hold {total} nodes, header says {count}")
+    if len({name for name, _ in entries}) != len(entries):
+        raise FormatError("corrupt name table: duplicate names")
+    return entries
+
+
+def check_payload(header: Header, payload) -> None:
+    if zlib.crc32(payload) != header.payload_crc:
+        raise FormatError("corrupt burtorch file: payload checksum mismatch")

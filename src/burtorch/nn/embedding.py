@@ -1,0 +1,20 @@
+"""Embedding: a (num x dim) table; a lookup is a view of its rows (no copy, no record)."""
+from .. import _core
+from .module import Module
+
+
+class Embedding(Module):
+    """Rows initialised N(0, 1), as PyTorch's nn.Embedding."""
+
+    def __init__(self, num: int, dim: int, dtype=None):
+        super().__init__()
+        if dtype is not None:
+            self.dtype = dtype
+        self.num, self.dim = num, dim
+        self.param("weight", (num, dim), "normal", 0.0, 1.0)
+
+    def forward(self, ids):
+        return _core.embedding(self.weight, ids)
+
+    def extra_repr(self):
+        return f"{self.num}, {self.dim}"

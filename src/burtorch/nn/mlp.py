@@ -1,0 +1,25 @@
+"""Multi-layer perceptron from Linear layers with an activation between them."""
+from .activations import activation
+from .linear import Linear
+from .module import Module
+
+
+class MLP(Module):
+    """MLP(nin, [h1, ..., nout], act='relu'): the activation follows every layer but the last."""
+
+    def __init__(self, nin: int, sizes, act: str | None = "relu", final_act: str | None = None, dtype=None):
+        super().__init__()
+        dims = [nin] + list(sizes)
+        self.layers = [Linear(a, b, dtype=dtype) for a, b in zip(dims, dims[1:])]
+        self._act = activation(act)
+        self._final = activation(final_act)
+        self.act_name = act
+
+    def forward(self, x):
+        for i, layer in enumerate(self.layers):
+            x = layer(x)
+            x = self._act(x) if i < len(self.layers) - 1 else self._final(x)
+        return x
+
+    def extra_repr(self):
+        return f"act={self.act_name}"

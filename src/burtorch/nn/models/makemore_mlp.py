@@ -1,0 +1,39 @@
+"""The character-level MLP of Bengio et al. (2003) as in makemore (workload W4)."""
+from ... import _core
+from ..embedding import Embedding
+from ..linear import Linear
+from ..module import Module
+
+
+class MakemoreMLP(Module):
+    """context of `block` token ids -> embed each (V x emb table) -> concatenate (a view) ->
+    Linear(block*emb, hidden) -> tanh -> Linear(hidden, V) -> logits.
+
+    Parameters: V*emb + block*emb*hidden + hidden + hidden*V + V.
+    """
+
+    def __init__(self, vocab: int = 27, block: int = 16, emb: int = 64, hidden: int = 64, dtype=None):
+        super().__init__()
+        if dtype is not None:
+            self.dtype = dtype
+        self.vocab, self.block, self.emb_dim, self.hidden = vocab, block, emb, hidden
+        self.embed = Embedding(vocab, emb, dtype=dtype)
+        self.fc1 = Linear(block * emb, hidden, dtype=dtype)
+        self.fc2 = Linear(hidden, vocab, dtype=dtype)
+
+    @classmethod
+    def paper(cls, hidden: int = 64, vocab: int = 27, dtype=None) -> "MakemoreMLP":
+        """BENCHMARKS.md W4: block 16, embedding 64, hidden e in {4, 16, ..., 1024}, FP32."""
+        return cls(vocab=vocab, block=16, emb=64, hidden=hidden, dtype=dtype)
+
+    def forward(self, context):
+        if len(context) != self.block:
+            raise ValueError(f"MakemoreMLP expects a context of {self.block} token ids, got {len(context)}")
+        x = self.embed(context).flatten()
+        return self.fc2(self.fc1(x).tanh())
+
+    def loss(self, context, target):
+        return _core.cross_entropy(self.forward(context), target)
+
+    def extra_repr(self):
+        return f"vocab={self.vocab}, block={self.block}, emb={self.emb_dim}, hidden={self.hidden}"

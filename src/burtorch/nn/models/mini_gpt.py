@@ -1,0 +1,64 @@
+"""A miniature GPT (Karpathy's gpt.py, scaled down as in the paper; workload W5)."""
+from ... import _core
+from ..attention import MultiHeadAttention
+from ..embedding import Embedding
+from ..layer_norm import LayerNorm
+from ..linear import Linear
+from ..module import Module
+
+
+class Block(Module):
+    """Pre-norm transformer block: x + attn(ln1(x)), then x + ff(ln2(x)) with ff = Linear-ReLU-Linear."""
+
+    def __init__(self, dim: int, heads: int, ff_mult: int = 4, dtype=None):
+        super().__init__()
+        self.ln1 = LayerNorm(dim, dtype=dtype)
+        self.attn = MultiHeadAttention(dim, heads, causal=True, dtype=dtype)
+        self.ln2 = LayerNorm(dim, dtype=dtype)
+        self.ff1 = Linear(dim, ff_mult * dim, dtype=dtype)
+        self.ff2 = Linear(ff_mult * dim, dim, dtype=dtype)
+
+    def forward(self, x):
+        x = x + self.attn(self.ln1(x))
+        return x + self.ff2(self.ff1(self.ln2(x)).relu())
+
+
+class MiniGPT(Module):
+    """Token + position embeddings, `layers` Blocks, a final LayerNorm and an LM head.
+
+    The paper's configuration (MiniGPT.paper()): vocab 65, block 8, d_model 24, 6 layers of 6 heads
+    (head size 4), feed-forward 96: 46,337 parameters.
+    """
+
+    def __init__(self, vocab: int = 65, block: int = 8, dim: int = 24, layers: int = 6, heads: int = 6,
+                 dtype=None):
+        super().__init__()
+        if dtype is not None:
+            self.dtype = dtype
+        self.vocab, self.block, self.dim, self.n_layers, self.n_heads = vocab, block, dim, layers, heads
+        self.tok = Embedding(vocab, dim, dtype=dtype)
+        self.pos = Embedding(block, dim, dtype=dtype)
+        self.blocks = [Block(dim, heads, dtype=dtype) for _ in range(layers)]
+        self.ln_f = LayerNorm(dim, dtype=dtype)
+        self.head = Linear(dim, vocab, dtype=dtype)
+
+    @classmethod
+    def paper(cls, vocab: int = 65, dtype=None) -> "MiniGPT":
+        return cls(vocab=vocab, block=8, dim=24, layers=6, heads=6, dtype=dtype)
+
+    def forward(self, ids):
+        T = len(ids)
+        if not 1 <= T <= self.block:
+            raise ValueError(f"MiniGPT takes 1..{self.block} tokens, got {T}")
+        x = self.tok(ids) + self.pos.weight[0:T]
+        for blk in self.blocks:
+            x = blk(x)
+        return self.head(self.ln_f(x))
+
+    def loss(self, ids, targets):
+        """Cross-entropy averaged over the positions."""
+        return _core.cross_entropy(self.forward(ids), targets)
+
+    def extra_repr(self):
+        return (f"vocab={self.vocab}, block={self.block}, dim={self.dim}, layers={self.n_layers}, "
+                f"heads={self.n_heads}")

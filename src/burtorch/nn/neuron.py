@@ -1,0 +1,39 @@
+"""The paper's scalar constructions (its appendix F.1): a neuron is an inner product with bias of
+scalar Values followed by an activation, one record for the inner product."""
+from .. import _core
+from .activations import activation
+from .module import Module
+
+
+class Neuron(Module):
+    """y = act(w . x + b) over scalar Values; w ~ U(-1, 1), b = 0 (micrograd's convention)."""
+
+    def __init__(self, nin: int, act: str | None = "relu", init_range: float = 1.0, dtype=None):
+        super().__init__()
+        if dtype is not None:
+            self.dtype = dtype
+        self.nin = nin
+        self.act_name = act
+        self._act = activation(act)
+        self.param("w", nin, "uniform", -init_range, init_range)
+        self.param("b", 1)
+
+    def forward(self, x):
+        xs = x.values() if isinstance(x, _core.Vector) else list(x)
+        if len(xs) != self.nin:
+            raise ValueError(f"Neuron expects {self.nin} inputs, got {len(xs)}")
+        return self._act(_core.inner_product_with_bias(xs, self.w.values(), self.b[0]))
+
+    def extra_repr(self):
+        return f"{self.nin}, act={self.act_name}"
+
+
+class Layer(Module):
+    """nout scalar Neurons over the same inputs; returns a list of Values."""
+
+    def __init__(self, nin: int, nout: int, act: str | None = "relu", dtype=None):
+        super().__init__()
+        self.neurons = [Neuron(nin, act, dtype=dtype) for _ in range(nout)]
+
+    def forward(self, x):
+        return [n(x) for n in self.neurons]

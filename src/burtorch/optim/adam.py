@@ -1,0 +1,30 @@
+from .. import _core
+from .optimizer import Optimizer, _check_hyper
+
+
+class Adam(Optimizer):
+    """Adam (L2 weight decay added to the gradient), as torch.optim.Adam."""
+
+    buffers = 2
+    decoupled = False
+
+    def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0.0):
+        self.lr = _check_hyper("lr", lr)
+        self.beta1 = _check_hyper("beta1", betas[0], hi=1.0)
+        self.beta2 = _check_hyper("beta2", betas[1], hi=1.0)
+        self.eps = _check_hyper("eps", eps)
+        self.weight_decay = _check_hyper("weight_decay", weight_decay)
+        super().__init__(params)
+
+    def step(self) -> None:
+        _core.adam_step(self.params, self.state, self.lr, self.beta1, self.beta2, self.eps, self.weight_decay,
+                        self.decoupled)
+
+
+class AdamW(Adam):
+    """Adam with decoupled weight decay, as torch.optim.AdamW (default weight_decay 0.01)."""
+
+    decoupled = True
+
+    def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0.01):
+        super().__init__(params, lr, betas, eps, weight_decay)

@@ -1,0 +1,46 @@
+"""The optimizer protocol: parameters as one view, native in-place steps, PyTorch's names."""
+from .. import _core
+
+
+def _as_vector(params) -> _core.Vector:
+    if hasattr(params, "parameters"):  # a Module
+        params = params.parameters()
+    if isinstance(params, _core.Vector):
+        return params
+    params = list(params)
+    if not params:
+        raise ValueError("optimizer got an empty parameter list")
+    for p in params:
+        if not isinstance(p, _core.Vector):
+            raise TypeError(f"optimizer parameters must be Vectors (e.g. module.parameters()), got {type(p).__name__}")
+    return _core.cat(params)
+
+
+def _check_hyper(name, value, lo=0.0, hi=None, lo_open=False):
+    if not isinstance(value, (int, float)) or value != value:
+        raise ValueError(f"{name} must be a number, got {value!r}")
+    if (value <= lo if lo_open else value < lo) or (hi is not None and value >= hi):
+        raise ValueError(f"invalid {name}: {value}")
+    return float(value)
+
+
+class Optimizer:
+    """Holds the parameters as one view and a native state; subclasses implement step()."""
+
+    buffers = 0
+
+    def __init__(self, params):
+        self.params = _as_vector(params)
+        self.state = _core.OptimState(self.params, self.buffers)
+
+    def zero_grad(self) -> None:
+        self.params.zero_grad()
+
+    def step(self) -> None:
+        raise NotImplementedError
+
+    def state_dict(self) -> dict:
+        return {"steps": self.state.steps, "buffers": self.state.state()}
+
+    def load_state_dict(self, d: dict) -> None:
+        self.state.load_state(list(d["buffers"]), int(d["steps"]))

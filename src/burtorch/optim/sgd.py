@@ -1,0 +1,22 @@
+from .. import _core
+from .optimizer import Optimizer, _check_hyper
+
+
+class SGD(Optimizer):
+    """SGD with momentum, dampening, Nesterov and (L2) weight decay, as torch.optim.SGD."""
+
+    def __init__(self, params, lr: float = 0.1, momentum: float = 0.0, weight_decay: float = 0.0,
+                 dampening: float = 0.0, nesterov: bool = False):
+        self.lr = _check_hyper("lr", lr)
+        self.momentum = _check_hyper("momentum", momentum)
+        self.weight_decay = _check_hyper("weight_decay", weight_decay)
+        self.dampening = _check_hyper("dampening", dampening)
+        if nesterov and (momentum <= 0 or dampening != 0):
+            raise ValueError("Nesterov momentum needs momentum > 0 and dampening = 0")
+        self.nesterov = bool(nesterov)
+        self.buffers = 1 if self.momentum else 0
+        super().__init__(params)
+
+    def step(self) -> None:
+        _core.sgd_step(self.params, self.state, self.lr, self.momentum, self.weight_decay, self.dampening,
+                       self.nesterov)

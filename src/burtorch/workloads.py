@@ -1,0 +1,41 @@
+"""The paper's small graphs, written once and shared by the demo, the tests and the benchmarks.
+
+Each builder takes a leaf constructor (``bt.Value``, ``torch.tensor(..., requires_grad=True)``, a
+micrograd ``Value``, ...) so the very same expression runs in every framework.
+"""
+
+
+def _relu(x):
+    return x.relu()
+
+
+def w1_graph(leaf):
+    """Figure 1: g = ((a + b) - (a*b + b**3))**2 * 0.5 at a = -41, b = 2. Returns (a, b, g)."""
+    a = leaf(-41.0)
+    b = leaf(2.0)
+    c = a + b
+    d = a * b + b**3
+    e = c - d
+    f = e**2
+    g = f * 0.5
+    return a, b, g
+
+
+def w2_graph(leaf, relu=_relu):
+    """Figure 2 (micrograd's README example) at a = -4, b = 2. Returns (a, b, g).
+
+    ``x += y`` rebinds x to a new node x + y, as in PyTorch autograd.
+    """
+    a = leaf(-4.0)
+    b = leaf(2.0)
+    c = a + b
+    d = a * b + b**3
+    c += c + 1
+    c += 1 + c + (-a)
+    d += d * 2 + relu(b + a)
+    d += 3 * d + relu(b - a)
+    e = c - d
+    f = e**2
+    g = f / 2.0
+    g += 10.0 / f
+    return a, b, g

@@ -1,0 +1,53 @@
+"""burtorch.introspect: the memory report, and labels costing nothing while off."""
+import burtorch as bt
+from burtorch.introspect import format_stats, human_bytes, memory_report
+
+
+def build(arena, n, labels_on):
+    with bt.labels(labels_on), arena:
+        for i in range(n):
+            x = bt.Value(float(i), label=f"x{i}")
+            (x * 2.0).label = f"y{i}"
+
+
+def test_labels_off_use_no_label_memory():
+    off, on = bt.Arena(bt.float64), bt.Arena(bt.float64)
+    build(off, 500, False)
+    build(on, 500, True)
+    s_off, s_on = off.stats(), on.stats()
+    assert s_off["labels"] == 0 and s_off["bytes"]["labels"] == 0
+    assert s_on["labels"] == 1000 and s_on["bytes"]["labels"] > 0
+    assert s_on["bytes_in_use"] - s_off["bytes_in_use"] == s_on["bytes"]["labels"]
+
+
+def test_memory_report_lists_every_category(capsys):
+    arena = bt.Arena(bt.float32)
+    build(arena, 10, True)
+    text = memory_report(arena)
+    assert capsys.readouterr().out.strip() == text
+    s = arena.stats()
+    assert "arena float32" in text and f"nodes {s['nodes']:,}" in text
+    for name, b in s["bytes"].items():
+        line = next(line for line in text.splitlines() if line.startswith(name))
+        assert f"{b:,}" in line
+    assert f"{s['bytes_in_use']:,}" in text
+    both = memory_report(file=False)
+    assert "arena float32" in both and "arena float64" in both
+    assert capsys.readouterr().out == ""
+
+
+def test_empty_arena_and_units():
+    text = format_stats(bt.Arena(bt.float64).stats())
+    assert "nodes 0" in text
+    assert human_bytes(512) == "512 B" and human_bytes(2048) == "2.0 KiB" and human_bytes(3 << 30) == "3.0 GiB"
+
+
+def test_tool_modules_import_nothing_heavy():
+    import subprocess
+    import sys
+
+    code = ("import sys, burtorch.io, burtorch.viz, burtorch.viz.plots, burtorch.views, burtorch.introspect\n"
+            "print(sorted(m for m in ('numpy', 'matplotlib', 'graphviz', 'torch') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"

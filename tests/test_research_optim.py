@@ -1,0 +1,395 @@
+"""Compressors (statistical checks with fixed seeds) and the gradient-estimator methods GD, PAGE,
+EF21, MARINA on a least-squares problem with a known optimum (realizable: f* = 0 at w*)."""
+import math
+import random
+
+import pytest
+
+import burtorch as bt
+from burtorch.nn import Module
+from burtorch.optim import (EF21, GD, MARINA, PAGE, SGD, Identity, RandK, RandomDithering, Scaled, TopK,
+                            mean_loss)
+
+D = 5
+W_STAR = [1.0, -2.0, 0.5, 3.0, -1.0]
+
+
+class LeastSquares(Module):
+    """f(w) = mean_i 0.5 (a_i . w - b_i)^2, built from a range op (dot) and scalar ops."""
+
+    dtype = bt.float64
+
+    def __init__(self, d=D):
+        super().__init__()
+        self.param("w", d)
+
+    def loss(self, a, b):
+        r = bt.dot(bt.leaves(a, dtype=bt.float64), self.w) - b
+        return r * r * 0.5
+
+
+def make_data(n=40, seed=0):
+    rng = random.Random(seed)
+    data = []
+    for _ in range(n):
+        a = [rng.gauss(0.0, 1.0) for _ in range(D)]
+        data.append((a, sum(x * w for x, w in zip(a, W_STAR))))
+    return data
+
+
+def shards_of(data, n):
+    size = len(data) // n
+    return [data[i * size:(i + 1) * size] for i in range(n)]
+
+
+def full_grad_norm(model, data):
+    bt.grad_oracle(model, data)
+    return math.sqrt(sum(g * g for g in model.parameter_vector().grad))
+
+
+def dist_to_opt(model):
+    return math.sqrt(sum((x - y) ** 2 for x, y in zip(model.w.data, W_STAR)))
+
+
+def gd_trajectory(data, lr, steps):
+    """Reference: plain GD with the existing native SGD step on the full data."""
+    model = LeastSquares()
+    opt = SGD(model.parameters(), lr=lr)
+    out = []
+    for _ in range(steps):
+        bt.grad_oracle(model, data)
+        opt.step()
+        out.append(model.w.data)
+    return out
+
+
+def assert_close_lists(a, b, tol):
+    assert len(a) == len(b)
+    for x, y in zip(a, b):
+        assert abs(x - y) <= tol * (1.0 + abs(y)), (a, b)
+
+
+# ---------------------------------------------------------------- compressors
+
+def sample_vector(d, seed):
+    rng = random.Random(seed)
+    return [rng.gauss(0.0, 1.0) for _ in range(d)]
+
+
+@pytest.mark.parametrize("make", [lambda d: RandK(d, 3, seed=1), lambda d: RandomDithering(d, s=2, seed=2),
+                                  lambda d: RandomDithering(d, s=1, seed=3)])
+def test_unbiased_compressors_mean_and_variance(make):
+    d, draws = 10, 20000
+    c = make(d)
+    x = sample_vector(d, 7)
+    sq = sum(v * v for v in x)
+    total = [0.0] * d
+    err = 0.0
+    for _ in range(draws):
+        y = c.compress(x)
+        total = [t + v for t, v in zip(total, y)]
+        err += sum((a - b) ** 2 for a, b in zip(y, x))
+    mean = [t / draws for t in total]
+    var = err / draws
+    # Standard error of each coordinate's mean is at most sqrt(omega * ||x||^2 / draws).
+    stderr = math.sqrt(c.omega * sq / draws)
+    for m, v in zip(mean, x):
+        assert abs(m - v) < 5 * stderr, (mean, x)
+    assert var <= c.omega * sq * 1.05
+    assert var > 0.0  # the compressor really is random
+
+
+def test_randk_variance_is_exactly_omega_in_expectation():
+    d, k, draws = 8, 2, 20000
+    c = RandK(d, k, seed=5)
+    x = sample_vector(d, 1)
+    sq = sum(v * v for v in x)
+    var = sum(sum((a - b) ** 2 for a, b in zip(c.compress(x), x)) for _ in range(draws)) / draws
+    assert c.omega == d / k - 1
+    assert abs(var - c.omega * sq) < 0.05 * c.omega * sq
+
+
+@pytest.mark.parametrize("d,k", [(1, 1), (5, 1), (10, 3), (10, 10), (37, 8)])
+def test_topk_contraction_holds_for_every_vector(d, k):
+    c = TopK(d, k)
+    assert c.alpha == k / d
+    for seed in range(200):
+        x = sample_vector(d, seed)
+        y = c.compress(x)
+        assert sum(1 for v in y if v != 0.0) == k
+        lhs = sum((a - b) ** 2 for a, b in zip(y, x))
+        assert lhs <= (1 - c.alpha) * sum(v * v for v in x) * (1 + 1e-12)
+        kept = sorted(range(d), key=lambda i: -abs(x[i]))[:k]
+        assert all(y[i] == x[i] for i in kept)
+
+
+def test_topk_ties_and_equal_magnitudes():
+    c = TopK(4, 2)
+    assert c.compress([1.0, -1.0, 1.0, 1.0]) == [1.0, -1.0, 0.0, 0.0]
+    # All magnitudes equal: the bound holds with equality.
+    x = [2.0, -2.0, 2.0, -2.0]
+    y = c.compress(x)
+    assert sum((a - b) ** 2 for a, b in zip(y, x)) == pytest.approx((1 - c.alpha) * 16.0)
+
+
+def test_scaled_unbiased_compressor_is_contractive_in_expectation():
+    d, draws = 10, 10000
+    c = Scaled(RandK(d, 2, seed=11))
+    assert c.alpha == pytest.approx(2 / 10)
+    x = sample_vector(d, 3)
+    sq = sum(v * v for v in x)
+    err = sum(sum((a - b) ** 2 for a, b in zip(c.compress(x), x)) for _ in range(draws)) / draws
+    assert err <= (1 - c.alpha) * sq * 1.03
+
+
+def test_identity_and_dithering_edge_cases():
+    x = [0.5, -1.5, 2.0]
+    assert Identity(3).compress(x) == x
+    assert RandomDithering(3, s=4, seed=0).compress([0.0, 0.0, 0.0]) == [0.0, 0.0, 0.0]
+    # Dithering outputs only multiples of ||x|| / s with the input's signs.
+    c = RandomDithering(3, s=4, seed=0)
+    norm = math.sqrt(sum(v * v for v in x))
+    for _ in range(50):
+        for v, y in zip(x, c.compress(x)):
+            level = abs(y) / norm * 4
+            assert abs(level - round(level)) < 1e-12 and 0 <= round(level) <= 4
+            assert y == 0.0 or (y > 0) == (v > 0)
+
+
+def test_compressors_are_reproducible_with_a_seed():
+    x = sample_vector(20, 0)
+    for make in (lambda: RandK(20, 4, seed=9), lambda: RandomDithering(20, s=3, seed=9)):
+        a, b = make(), make()
+        assert [a.compress(x) for _ in range(5)] == [b.compress(x) for _ in range(5)]
+        a.seed(1)
+        first = a.compress(x)
+        a.seed(1)
+        assert a.compress(x) == first
+
+
+def test_communication_costs():
+    assert (Identity(100).floats, Identity(100).bits) == (100, 3200)
+    assert (RandK(100, 5).floats, RandK(100, 5).bits) == (5, 5 * (32 + 7))
+    assert (TopK(128, 4).floats, TopK(128, 4).bits) == (4, 4 * (32 + 7))
+    assert (RandomDithering(100, s=1).floats, RandomDithering(100, s=1).bits) == (1, 32 + 100 * 2)
+    assert RandomDithering(100, s=3).bits == 32 + 100 * 3
+    assert RandomDithering(100, s=10).omega == pytest.approx(min(100 / 100, 10 / 10))
+
+
+def test_compress_grad_in_place_on_a_vector():
+    v = bt.leaves([0.0, 0.0, 0.0, 0.0], dtype=bt.float64)
+    v.set_grad([1.0, -4.0, 2.0, 3.0])
+    TopK(4, 2).compress_grad_(v)
+    assert v.grad == [0.0, -4.0, 0.0, 3.0]
+
+
+def test_compressor_bad_input():
+    with pytest.raises(ValueError):
+        RandK(5, 6)
+    with pytest.raises(ValueError):
+        TopK(5, 0)
+    with pytest.raises(TypeError):
+        TopK(5, 2.5)
+    with pytest.raises(ValueError):
+        RandomDithering(0)
+    with pytest.raises(ValueError, match="d=3"):
+        Identity(3).compress([1.0, 2.0])
+    with pytest.raises(TypeError):
+        Identity(2).compress([1.0, "x"])
+    with pytest.raises(TypeError):
+        Identity(2).compress(3.0)
+    with pytest.raises(TypeError):
+        Identity(2).compress(bt.leaves([1.0, 2.0]))
+    with pytest.raises(TypeError):
+        Scaled(TopK(3, 1))
+
+
+# ---------------------------------------------------------------- methods equal GD in their limits
+
+def test_page_with_p_one_is_gd_step_for_step():
+    data, lr, steps = make_data(), 0.1, 15
+    reference = gd_trajectory(data, lr, steps)
+    model = LeastSquares()
+    page = PAGE(model, data, lr=lr, batch_size=4, p=1.0, seed=0)
+    for t in range(steps):
+        page.step()
+        assert_close_lists(model.w.data, reference[t], 1e-14)  # the native step may round once differently
+    assert page.full_steps == steps
+    assert page.sample_grads == (steps + 1) * len(data)
+
+
+def test_ef21_with_identity_is_gd_step_for_step():
+    data, lr, steps = make_data(), 0.1, 15
+    reference = gd_trajectory(data, lr, steps)
+    model = LeastSquares()
+    ef = EF21(model, shards_of(data, 4), lr=lr, compressor=Identity(D))
+    for t in range(steps):
+        ef.step()
+        assert_close_lists(model.w.data, reference[t], 1e-12)
+    assert ef.floats_sent == (steps + 1) * D
+
+
+def test_marina_with_p_one_is_gd_step_for_step():
+    data, lr, steps = make_data(), 0.1, 15
+    reference = gd_trajectory(data, lr, steps)
+    model = LeastSquares()
+    m = MARINA(model, shards_of(data, 4), lr=lr, compressor=RandK(D, 1, seed=0), p=1.0, seed=0)
+    for t in range(steps):
+        m.step()
+        assert_close_lists(model.w.data, reference[t], 1e-12)
+    assert m.full_steps == steps and m.floats_sent == (steps + 1) * D
+
+
+def test_distributed_gd_is_gd():
+    data, lr, steps = make_data(), 0.1, 10
+    reference = gd_trajectory(data, lr, steps)
+    model = LeastSquares()
+    gd = GD(model, shards_of(data, 5), lr=lr)
+    for t in range(steps):
+        gd.step()
+        assert_close_lists(model.w.data, reference[t], 1e-12)
+    assert gd.bits_sent == (steps + 1) * D * 32
+
+
+# ---------------------------------------------------------------- the estimators' recursions
+
+def test_page_small_step_uses_the_same_minibatch_at_both_points():
+    data = make_data()
+    seen = []
+
+    def loss_fn(model, sample):
+        seen.append((tuple(model.w.data), id(sample)))
+        return model.loss(*sample)
+
+    model = LeastSquares()
+    page = PAGE(model, data, lr=0.1, batch_size=3, p=1e-9, loss_fn=loss_fn, seed=4)
+    page.step()                      # g_0 on all data, x_1, then a small-batch step
+    g0_x0 = tuple([0.0] * D)
+    x1 = tuple(model.w.data)
+    small = seen[len(data):]
+    assert len(small) == 6 and page.full_steps == 0
+    assert [p for p, _ in small[:3]] == [x1] * 3 and [p for p, _ in small[3:]] == [g0_x0] * 3
+    batch_ids = [s for _, s in small[:3]]
+    assert batch_ids == [s for _, s in small[3:]] and len(set(batch_ids)) == 3
+    # g_1 = g_0 + grad_b(x_1) - grad_b(x_0), recomputed independently.
+    batch = [next(s for s in data if id(s) == i) for i in batch_ids]
+    check = LeastSquares()
+    bt.grad_oracle(check, data)
+    g0 = check.w.grad
+    bt.grad_oracle(check, batch)
+    at_x0 = check.w.grad
+    check.w.set_data(list(x1))
+    bt.grad_oracle(check, batch)
+    at_x1 = check.w.grad
+    assert_close_lists(page.g, [a + b - c for a, b, c in zip(g0, at_x1, at_x0)], 1e-12)
+    assert page.sample_grads == len(data) + 6
+    assert model.w.data == list(x1)  # the previous point was swapped out again
+
+
+def test_ef21_worker_states_average_to_the_estimate():
+    data = make_data()
+    model = LeastSquares()
+    ef = EF21(model, shards_of(data, 4), lr=0.1, compressor=TopK(D, 2))
+    for _ in range(5):
+        ef.step()
+    mean = [sum(c) / 4 for c in zip(*ef.worker_g)]
+    assert_close_lists(ef.g, mean, 1e-12)
+    assert ef.floats_sent == D + 5 * 2
+
+
+# ---------------------------------------------------------------- convergence on the convex problem
+
+def check_converged(model, data):
+    assert mean_loss(model, data) < 1e-6
+    assert full_grad_norm(model, data) < 1e-3
+    assert dist_to_opt(model) < 1e-2
+
+
+def test_page_converges():
+    data = make_data()
+    model = LeastSquares()
+    page = PAGE(model, data, lr=0.15, batch_size=4, seed=1)
+    assert page.p == pytest.approx(4 / 44)
+    for _ in range(400):
+        page.step()
+    assert 0 < page.full_steps < 400
+    check_converged(model, data)
+
+
+def test_ef21_topk_converges():
+    data = make_data()
+    model = LeastSquares()
+    ef = EF21(model, shards_of(data, 4), lr=0.1, compressor=TopK(D, 1))
+    for _ in range(400):
+        ef.step()
+    check_converged(model, data)
+    assert ef.floats_sent == D + 400
+
+
+def test_marina_randk_converges():
+    data = make_data()
+    model = LeastSquares()
+    m = MARINA(model, shards_of(data, 4), lr=0.1, compressor=RandK(D, 1, seed=2), seed=3)
+    assert m.p == pytest.approx((32 + 3) / (32 * D))
+    for _ in range(300):
+        m.step()
+    assert 0 < m.full_steps < 300
+    check_converged(model, data)
+    assert m.floats_sent == D * (1 + m.full_steps) + (300 - m.full_steps)
+
+
+def test_marina_dithering_converges():
+    data = make_data()
+    model = LeastSquares()
+    m = MARINA(model, shards_of(data, 4), lr=0.1, compressor=RandomDithering(D, s=2, seed=2), p=0.3, seed=3)
+    for _ in range(300):
+        m.step()
+    check_converged(model, data)
+
+
+# ---------------------------------------------------------------- bad input
+
+def test_method_bad_input():
+    data = make_data()
+    model = LeastSquares()
+    with pytest.raises(ValueError, match="contractive"):
+        EF21(model, shards_of(data, 2), lr=0.1, compressor=RandK(D, 1))
+    with pytest.raises(ValueError, match="unbiased"):
+        MARINA(model, shards_of(data, 2), lr=0.1, compressor=TopK(D, 1))
+    with pytest.raises(ValueError, match="d=4"):
+        EF21(model, shards_of(data, 2), lr=0.1, compressor=TopK(4, 1))
+    with pytest.raises(TypeError):
+        EF21(model, shards_of(data, 2), lr=0.1, compressor="topk")
+    with pytest.raises(ValueError):
+        PAGE(model, data, lr=0.1, batch_size=0)
+    with pytest.raises(ValueError):
+        PAGE(model, data, lr=0.1, batch_size=4, p=0.0)
+    with pytest.raises(ValueError):
+        PAGE(model, data, lr=-1.0, batch_size=4)
+    with pytest.raises(ValueError):
+        PAGE(model, [], lr=0.1, batch_size=1)
+    with pytest.raises(ValueError):
+        MARINA(model, [], lr=0.1, compressor=RandK(D, 1))
+    with pytest.raises(TypeError):
+        GD(object(), shards_of(data, 2), lr=0.1)
+    with pytest.raises(ValueError):
+        EF21(model, shards_of(data, 2), lr=0.1, compressor=TopK(D, 1), init="zeros")
+
+
+# ---------------------------------------------------------------- the example script stays runnable
+
+def test_example_script_runs_and_prints_its_tables(capsys):
+    import pathlib
+    import runpy
+
+    path = pathlib.Path(__file__).resolve().parents[1] / "examples" / "research_optimizers.py"
+    main = runpy.run_path(str(path))["main"]
+    main(["--budget", "4", "--workers", "2", "--per-worker", "6", "--dim", "4", "--k", "1", "--page-batch", "2"])
+    out = capsys.readouterr().out
+    for name in ("GD", "EF21 Top-1", "MARINA Rand-1", "MARINA dithering s=4", "PAGE"):
+        assert name in out
+    rows = [line for line in out.splitlines() if line.startswith(("GD ", "EF21", "MARINA", "PAGE"))]
+    assert len(rows) == 6
+    for row in rows:
+        numbers = [float(x) for x in row.split()[-5:]]
+        assert all(v >= 0.0 for v in numbers)
