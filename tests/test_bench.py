@@ -66,7 +66,7 @@ def test_saveload_round_trips_the_seven_values(name):
     assert nums["file bytes"] >= 7 * 8
 
 
-TRAIN_PEERS = ["torch-eager", "jax-jit", "mlx-eager", "mlx-compile"]
+TRAIN_PEERS = ["burtorch", "torch-eager", "jax-jit", "mlx-eager", "mlx-compile"]
 
 
 @pytest.mark.parametrize("workload,config", [("mlp", {"e": 4, "b": 2}), ("gpt", {"b": 2})])

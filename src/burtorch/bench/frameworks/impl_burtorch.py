@@ -6,8 +6,9 @@ import tempfile
 
 import burtorch as bt
 
-from ..workloads import W3_NAMES
+from ..workloads import GPT_LR, MLP_LR, W3_NAMES
 from . import Pending, Unavailable
+from .training import TrainRunner
 
 
 def versions() -> dict:
@@ -119,6 +120,77 @@ def burtorch_w4_w5_pending(workload: str):
     raise Pending("burtorch W4/W5 pending issue 3")
 
 
+def _models():
+    try:
+        from burtorch import nn
+        from burtorch.oracle import grad_oracle
+        from burtorch.optim import SGD
+    except ImportError:
+        return None
+    if not (hasattr(nn, "MakemoreMLP") and hasattr(nn, "MiniGPT")):
+        return None
+    return nn, grad_oracle, SGD
+
+
+class BurtorchTrainRunner(TrainRunner):
+    """W4 / W5 with burtorch.nn models: the paper's serialized batch (per-sample graph, backward
+    with seed 1/b, rewind; burtorch.oracle.grad_oracle), then burtorch.optim.SGD."""
+
+    timed_region = ("grad_oracle(model, batch): per sample build graph + backward(1/b) + rewind; "
+                    "then SGD.step()")
+
+    def __init__(self, workload, config, hooks):
+        self._nn, self._oracle, sgd = hooks
+        super().__init__(workload, config)
+        self._opt = sgd(self.model.parameters(), lr=MLP_LR if workload == "mlp" else GPT_LR)
+
+    def to_params(self, p):
+        """Builds the model and loads the shared weights (stored (in, out): linears transpose)."""
+        nn, f32 = self._nn, bt.float32
+        if self.workload == "mlp":
+            e = p["W1"].shape[1]
+            self.model = m = nn.MakemoreMLP.paper(hidden=e, vocab=self.vocab, dtype=f32)
+            pairs = {"embed.weight": p["C"], "fc1.weight": p["W1"].T, "fc1.bias": p["b1"],
+                     "fc2.weight": p["W2"].T, "fc2.bias": p["b2"]}
+        else:
+            import numpy as np
+            self.model = m = nn.MiniGPT.paper(vocab=self.vocab, dtype=f32)
+            pairs = {"tok.weight": p["wte"], "pos.weight": p["wpe"], "ln_f.weight": p["lnf.w"],
+                     "ln_f.bias": p["lnf.b"], "head.weight": p["head.w"].T, "head.bias": p["head.b"]}
+            for i in range(len(m.blocks)):
+                b = f"blocks.{i}."
+                pairs.update({
+                    b + "ln1.weight": p[f"{i}.ln1.w"], b + "ln1.bias": p[f"{i}.ln1.b"],
+                    b + "attn.qkv.weight": np.concatenate(
+                        [p[f"{i}.q"].T, p[f"{i}.k"].T, p[f"{i}.v"].T]),
+                    b + "attn.proj.weight": p[f"{i}.proj.w"].T, b + "attn.proj.bias": p[f"{i}.proj.b"],
+                    b + "ln2.weight": p[f"{i}.ln2.w"], b + "ln2.bias": p[f"{i}.ln2.b"],
+                    b + "ff1.weight": p[f"{i}.ff1.w"].T, b + "ff1.bias": p[f"{i}.ff1.b"],
+                    b + "ff2.weight": p[f"{i}.ff2.w"].T, b + "ff2.bias": p[f"{i}.ff2.b"],
+                })
+        state = m.state_dict()
+        if set(state) != set(pairs):
+            raise Unavailable(f"burtorch model parameters {sorted(set(state) ^ set(pairs))} do not "
+                              "match the shared weights")
+        for name, value in pairs.items():
+            state[name].set_data(value.reshape(-1).tolist())  # row-major, as the model stores it
+        return m
+
+    def to_batch(self, x, y):
+        if self.workload == "mlp":
+            return [(ctx, int(t)) for ctx, t in zip(x.tolist(), y.tolist())]
+        return [(ids, tgt) for ids, tgt in zip(x.tolist(), y.tolist())]
+
+    def step(self, params, batch):
+        loss = self._oracle(self.model, batch)
+        self._opt.step()
+        return params, loss
+
+    def loss_of(self, params, batch):
+        with bt.scope():
+            return sum(self.model.loss(*s).data for s in batch) / len(batch)
+
+
 def make_runner(workload: str, variant: str, config: dict):
     if workload == "tiny":
         return GraphRunner(_w1, (-41.0, 2.0))
@@ -127,5 +199,8 @@ def make_runner(workload: str, variant: str, config: dict):
     if workload == "saveload":
         return SaveLoadRunner()
     if workload in ("mlp", "gpt"):
-        return burtorch_w4_w5_pending(workload)
+        hooks = _models()
+        if hooks is None:
+            return burtorch_w4_w5_pending(workload)
+        return BurtorchTrainRunner(workload, config, hooks)
     raise ValueError(f"burtorch does not implement workload {workload!r}")
