@@ -35,9 +35,11 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="the paper's Figure 1 and 2 graphs: values, gradients, timings")
     demo.add_argument("--repeats", type=int, default=5, help="timed runs per workload (median reported)")
     demo.set_defaults(func=_demo)
+    from .bench.cli import register as register_bench
     from .train_cli import register as register_train
 
     register_train(sub)
+    register_bench(sub)
     return p
 
 

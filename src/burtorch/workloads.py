@@ -9,10 +9,10 @@ def _relu(x):
     return x.relu()
 
 
-def w1_graph(leaf):
+def w1_graph(leaf, a0: float = -41.0, b0: float = 2.0):
     """Figure 1: g = ((a + b) - (a*b + b**3))**2 * 0.5 at a = -41, b = 2. Returns (a, b, g)."""
-    a = leaf(-41.0)
-    b = leaf(2.0)
+    a = leaf(a0)
+    b = leaf(b0)
     c = a + b
     d = a * b + b**3
     e = c - d
@@ -21,13 +21,19 @@ def w1_graph(leaf):
     return a, b, g
 
 
-def w2_graph(leaf, relu=_relu):
-    """Figure 2 (micrograd's README example) at a = -4, b = 2. Returns (a, b, g).
+def w2_graph(leaf, a0: float = -4.0, b0: float = 2.0, relu=_relu):
+    """Figure 2 (micrograd's README example) at a = -4, b = 2. Returns (a, b, g)."""
+    a, b, *_, g = w2_nodes(leaf, a0, b0, relu)
+    return a, b, g
+
+
+def w2_nodes(leaf, a0: float = -4.0, b0: float = 2.0, relu=_relu):
+    """Figure 2's graph; returns its named nodes (a, b, c, d, e, f, g), c and d as finally rebound.
 
     ``x += y`` rebinds x to a new node x + y, as in PyTorch autograd.
     """
-    a = leaf(-4.0)
-    b = leaf(2.0)
+    a = leaf(a0)
+    b = leaf(b0)
     c = a + b
     d = a * b + b**3
     c += c + 1
@@ -38,4 +44,4 @@ def w2_graph(leaf, relu=_relu):
     f = e**2
     g = f / 2.0
     g += 10.0 / f
-    return a, b, g
+    return a, b, c, d, e, f, g

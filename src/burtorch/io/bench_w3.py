@@ -17,18 +17,17 @@ import tempfile
 import time
 
 import burtorch as bt
-from burtorch.workloads import w2_graph
+from burtorch import workloads
 
 from . import load, save
 
 
 def w2_nodes():
-    """7 nodes of the paper's Figure 2 graph (FP64, after backward): the leaves a, b and the last
-    five nodes, ending at the output g."""
+    """The 7 named nodes a..g of the paper's Figure 2 graph (FP64, after backward)."""
     arena = bt.current_arena(bt.float64)
-    a, b, g = w2_graph(lambda x: bt.Value(x, arena=arena))
-    g.backward()
-    return [a, b] + [arena.value(i) for i in range(g.index - 4, g.index + 1)]
+    nodes = workloads.w2_nodes(lambda x: bt.Value(x, arena=arena))
+    nodes[-1].backward()
+    return list(nodes)
 
 
 def run_w3(iterations: int = 5000, directory: str | None = None, atomic: bool = True) -> dict:

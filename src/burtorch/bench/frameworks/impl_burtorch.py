@@ -6,6 +6,7 @@ import tempfile
 
 import burtorch as bt
 
+from ...workloads import w1_graph, w2_graph, w2_nodes
 from ..workloads import GPT_LR, MLP_LR, W3_NAMES
 from . import Pending, Unavailable
 from .training import TrainRunner
@@ -15,38 +16,17 @@ def versions() -> dict:
     return {"burtorch": bt.__version__, "burtorch build": bt.build_info}
 
 
-def _w1(a0: float, b0: float):
-    a = bt.Value(a0)
-    b = bt.Value(b0)
-    c = a + b
-    d = a * b + b ** 3
-    e = c - d
-    f = e ** 2
-    g = f * 0.5
-    g.backward()
-    return g, a, b
+def _leaf_pair(graph):
+    """A builder (a0, b0) -> (g, a, b) from a burtorch.workloads graph (the paper's fixed leaves)."""
+    def build(a0: float, b0: float):
+        a, b, g = graph(bt.Value, a0, b0)
+        g.backward()
+        return g, a, b
+    return build
 
 
-def _w2_forward(a0: float, b0: float):
-    a = bt.Value(a0)
-    b = bt.Value(b0)
-    c = a + b
-    d = a * b + b ** 3
-    c += c + 1
-    c += 1 + c + (-a)
-    d += d * 2 + (b + a).relu()
-    d += 3 * d + (b - a).relu()
-    e = c - d
-    f = e ** 2
-    g = f / 2
-    g += 10 / f
-    return a, b, c, d, e, f, g
-
-
-def _w2(a0: float, b0: float):
-    a, b, *_, g = _w2_forward(a0, b0)
-    g.backward()
-    return g, a, b
+_w1 = _leaf_pair(w1_graph)
+_w2 = _leaf_pair(w2_graph)
 
 
 class GraphRunner:
@@ -60,14 +40,15 @@ class GraphRunner:
         self._last = None
 
     def run(self, phase: str, n: int) -> None:
-        build, checkpoint, rewind = self._build, bt.checkpoint, bt.rewind
-        last = None
-        for _ in range(n):
-            cp = checkpoint()
-            g, a, b = build(*self._leaves)
-            last = (g.data, a.grad, b.grad)
+        # Like the peers: the numbers are read once, from the last iteration, outside the loop.
+        build, rewind, leaves = self._build, bt.rewind, self._leaves
+        cp = bt.checkpoint()
+        for _ in range(n - 1):
+            build(*leaves)
             rewind(cp)
-        self._last = last
+        g, a, b = build(*leaves)
+        self._last = (g.data, a.grad, b.grad)
+        rewind(cp)
 
     def numbers(self) -> dict:
         g, da, db = self._last
@@ -87,7 +68,7 @@ class SaveLoadRunner:
         if not (hasattr(btio, "save") and hasattr(btio, "load")):
             raise Unavailable("burtorch.io not available yet")
         self._io = btio
-        self._values = list(_w2_forward(-4.0, 2.0))
+        self._values = list(w2_nodes(bt.Value))
         self._expected = [v.data for v in self._values]
         fd, self.path = tempfile.mkstemp(prefix="burtorch-w3-", suffix=".bin")
         os.close(fd)
