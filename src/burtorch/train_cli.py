@@ -107,7 +107,7 @@ def main(args) -> int:
             raise SystemExit("burtorch: the checkpoint's vocabulary cannot be rebuilt")
     else:
         tok = (data.CharTokenizer("".join(train_items + val_items), specials=".") if args.model == "mlp"
-               else data.CharTokenizer(train_items + val_items))
+               else data.CharTokenizer(set(train_items) | set(val_items)))
     if args.model == "mlp":
         train_set = data.WordDataset(train_items, cfg["block"], tok)
         val_set = data.WordDataset(val_items, cfg["block"], tok)

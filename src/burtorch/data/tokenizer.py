@@ -21,6 +21,15 @@ class CharTokenizer:
         except KeyError as e:
             raise ValueError(f"character {e.args[0]!r} is not in the tokenizer's vocabulary") from None
 
+    def encode_array(self, text: str, typecode: str):
+        """Like encode, straight into an array.array (no temporary list of Python ints)."""
+        from array import array
+
+        try:
+            return array(typecode, map(self.stoi.__getitem__, text))
+        except KeyError as e:
+            raise ValueError(f"character {e.args[0]!r} is not in the tokenizer's vocabulary") from None
+
     def decode(self, ids) -> str:
         n = len(self.itos)
         out = []
