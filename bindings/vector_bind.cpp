@@ -453,23 +453,26 @@ static nb::object attention(const VectorBox& q, const VectorBox& k, const Vector
 }
 
 static nb::object multi_head_attention(const VectorBox& qkv, uint32_t heads, bool causal, nb::handle scale_h,
-                                       bool return_weights) {
+                                       bool return_weights, uint32_t sequences) {
     qkv.check();
     if (!qkv.rows || qkv.cols % 3 != 0)
         throw nb::value_error(("multi_head_attention(): qkv must be a (T x 3C) matrix, got " + shape_str(qkv)).c_str());
-    const uint32_t Tn = qkv.rows, C = qkv.cols / 3;
+    if (sequences == 0 || qkv.rows % sequences != 0)
+        throw nb::value_error(("multi_head_attention(): " + std::to_string(qkv.rows) + " rows do not split into " +
+                               std::to_string(sequences) + " sequences").c_str());
+    const uint32_t S = sequences, Tn = qkv.rows / S, C = qkv.cols / 3;
     if (heads == 0 || C % heads != 0)
         throw nb::value_error(("multi_head_attention(): " + std::to_string(C) + " channels do not split into " +
                                std::to_string(heads) + " heads").c_str());
     double scale = scale_h.is_none() ? 1.0 / std::sqrt(double(C / heads)) : nb::cast<double>(scale_h);
     if (!std::isfinite(scale)) throw nb::value_error("multi_head_attention(): scale must be finite");
-    VectorBox all = emit(qkv, Tn * C + heads * Tn * Tn, 0, 0,
-                         [&](auto& A) { return bt::range_mha(A, qkv.spans, Tn, C, heads, causal, scale); });
-    VectorBox out = contiguous_vector(qkv.owner, qkv.arena, qkv.dtype, all.first(), Tn * C, Tn, C);
+    VectorBox all = emit(qkv, S * (Tn * C + heads * Tn * Tn), 0, 0,
+                         [&](auto& A) { return bt::range_mha(A, qkv.spans, Tn, C, heads, causal, scale, S); });
+    VectorBox out = contiguous_vector(qkv.owner, qkv.arena, qkv.dtype, all.first(), S * Tn * C, S * Tn, C);
     if (!return_weights) return nb::cast(out);
-    nb::list ws;
-    for (uint32_t h = 0; h < heads; ++h)
-        ws.append(contiguous_vector(qkv.owner, qkv.arena, qkv.dtype, all.first() + Tn * C + h * Tn * Tn, Tn * Tn, Tn, Tn));
+    nb::list ws;  // one (T x T) matrix per sequence and head, sequence-major
+    for (uint32_t k = 0; k < S * heads; ++k)
+        ws.append(contiguous_vector(qkv.owner, qkv.arena, qkv.dtype, all.first() + S * Tn * C + k * Tn * Tn, Tn * Tn, Tn, Tn));
     return nb::make_tuple(out, ws);
 }
 
@@ -752,9 +755,10 @@ void init_ranges(nb::module_& m) {
           "Scaled dot-product attention of one head: q, k, v are (T x head_size). One record whose\n"
           "outputs are the (T x head_size) result followed by the (T x T) attention weights.");
     m.def("multi_head_attention", &multi_head_attention, nb::arg("qkv"), nb::arg("heads"), nb::arg("causal") = true,
-          nb::arg("scale") = nb::none(), nb::arg("return_weights") = false,
+          nb::arg("scale") = nb::none(), nb::arg("return_weights") = false, nb::arg("sequences") = 1,
           "All heads of attention from a fused (T x 3C) q/k/v matrix in one record: the (T x C) output\n"
-          "holds the heads side by side; return_weights=True also returns the H (T x T) weight matrices.");
+          "holds the heads side by side; return_weights=True also returns the H (T x T) weight matrices.\n"
+          "sequences=S: the rows are S stacked sequences of T = rows / S; attention stays within each.");
     m.def("vsum", [](const VectorBox& x) { return vsum(x, 1.0); }, nb::arg("x"), "Sum of a vector, one record.");
     m.def("vmean", [](const VectorBox& x) { return vsum(x, 1.0 / x.size); }, nb::arg("x"), "Mean of a vector, one record.");
     m.def("dot", &vdot, nb::arg("x"), nb::arg("w"), "Inner product of two vectors, one record.");

@@ -230,28 +230,96 @@ inline uint32_t range_dot(Arena<T>& A, const Spans& x, const Spans& w) {
 // ---------------------------------------------------------------- linear: y = W x + b, per row
 // x: rows * in values; W: one span of out * in (row-major, rows of W are output units);
 // b: one span of out, or absent. Output rows * out.
-// One row: out dot products over contiguous rows of W (a matvec; no copy of W).
-// Several rows: W is transposed once into scratch and each output row is built by axpys over
-// contiguous rows of W^T, which vectorizes without horizontal reductions (the short dot products
-// of small layers spend most of their time in those).
+// Three regimes, one result (up to the rounding of sums in another order):
+//  - one to three rows: out dot products over contiguous rows of W (a matvec; W read once per row);
+//  - several rows of a narrow layer (in <= 64): W is transposed once into scratch and each output
+//    row is built by axpys over rows of W^T, which vectorizes without the horizontal reductions
+//    that dominate short dot products;
+//  - several rows of a wide layer: output unit by output unit, so each row of W is loaded once
+//    (from memory) for all rows of x (from cache), four rows of x per pass. (Measured: 4 x 4
+//    register tiles and slicing the inner dimension gained nothing on top of this here; the
+//    remaining cost is streaming x from L2 once per output unit, which only GEMM-style blocking
+//    of all three dimensions would cut.)
+template <typename T>
+inline bool linear_uses_transpose(uint32_t rows, uint32_t in) { return rows >= 4 && in <= 64; }
+
 template <typename T>
 inline void linear_fwd(const T* x, const T* W, const T* b, T* y, uint32_t rows, uint32_t in, uint32_t out,
                        T* wt_scratch) {
-    if (rows < 4 || wt_scratch == nullptr) {
+    if (rows < 4) {
         for (uint32_t r = 0; r < rows; ++r)
             for (uint32_t o = 0; o < out; ++o)
                 y[size_t(r) * out + o] = (b ? b[o] : T(0)) + k::dot(W + size_t(o) * in, x + size_t(r) * in, in);
         return;
     }
-    for (uint32_t o = 0; o < out; ++o)
-        for (uint32_t i = 0; i < in; ++i) wt_scratch[size_t(i) * out + o] = W[size_t(o) * in + i];
-    for (uint32_t r = 0; r < rows; ++r) {
-        T* yr = y + size_t(r) * out;
-        if (b) std::copy(b, b + out, yr);
-        else std::fill(yr, yr + out, T(0));
-        const T* xr = x + size_t(r) * in;
-        for (uint32_t i = 0; i < in; ++i) k::axpy(yr, xr[i], wt_scratch + size_t(i) * out, out);
+    if (wt_scratch) {
+        for (uint32_t o = 0; o < out; ++o)
+            for (uint32_t i = 0; i < in; ++i) wt_scratch[size_t(i) * out + o] = W[size_t(o) * in + i];
+        for (uint32_t r = 0; r < rows; ++r) {
+            T* yr = y + size_t(r) * out;
+            if (b) std::copy(b, b + out, yr);
+            else std::fill(yr, yr + out, T(0));
+            const T* xr = x + size_t(r) * in;
+            for (uint32_t i = 0; i < in; ++i) k::axpy(yr, xr[i], wt_scratch + size_t(i) * out, out);
+        }
+        return;
     }
+    for (uint32_t o = 0; o < out; ++o) {
+        const T* w = W + size_t(o) * in;
+        const T bo = b ? b[o] : T(0);
+        uint32_t r = 0;
+        for (; r + 4 <= rows; r += 4) {
+            T s[4];
+            k::dot4(w, x + size_t(r) * in, x + size_t(r + 1) * in, x + size_t(r + 2) * in, x + size_t(r + 3) * in, in, s);
+            for (int j = 0; j < 4; ++j) y[size_t(r + j) * out + o] = bo + s[j];
+        }
+        for (; r < rows; ++r) y[size_t(r) * out + o] = bo + k::dot(w, x + size_t(r) * in, in);
+    }
+}
+
+// Backward of linear: gx += gy W, gW += gy^T x, gb += column sums of gy. With several rows the
+// loops run output unit by output unit (four at a time for gx, four rows at a time for gW), so
+// W and gW stream through once while x and gx stay in cache.
+template <typename T>
+inline void linear_bwd(const T* x, const T* W, const T* gy, T* gx, T* gW, T* gb, uint32_t rows, uint32_t in,
+                       uint32_t out) {
+    if (rows < 4) {
+        for (uint32_t rr = 0; rr < rows; ++rr) {
+            const T* gyr = gy + size_t(rr) * out;
+            const T* xr = x + size_t(rr) * in;
+            T* gxr = gx + size_t(rr) * in;
+            for (uint32_t o = 0; o < out; ++o) {
+                const T go = gyr[o];
+                k::axpy(gxr, go, W + size_t(o) * in, in);
+                k::axpy(gW + size_t(o) * in, go, xr, in);
+                if (gb) gb[o] += go;
+            }
+        }
+        return;
+    }
+    auto G = [&](uint32_t r, uint32_t o) { return gy[size_t(r) * out + o]; };
+    uint32_t o = 0;
+    for (; o + 4 <= out; o += 4) {
+        const T *w0 = W + size_t(o) * in, *w1 = w0 + in, *w2 = w1 + in, *w3 = w2 + in;
+        for (uint32_t r = 0; r < rows; ++r)
+            k::axpy4(gx + size_t(r) * in, G(r, o), w0, G(r, o + 1), w1, G(r, o + 2), w2, G(r, o + 3), w3, in);
+    }
+    for (; o < out; ++o)
+        for (uint32_t r = 0; r < rows; ++r) k::axpy(gx + size_t(r) * in, G(r, o), W + size_t(o) * in, in);
+    for (o = 0; o < out; ++o) {
+        T* gw = gW + size_t(o) * in;
+        uint32_t r = 0;
+        for (; r + 4 <= rows; r += 4)
+            k::axpy4(gw, G(r, o), x + size_t(r) * in, G(r + 1, o), x + size_t(r + 1) * in, G(r + 2, o),
+                     x + size_t(r + 2) * in, G(r + 3, o), x + size_t(r + 3) * in, in);
+        for (; r < rows; ++r) k::axpy(gw, G(r, o), x + size_t(r) * in, in);
+    }
+    if (gb)
+        for (o = 0; o < out; ++o) {
+            T sacc = T(0);
+            for (uint32_t r = 0; r < rows; ++r) sacc += G(r, o);
+            gb[o] += sacc;
+        }
 }
 
 template <typename T>
@@ -262,7 +330,7 @@ inline uint32_t range_linear(Arena<T>& A, const Spans& x, const Spans& W, const 
                    : append_range(A, Op::linear, {&x, &W}, tail, 4, rows * nout);
     SpanList in[1];
     last_operands(A, in, 1);
-    const size_t nx = size_t(rows) * nin, nw = rows >= 4 ? size_t(nin) * nout : 0;
+    const size_t nx = size_t(rows) * nin, nw = linear_uses_transpose<T>(rows, nin) ? size_t(nin) * nout : 0;
     T* scratch = A.scratch(nx + nw).data();
     const T* xs = contiguous(A.values(), in[0], scratch);
     linear_fwd(xs, A.values() + W[0].first, b ? A.values() + (*b)[0].first : nullptr, A.values() + y, rows, nin,
@@ -421,21 +489,28 @@ inline uint32_t range_attention(Arena<T>& A, const Spans& q, const Spans& kk, co
 // All heads at once from a fused (T x 3C) q/k/v block (columns: queries of heads 0..H-1, keys,
 // values). Outputs: the heads' outputs side by side (T x C, i.e. already concatenated), then the
 // H weight matrices (H x T x T).
+// S sequences of T rows each may be stacked ((S*T) x 3C): attention stays within a sequence.
+// Outputs: (S*T) x C, then per sequence the H weight matrices (S x H x T x T).
 template <typename T>
 inline uint32_t range_mha(Arena<T>& A, const Spans& qkv, uint32_t Tn, uint32_t C, uint32_t H, bool causal,
-                          double scale) {
-    uint32_t tail[4] = {Tn, C, H, causal ? 1u : 0u};
+                          double scale, uint32_t S = 1) {
+    uint32_t tail[5] = {Tn, C, H, causal ? 1u : 0u, S};
     const size_t tc = size_t(Tn) * C, tt = size_t(Tn) * Tn;
-    uint32_t out = append_range(A, Op::multi_head_attention, {&qkv}, tail, 4, uint32_t(tc + H * tt), 0, scale);
+    uint32_t out = append_range(A, Op::multi_head_attention, {&qkv}, tail, 5, uint32_t(S * (tc + H * tt)), 0, scale);
     SpanList in[1];
     last_operands(A, in, 1);
-    T* scratch = A.scratch(3 * tc).data();
-    const T* X = contiguous(A.values(), in[0], scratch);
+    T* scratch = A.scratch(3 * tc * S).data();
+    const T* X0 = contiguous(A.values(), in[0], scratch);
     const uint32_t hs = C / H;
-    T* O = A.values() + out;
-    for (uint32_t h = 0; h < H; ++h)
-        attn_head_fwd(X + h * hs, X + C + h * hs, X + 2 * C + h * hs, 3 * size_t(C), O + h * hs, C, O + tc + h * tt,
-                      Tn, hs, causal, static_cast<T>(scale));
+    T* O0 = A.values() + out;
+    T* P0 = O0 + S * tc;
+    for (uint32_t sq = 0; sq < S; ++sq) {
+        const T* X = X0 + sq * 3 * tc;
+        T* O = O0 + sq * tc;
+        for (uint32_t h = 0; h < H; ++h)
+            attn_head_fwd(X + h * hs, X + C + h * hs, X + 2 * C + h * hs, 3 * size_t(C), O + h * hs, C,
+                          P0 + (size_t(sq) * H + h) * tt, Tn, hs, causal, static_cast<T>(scale));
+    }
     return out;
 }
 
@@ -521,20 +596,8 @@ inline void range_backward(Arena<T>& A, const Record& r) {
             const T* xs = contiguous(val, in[0], buf);
             T* gx = buf + nx;
             std::fill(gx, gx + nx, T(0));
-            const T* W = val + in[1].first(0);
-            T* gW = g + in[1].first(0);
-            T* gb = has_b ? g + in[2].first(0) : nullptr;
-            for (uint32_t rr = 0; rr < rows; ++rr) {
-                const T* gyr = gy + size_t(rr) * nout;
-                const T* xr = xs + size_t(rr) * nin;
-                T* gxr = gx + size_t(rr) * nin;
-                for (uint32_t o = 0; o < nout; ++o) {
-                    const T go = gyr[o];
-                    k::axpy(gxr, go, W + size_t(o) * nin, nin);
-                    k::axpy(gW + size_t(o) * nin, go, xr, nin);
-                    if (gb) gb[o] += go;
-                }
-            }
+            linear_bwd(xs, val + in[1].first(0), gy, gx, g + in[1].first(0), has_b ? g + in[2].first(0) : nullptr,
+                       rows, nin, nout);
             scatter_add(g, in[0], gx);
             return;
         }
@@ -617,19 +680,27 @@ inline void range_backward(Arena<T>& A, const Record& r) {
             return;
         }
         case Op::multi_head_attention: {
-            const uint32_t Tn = tail[0], C = tail[1], H = tail[2];
+            const uint32_t Tn = tail[0], C = tail[1], H = tail[2], S = tail[4];
             const bool causal = tail[3] != 0;
             const uint32_t hs = C / H;
-            const size_t tc = size_t(Tn) * C, tt = size_t(Tn) * Tn;
-            T* buf = A.scratch(6 * tc + 2 * tt).data();
-            const T* X = contiguous(val, in[0], buf);
-            T* gX = buf + 3 * tc;
-            std::fill(gX, gX + 3 * tc, T(0));
-            for (uint32_t h = 0; h < H; ++h)
-                attn_head_bwd(X + h * hs, X + C + h * hs, X + 2 * C + h * hs, 3 * size_t(C), y + tc + h * tt,
-                              gy + h * hs, C, gy + tc + h * tt, gX + h * hs, gX + C + h * hs, gX + 2 * C + h * hs,
-                              buf + 6 * tc, buf + 6 * tc + tt, Tn, hs, causal, static_cast<T>(r.imm));
-            scatter_add(g, in[0], gX);
+            const size_t tc = size_t(Tn) * C, tt = size_t(Tn) * Tn, all = 3 * tc * S;
+            T* buf = A.scratch(2 * all + 2 * tt).data();
+            const T* X0 = contiguous(val, in[0], buf);
+            T* gX0 = buf + all;
+            std::fill(gX0, gX0 + all, T(0));
+            T* gP = buf + 2 * all;
+            for (uint32_t sq = 0; sq < S; ++sq) {
+                const T* X = X0 + sq * 3 * tc;
+                T* gX = gX0 + sq * 3 * tc;
+                const T* gO = gy + sq * tc;
+                for (uint32_t h = 0; h < H; ++h) {
+                    const size_t p = S * tc + (size_t(sq) * H + h) * tt;
+                    attn_head_bwd(X + h * hs, X + C + h * hs, X + 2 * C + h * hs, 3 * size_t(C), y + p, gO + h * hs, C,
+                                  gy + p, gX + h * hs, gX + C + h * hs, gX + 2 * C + h * hs, gP, gP + tt, Tn, hs,
+                                  causal, static_cast<T>(r.imm));
+                }
+            }
+            scatter_add(g, in[0], gX0);
             return;
         }
         default: return;

@@ -95,18 +95,6 @@ def test_training_peers_agree_from_the_same_weights(workload, config):
         assert row["agrees"], row["agreement"]
 
 
-def test_burtorch_training_pending_without_models():
-    try:
-        import burtorch.nn  # noqa: F401
-        pytest.skip("burtorch.nn exists")
-    except ImportError:
-        pass
-    result = child.run({"entry": "burtorch", "workload": "gpt", "cpu": None,
-                        "config": {"b": 1, "n": 1, "reps": 1, "warmup": 0}})
-    assert result["status"] == "pending"
-    assert result["message"] == "burtorch W4/W5 pending issue 3"
-
-
 def test_agreement_flags_a_wrong_answer():
     good = {"g": 612.5, "dg/da": -35.0, "dg/db": 1050.0}
     rows = [{"name": "burtorch", "entry": "burtorch", "status": "ok", "numbers": good},

@@ -268,3 +268,23 @@ def test_training_learns():
             opt.step()
             first = first if first is not None else loss
         assert first > 1.5 and loss < 0.3 * first  # a periodic text is learnt
+
+
+@pytest.mark.parametrize("chunk", [2, 3, 8])
+def test_chunked_oracle_equals_per_sample(arena64, chunk):
+    rng = random.Random(19)
+    mlp = nn.MakemoreMLP(vocab=9, block=4, emb=3, hidden=70, dtype=bt.float64)  # 70 > 64: wide kernels
+    gpt = nn.MiniGPT(vocab=11, block=5, dim=8, layers=2, heads=2, dtype=bt.float64)
+    mlp_batch = [(tuple(rng.randrange(9) for _ in range(4)), rng.randrange(9)) for _ in range(7)]
+    gpt_batch = [([rng.randrange(11) for _ in range(5)], [rng.randrange(11) for _ in range(5)]) for _ in range(7)]
+    for model, batch in [(mlp, mlp_batch), (gpt, gpt_batch)]:
+        per_sample = grad_oracle(model, batch)
+        g1 = model.parameter_vector().grad
+        chunked = grad_oracle(model, batch, chunk=chunk)
+        g2 = model.parameter_vector().grad
+        assert chunked == pytest.approx(per_sample, rel=1e-12)
+        assert g2 == pytest.approx(g1, rel=1e-9, abs=1e-13)
+    with pytest.raises(ValueError):
+        grad_oracle(mlp, mlp_batch, chunk=0)
+    with pytest.raises(ValueError):
+        grad_oracle(nn.MLP(2, [1], dtype=bt.float64), [([0.0, 1.0],)], chunk=2)

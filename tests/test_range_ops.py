@@ -88,6 +88,14 @@ def test_linear_vector_and_matrix_inputs(arena, rng):
     assert Y.shape == (5, 3)
     assert Y[2].data == pytest.approx(bt.linear(X[2], W).data)
     fd_check(lambda: bt.linear(X, W, b).sin().sum(), [X, W, b], rng)
+    # many rows of a wide layer (in > 64): the output-unit-major kernels
+    Xw = rand_leaves(rng, 6 * 80, shape=(6, 80))
+    Ww = rand_leaves(rng, 7 * 80, shape=(7, 80))
+    bw = rand_leaves(rng, 7)
+    Yw = bt.linear(Xw, Ww, bw)
+    for r in (0, 5):
+        assert Yw[r].data == pytest.approx(bt.linear(Xw[r], Ww, bw).data, rel=1e-12)
+    fd_check(lambda: bt.linear(Xw, Ww, bw).tanh().sum(), [Xw, Ww, bw], rng)
     # a concatenated, gathered input (the MLP's embedding concatenation)
     E = rand_leaves(rng, 10, shape=(5, 2))
     W2 = rand_leaves(rng, 12, shape=(2, 6))
@@ -144,6 +152,16 @@ def test_attention_one_head_and_heads_as_views(arena, rng):
     fd_check(lambda: (bt.attention(q, k, v) * c).sum(), [qkv, c], rng, tol=1e-4)
     # weights are nodes too: a loss on them differentiates through the softmax
     fd_check(lambda: bt.attention(q, k, v, return_weights=True)[1].sqr().sum(), [qkv], rng, tol=1e-4)
+    # stacked sequences: attention stays within each sequence
+    qkv2 = rand_leaves(rng, 3 * T * 3 * 4, shape=(3 * T, 3 * 4))
+    stacked = bt.multi_head_attention(qkv2, 2, sequences=3)
+    for s_ in range(3):
+        alone = bt.multi_head_attention(qkv2[s_ * T:(s_ + 1) * T], 2)
+        assert stacked[s_ * T:(s_ + 1) * T].data == pytest.approx(alone.data, rel=1e-12)
+    c2 = rand_leaves(rng, 3 * T * 4, shape=(3 * T, 4))
+    fd_check(lambda: (bt.multi_head_attention(qkv2, 2, sequences=3) * c2).sum(), [qkv2], rng, tol=1e-4)
+    with pytest.raises(ValueError, match="sequences"):
+        bt.multi_head_attention(qkv2, 2, sequences=5)
     # two heads concatenated as a view feed a linear layer
     Wo = rand_leaves(rng, 2 * hs * 2, shape=(2, 2 * hs))
     def two_heads():

@@ -22,13 +22,17 @@ class MultiHeadAttention(Module):
         self.qkv = Linear(dim, 3 * dim, bias=False, dtype=dtype)
         self.proj = Linear(dim, dim, dtype=dtype)
 
-    def forward(self, x, return_weights: bool = False):
+    def forward(self, x, return_weights: bool = False, sequences: int = 1):
+        """x: (T x C), or `sequences` stacked sequences ((S*T) x C; fused path only)."""
         qkv = self.qkv(x)
         if self.fused:
             if return_weights:
-                y, weights = _core.multi_head_attention(qkv, self.heads, self.causal, return_weights=True)
+                y, weights = _core.multi_head_attention(qkv, self.heads, self.causal, return_weights=True,
+                                                        sequences=sequences)
                 return self.proj(y), weights
-            return self.proj(_core.multi_head_attention(qkv, self.heads, self.causal))
+            return self.proj(_core.multi_head_attention(qkv, self.heads, self.causal, sequences=sequences))
+        if sequences != 1:
+            raise ValueError("stacked sequences need the fused attention (fused=True)")
         C, hs = self.dim, self.head_size
         outs, weights = [], []
         for h in range(self.heads):

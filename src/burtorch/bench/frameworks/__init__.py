@@ -25,6 +25,7 @@ _ALL = ("tiny", "small", "saveload", "mlp", "gpt")
 
 ENTRIES = (
     Entry("burtorch", "impl_burtorch", "eager", ("burtorch",), "pip install burtorch", _ALL),
+    Entry("burtorch-chunk", "impl_burtorch", "chunked", ("burtorch",), "pip install burtorch", ("mlp", "gpt")),
     Entry("torch-eager", "impl_torch", "eager", ("torch",), "pip install torch==2.13.0",
           ("tiny", "small", "saveload", "mlp", "gpt")),
     Entry("torch-script", "impl_torch", "script", ("torch",), "pip install torch==2.13.0", _W12),

@@ -8,7 +8,7 @@ import burtorch as bt
 
 from ...workloads import w1_graph, w2_graph, w2_nodes
 from ..workloads import GPT_LR, MLP_LR, W3_NAMES
-from . import Pending, Unavailable
+from . import Unavailable
 from .training import TrainRunner
 
 
@@ -96,32 +96,30 @@ class SaveLoadRunner:
         os.unlink(self.path)
 
 
-def burtorch_w4_w5_pending(workload: str):
-    """burtorch's W4 / W5 need burtorch.nn.MakemoreMLP / MiniGPT (issue 3); say so, never fake."""
-    raise Pending("burtorch W4/W5 pending issue 3")
-
-
 def _models():
-    try:
-        from burtorch import nn
-        from burtorch.oracle import grad_oracle
-        from burtorch.optim import SGD
-    except ImportError:
-        return None
-    if not (hasattr(nn, "MakemoreMLP") and hasattr(nn, "MiniGPT")):
-        return None
+    from burtorch import nn
+    from burtorch.oracle import grad_oracle
+    from burtorch.optim import SGD
+
     return nn, grad_oracle, SGD
 
 
 class BurtorchTrainRunner(TrainRunner):
     """W4 / W5 with burtorch.nn models: the paper's serialized batch (per-sample graph, backward
-    with seed 1/b, rewind; burtorch.oracle.grad_oracle), then burtorch.optim.SGD."""
+    with seed 1/b, rewind; burtorch.oracle.grad_oracle), then burtorch.optim.SGD. The `chunked`
+    variant runs up to 64 samples as one graph (grad_oracle(..., chunk=...)): layers read their
+    weights once per chunk; memory is one chunk's."""
 
     timed_region = ("grad_oracle(model, batch): per sample build graph + backward(1/b) + rewind; "
                     "then SGD.step()")
+    chunked_region = ("grad_oracle(model, batch, chunk=min(b, 64)): per chunk one graph over its "
+                      "samples + backward(k/b) + rewind; then SGD.step()")
 
-    def __init__(self, workload, config, hooks):
+    def __init__(self, workload, config, hooks, chunk: int = 1):
         self._nn, self._oracle, sgd = hooks
+        self._chunk = chunk
+        if chunk > 1:
+            self.timed_region = self.chunked_region
         super().__init__(workload, config)
         self._opt = sgd(self.model.parameters(), lr=MLP_LR if workload == "mlp" else GPT_LR)
 
@@ -163,7 +161,7 @@ class BurtorchTrainRunner(TrainRunner):
         return [(ids, tgt) for ids, tgt in zip(x.tolist(), y.tolist())]
 
     def step(self, params, batch):
-        loss = self._oracle(self.model, batch)
+        loss = self._oracle(self.model, batch, chunk=min(self._chunk, len(batch)))
         self._opt.step()
         return params, loss
 
@@ -180,8 +178,5 @@ def make_runner(workload: str, variant: str, config: dict):
     if workload == "saveload":
         return SaveLoadRunner()
     if workload in ("mlp", "gpt"):
-        hooks = _models()
-        if hooks is None:
-            return burtorch_w4_w5_pending(workload)
-        return BurtorchTrainRunner(workload, config, hooks)
+        return BurtorchTrainRunner(workload, config, _models(), chunk=64 if variant == "chunked" else 1)
     raise ValueError(f"burtorch does not implement workload {workload!r}")

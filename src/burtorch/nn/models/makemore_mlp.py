@@ -35,5 +35,16 @@ class MakemoreMLP(Module):
     def loss(self, context, target):
         return _core.cross_entropy(self.forward(context), target)
 
+    def loss_batch(self, samples):
+        """Mean loss of k (context, target) samples as ONE graph: the contexts' embeddings form a
+        (k x block*emb) view and each layer is one record over k rows (W is read once, not k times)."""
+        ids = []
+        for ctx, _ in samples:
+            if len(ctx) != self.block:
+                raise ValueError(f"MakemoreMLP expects contexts of {self.block} token ids, got {len(ctx)}")
+            ids.extend(ctx)
+        x = self.embed(ids).reshape(len(samples), self.block * self.emb_dim)
+        return _core.cross_entropy(self.fc2(self.fc1(x).tanh()), [t for _, t in samples])
+
     def extra_repr(self):
         return f"vocab={self.vocab}, block={self.block}, emb={self.emb_dim}, hidden={self.hidden}"

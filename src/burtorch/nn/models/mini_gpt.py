@@ -18,8 +18,8 @@ class Block(Module):
         self.ff1 = Linear(dim, ff_mult * dim, dtype=dtype)
         self.ff2 = Linear(ff_mult * dim, dim, dtype=dtype)
 
-    def forward(self, x):
-        x = x + self.attn(self.ln1(x))
+    def forward(self, x, sequences: int = 1):
+        x = x + self.attn(self.ln1(x), sequences=sequences)
         return x + self.ff2(self.ff1(self.ln2(x)).relu())
 
 
@@ -58,6 +58,21 @@ class MiniGPT(Module):
     def loss(self, ids, targets):
         """Cross-entropy averaged over the positions."""
         return _core.cross_entropy(self.forward(ids), targets)
+
+    def loss_batch(self, samples):
+        """Mean loss of k (ids, targets) sequences of one length as ONE graph: the sequences are
+        stacked as (k*T) rows, every layer is one record over them, attention stays per sequence."""
+        T = len(samples[0][0])
+        if not 1 <= T <= self.block or any(len(i) != T or len(t) != T for i, t in samples):
+            raise ValueError(f"loss_batch needs sequences of one length in 1..{self.block}")
+        k = len(samples)
+        ids = [i for s in samples for i in s[0]]
+        pos = self.pos.weight[0:T]
+        x = self.tok(ids) + _core.cat([pos] * k).reshape(k * T, self.dim)
+        for blk in self.blocks:
+            x = blk(x, sequences=k)
+        logits = self.head(self.ln_f(x))
+        return _core.cross_entropy(logits, [t for s in samples for t in s[1]])
 
     def extra_repr(self):
         return (f"vocab={self.vocab}, block={self.block}, dim={self.dim}, layers={self.n_layers}, "
