@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -190,3 +191,19 @@ def test_cli_rejects_bad_input():
 def argparse_error():
     import argparse
     return argparse.ArgumentTypeError
+
+
+def test_summary_is_spliced_between_markers(tmp_path):
+    from burtorch.bench import summary
+
+    results = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "results.json"
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# title\n\nbefore\n{summary.START}\nold text\n{summary.END}\nafter\n")
+    assert summary.main([str(results), str(readme)]) == 0
+    text = readme.read_text()
+    assert "old text" not in text and text.startswith("# title\n\nbefore\n") and text.endswith("after\n")
+    assert "| config | burtorch |" in text and "W1 tiny graph" in text
+    bad = tmp_path / "bad.md"
+    bad.write_text("no markers")
+    with pytest.raises(SystemExit):
+        summary.main([str(results), str(bad)])
