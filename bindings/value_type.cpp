@@ -81,15 +81,24 @@ int number_to_double_(PyObject* o, double* out) {
 bool number_to_double(PyObject* o, double* out) { return number_to_double_(o, out) == 1; }
 
 // ---------------------------------------------------------------- emitting ops
+// "Value 'w1' (slot 7)" when labelled, "Value (slot 7)" otherwise: errors name nodes the way the
+// user named them while debugging.
+static std::string describe(PyValue* v) {
+    std::string s = "Value";
+    if (v->arena->alive(v->idx, v->gen))
+        if (const std::string* lab = v->arena->label(v->idx)) s += " '" + *lab + "'";
+    return s + " (slot " + std::to_string(v->idx) + ")";
+}
+
 static PyObject* mix_error(PyValue* a, PyValue* b) {
     if (a->dtype != b->dtype)
         return PyErr_Format(PyExc_TypeError,
-                            "cannot combine a %s Value with a %s Value in one op; create both with "
-                            "the same dtype",
-                            dtype_name(a->dtype), dtype_name(b->dtype));
+                            "cannot combine %s, a %s Value, with %s, a %s Value, in one op; create both "
+                            "with the same dtype",
+                            describe(a).c_str(), dtype_name(a->dtype), describe(b).c_str(), dtype_name(b->dtype));
     return PyErr_Format(PyExc_ValueError,
-                        "the two Values live in different arenas; an op can only combine Values "
-                        "of one arena");
+                        "%s and %s live in different arenas; an op can only combine Values of one arena",
+                        describe(a).c_str(), describe(b).c_str());
 }
 
 PyObject* emit_unary(PyValue* x, bt::Op op) {

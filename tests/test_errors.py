@@ -27,6 +27,14 @@ def test_dtype_mix_is_a_type_error():
         bt.inner_product([a], [b])
 
 
+def test_errors_name_labelled_nodes():
+    with bt.labels(True):
+        a = bt.Value(1.0, label="weight")
+        b = bt.Value(1.0, dtype=bt.float32, label="bias")
+        with pytest.raises(TypeError, match="'weight' \\(slot \\d+\\).*'bias'"):
+            a + b
+
+
 def test_values_of_different_arenas():
     a = bt.Value(1.0, arena=bt.Arena())
     b = bt.Value(1.0, arena=bt.Arena())
