@@ -4,6 +4,7 @@ from __future__ import annotations
 import autograd
 import autograd.numpy as anp
 
+from ...workloads import w1_expr, w2_expr
 from . import Unavailable
 
 
@@ -15,12 +16,7 @@ def versions() -> dict:
         return {"autograd": "unknown"}
 
 
-def w1_forward(a, b):
-    c = a + b
-    d = a * b + b ** 3
-    e = c - d
-    f = e ** 2
-    return f * 0.5
+w1_forward = w1_expr
 
 
 def relu(x):
@@ -28,16 +24,7 @@ def relu(x):
 
 
 def w2_forward(a, b):
-    c = a + b
-    d = a * b + b ** 3
-    c = c + (c + 1)
-    c = c + (1 + c + (-a))
-    d = d + (d * 2 + relu(b + a))
-    d = d + (3 * d + relu(b - a))
-    e = c - d
-    f = e ** 2
-    g = f / 2
-    return g + 10 / f
+    return w2_expr(a, b, relu)[-1]
 
 
 class GraphRunner:

@@ -9,6 +9,7 @@ os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false intra_op_
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
+from ...workloads import w1_expr, w2_expr  # noqa: E402
 from ..workloads import GPT_DMODEL, GPT_HEAD_SIZE, GPT_HEADS, GPT_LAYERS, GPT_LR, LN_EPS, MLP_LR  # noqa: E402
 from . import Unavailable  # noqa: E402
 from .training import TrainRunner  # noqa: E402
@@ -21,25 +22,11 @@ def versions() -> dict:
 
 # --- W1 / W2 ----------------------------------------------------------------------------------
 
-def w1_forward(a, b):
-    c = a + b
-    d = a * b + b ** 3
-    e = c - d
-    f = e ** 2
-    return f * 0.5
+w1_forward = w1_expr
 
 
 def w2_forward(a, b):
-    c = a + b
-    d = a * b + b ** 3
-    c = c + (c + 1)
-    c = c + (1 + c + (-a))
-    d = d + (d * 2 + jax.nn.relu(b + a))
-    d = d + (3 * d + jax.nn.relu(b - a))
-    e = c - d
-    f = e ** 2
-    g = f / 2
-    return g + 10 / f
+    return w2_expr(a, b, jax.nn.relu)[-1]
 
 
 class GraphRunner:

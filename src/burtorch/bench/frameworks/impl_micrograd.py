@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from micrograd.engine import Value
 
+from ...workloads import w1_graph, w2_graph
 from . import Unavailable
 
 
@@ -15,30 +16,13 @@ def versions() -> dict:
 
 
 def w1(a0, b0):
-    a = Value(a0)
-    b = Value(b0)
-    c = a + b
-    d = a * b + b ** 3
-    e = c - d
-    f = e ** 2
-    g = f * 0.5
+    a, b, g = w1_graph(Value, a0, b0)
     g.backward()
     return g, a, b
 
 
 def w2(a0, b0):
-    a = Value(a0)
-    b = Value(b0)
-    c = a + b
-    d = a * b + b ** 3
-    c += c + 1
-    c += 1 + c + (-a)
-    d += d * 2 + (b + a).relu()
-    d += 3 * d + (b - a).relu()
-    e = c - d
-    f = e ** 2
-    g = f / 2
-    g += 10 / f
+    a, b, g = w2_graph(Value, a0, b0)
     g.backward()
     return g, a, b
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import mlx.core as mx
 from mlx.utils import tree_map
 
+from ...workloads import w1_expr, w2_expr
 from ..workloads import GPT_DMODEL, GPT_HEAD_SIZE, GPT_HEADS, GPT_LAYERS, GPT_LR, LN_EPS, MLP_LR
 from . import Unavailable
 from .training import TrainRunner
@@ -17,12 +18,7 @@ def versions() -> dict:
 
 # --- W1 / W2 ----------------------------------------------------------------------------------
 
-def w1_forward(a, b):
-    c = a + b
-    d = a * b + b ** 3
-    e = c - d
-    f = e ** 2
-    return f * 0.5
+w1_forward = w1_expr
 
 
 def relu(x):
@@ -30,16 +26,7 @@ def relu(x):
 
 
 def w2_forward(a, b):
-    c = a + b
-    d = a * b + b ** 3
-    c = c + (c + 1)
-    c = c + (1 + c + (-a))
-    d = d + (d * 2 + relu(b + a))
-    d = d + (3 * d + relu(b - a))
-    e = c - d
-    f = e ** 2
-    g = f / 2
-    return g + 10 / f
+    return w2_expr(a, b, relu)[-1]
 
 
 class GraphRunner:

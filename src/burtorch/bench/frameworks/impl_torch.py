@@ -27,6 +27,8 @@ def versions() -> dict:
 
 
 # --- W1 / W2 ----------------------------------------------------------------------------------
+# Written out here rather than taken from burtorch.workloads: torch.jit.script compiles the source
+# of the function it is given, and cannot take the relu function as an argument.
 
 def w1_forward(a, b):
     c = a + b
