@@ -6,8 +6,6 @@ nodes and records, ``backward()`` sweeps the records once in reverse, and ``chec
 """
 from __future__ import annotations
 
-from contextlib import contextmanager
-
 from . import _core
 from ._core import (  # noqa: F401  (re-exported API)
     Arena,

@@ -1,7 +1,6 @@
 """`burtorch train mlp|gpt`: train one of the paper's two models on the embedded corpus or a file."""
 from __future__ import annotations
 
-import argparse
 import os
 import random
 import sys

@@ -14,7 +14,6 @@ import time
 from array import array
 from dataclasses import asdict, dataclass, field
 
-from . import _core
 from .oracle import grad_oracle
 
 

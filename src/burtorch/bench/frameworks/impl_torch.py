@@ -1,16 +1,15 @@
 """PyTorch: eager, TorchScript (W1/W2) and torch.compile, on one CPU thread."""
 from __future__ import annotations
 
-import os
-import tempfile
 
 import torch
 import torch.nn.functional as F
 
 from ..workloads import (
-    GPT_DMODEL, GPT_HEAD_SIZE, GPT_HEADS, GPT_LAYERS, GPT_LR, LN_EPS, MLP_LR, W3_NAMES,
+    GPT_DMODEL, GPT_HEAD_SIZE, GPT_HEADS, GPT_LAYERS, GPT_LR, LN_EPS, MLP_LR,
 )
 from . import Unavailable
+from .file_runner import FileSaveLoadRunner
 from .training import TrainRunner
 
 torch.set_num_threads(1)  # pinned to one core: more threads would only contend
@@ -82,36 +81,12 @@ class GraphRunner:
 
 # --- W3 ---------------------------------------------------------------------------------------
 
-class SaveLoadRunner:
-    timed_region = "torch.save(tensor of 7 FP64, path) / torch.load(path)"
-
-    def __init__(self):
-        a = torch.tensor(-4.0, dtype=F64, requires_grad=True)
-        b = torch.tensor(2.0, dtype=F64, requires_grad=True)
-        nodes = w2_nodes(a, b)  # torch's own W2 graph supplies the 7 values
-        self._tensor = torch.stack([t.detach() for t in nodes])
-        fd, self.path = tempfile.mkstemp(prefix="torch-w3-", suffix=".pt")
-        os.close(fd)
-        torch.save(self._tensor, self.path)
-        self._loaded = None
-
-    def run(self, phase: str, n: int) -> None:
-        path = self.path
-        if phase == "save":
-            t = self._tensor
-            for _ in range(n):
-                torch.save(t, path)
-        else:
-            for _ in range(n):
-                self._loaded = torch.load(path)
-
-    def numbers(self) -> dict:
-        out = dict(zip(W3_NAMES, self._loaded.tolist()))
-        out["file bytes"] = os.path.getsize(self.path)
-        return out
-
-    def close(self) -> None:
-        os.unlink(self.path)
+def _save_load_runner() -> FileSaveLoadRunner:
+    a = torch.tensor(-4.0, dtype=F64, requires_grad=True)
+    b = torch.tensor(2.0, dtype=F64, requires_grad=True)
+    tensor = torch.stack([t.detach() for t in w2_nodes(a, b)])  # torch's own W2 graph gives the 7 values
+    return FileSaveLoadRunner(tensor, lambda path, t: torch.save(t, path), torch.load, ".pt",
+                              "torch.save(tensor of 7 FP64, path) / torch.load(path)")
 
 
 # --- W4 / W5 ----------------------------------------------------------------------------------
@@ -181,7 +156,7 @@ def make_runner(workload: str, variant: str, config: dict):
     if workload == "small":
         return GraphRunner(w2_forward, (-4.0, 2.0), variant)
     if workload == "saveload":
-        return SaveLoadRunner()
+        return _save_load_runner()
     if workload in ("mlp", "gpt"):
         if variant == "script":
             raise Unavailable("TorchScript variant implemented for W1/W2 only")
