@@ -86,8 +86,6 @@ def run(spec: dict) -> dict:
         runner = mod.make_runner(workload, entry.variant, config)
     except fw.Unavailable as exc:
         return {**base, "status": "unavailable", "message": str(exc)}
-    except fw.Pending as exc:
-        return {**base, "status": "pending", "message": str(exc)}
 
     times, counts, first_sent = {}, {}, False
     reps, warmup = int(config["reps"]), int(config["warmup"])

@@ -108,7 +108,7 @@ def table_rows(rows: list) -> tuple:
 
 
 def status_lines(runs: list, missing: list) -> list:
-    """One line per framework that did not run (not installed, pending, unavailable, error)."""
+    """One line per framework that did not run (not installed, unavailable, error)."""
     lines, seen = [], set()
     for m in missing:
         lines.append(f"{m['entry']}: not installed ({m['package']}); to include it: {m['install']}")

@@ -27,12 +27,7 @@ class EF21(GradientEstimator):
         self.worker_g: list | None = None
 
     def _local_gradients(self) -> list:
-        grads, losses = [], []
-        for shard in self.shards:
-            grads.append(self.gradient(shard))
-            losses.append(self.loss)
-        self.loss = sum(losses) / len(losses)
-        return grads
+        return self.worker_gradients(self.shards)
 
     def _initial_estimate(self):
         grads = self._local_gradients()

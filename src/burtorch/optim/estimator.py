@@ -111,6 +111,16 @@ class GradientEstimator:
         self.sample_grads += len(batch)
         return self.params.grad
 
+    def worker_gradients(self, shards) -> list:
+        """Each worker's gradient on its shard at the current parameters; self.loss becomes the mean
+        of the workers' losses."""
+        grads, losses = [], []
+        for shard in shards:
+            grads.append(self.gradient(shard))
+            losses.append(self.loss)
+        self.loss = sum(losses) / len(losses)
+        return grads
+
     def gradient_at(self, x: list, batch) -> list:
         """The same at parameters ``x``: swapped in for the evaluation, then restored."""
         current = self.params.data

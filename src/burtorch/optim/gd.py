@@ -17,11 +17,7 @@ class GD(GradientEstimator):
         self.float_bits = _check_int("float_bits", float_bits, 1)
 
     def _local_gradients(self) -> list:
-        grads, losses = [], []
-        for shard in self.shards:
-            grads.append(self.gradient(shard))
-            losses.append(self.loss)
-        self.loss = sum(losses) / len(losses)
+        grads = self.worker_gradients(self.shards)
         self._send(self.d, self.d * self.float_bits)
         return grads
 

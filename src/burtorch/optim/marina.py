@@ -24,11 +24,7 @@ class MARINA(GradientEstimator):
         self.full_steps = 0
 
     def _full_round(self):
-        grads, losses = [], []
-        for shard in self.shards:
-            grads.append(self.gradient(shard))
-            losses.append(self.loss)
-        self.loss = sum(losses) / len(losses)
+        grads = self.worker_gradients(self.shards)
         self._send(self.d, self.d * self.compressor.float_bits)
         return mean_of(grads)
 
@@ -39,11 +35,8 @@ class MARINA(GradientEstimator):
         if self.rng.random() < self.p:
             self.full_steps += 1
             return self._full_round()
-        new, losses = [], []
-        for shard in self.shards:
-            new.append(self.gradient(shard))
-            losses.append(self.loss)
-        loss = sum(losses) / len(losses)
+        new = self.worker_gradients(self.shards)
+        loss = self.loss
         # All workers' old gradients in one swap of the parameters, not one swap per worker.
         current = self.params.data
         self.params.set_data(x_prev)

@@ -78,6 +78,3 @@ def select(names) -> list:
 class Unavailable(Exception):
     """Raised by a runner when its framework cannot run this workload here (message is shown)."""
 
-
-class Pending(Exception):
-    """Raised by a runner when burtorch's side of a workload is not built yet."""
