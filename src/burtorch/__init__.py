@@ -46,6 +46,8 @@ from ._core import (  # noqa: F401  scalar ops as functions
 
 __version__ = "0.1.0"
 
+from .seeding import manual_seed  # noqa: E402,F401
+
 # Optional tools load on first use, so `import burtorch` stays light (no numpy, no matplotlib).
 _LAZY_MODULES = ("io", "viz", "views", "introspect", "nn", "optim", "data", "bench", "oracle", "trainer")
 

@@ -1,12 +1,10 @@
 """Module: parameters as contiguous leaf blocks, discovered in definition order, PyTorch's names."""
 from __future__ import annotations
 
-import itertools
 from collections import OrderedDict
 
 from .. import _core
-
-_seed_counter = itertools.count(1)
+from ..seeding import next_seed
 
 
 class Module:
@@ -38,7 +36,7 @@ class Module:
         if init == "ones":
             _core.init_(v, "constant", 1.0, 0.0, 0)
         elif init in ("uniform", "normal", "constant"):
-            _core.init_(v, init, a, b, next(_seed_counter) if seed is None else seed)
+            _core.init_(v, init, a, b, next_seed() if seed is None else seed)
         elif init != "zeros":
             raise ValueError(f"unknown init {init!r}")
         self._params[name] = v
