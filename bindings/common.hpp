@@ -1,97 +1,155 @@
-// Shared declarations of the binding layer: the Value object, the Arena box and the helpers
-// that check what a Python user can get wrong before anything reaches the core.
+// Shared declarations of the binding layer: the Value handle, the Arena box, the one guard that
+// turns core errors into Python exceptions, and the one dtype dispatch.
+//
+// Every entry point follows the same order, so Python code run by an argument's __float__ or
+// __index__ can never act between a check and the write it guards:
+//   1. convert every argument (this may run Python code: numbers, ids, sequences),
+//   2. check liveness and arenas (no Python code from here on),
+//   3. call the core inside guarded() / a nanobind function (core errors become exceptions).
 #pragma once
 #include <Python.h>
 #include <nanobind/nanobind.h>
 
+#include <deque>
 #include <memory>
+#include <string>
 #include <vector>
 
-#include "../csrc/backward.hpp"
+#include "../csrc/burtorch.hpp"
 
 namespace nb = nanobind;
 
 namespace btpy {
 
+// ---------------------------------------------------------------- arenas and handles
 // The payload of a Python `Arena` object.
 struct ArenaBox {
     std::unique_ptr<bt::ArenaBase> core;
-    bt::DType dtype;
-    ArenaBox(bt::DType dt, const bt::Capacity& cap) : dtype(dt) {
+    explicit ArenaBox(bt::DType dt, const bt::Capacity& cap) {
         if (dt == bt::DType::float64) core = std::make_unique<bt::Arena<double>>(cap);
         else core = std::make_unique<bt::Arena<float>>(cap);
     }
 };
 
-// A scalar handle: (arena, slot index, generation tag). 40 bytes + the object header.
+// A scalar handle: (arena, slot index, generation tag). The dtype is the arena's.
 struct PyValue {
     PyObject_HEAD
     bt::ArenaBase* arena;
     PyObject* owner;  // the Python Arena object that owns `arena` (strong reference)
     uint32_t idx;
-    uint32_t gen;
-    bt::DType dtype;
+    uint64_t gen;
 };
 
 extern PyTypeObject ValueType;
 extern PyObject* StaleValueError;
-extern bool g_labels_on;
+extern PyObject* AnomalyError;
 extern PyObject* g_dtype_objects[2];
 extern bt::DType g_default_dtype;
+extern bool g_labels_on;
 
 inline bool is_value(PyObject* o) { return Py_TYPE(o) == &ValueType; }
+inline PyValue* as_pyvalue(PyObject* o) { return reinterpret_cast<PyValue*>(o); }
 
 template <typename T>
 inline bt::Arena<T>& typed(bt::ArenaBase* a) { return *static_cast<bt::Arena<T>*>(a); }
 
-// New handle to slot idx of arena (owner = its Python Arena object).
-PyObject* make_value(bt::ArenaBase* arena, PyObject* owner, uint32_t idx, bt::DType dtype);
-
-// Appends a unary op (or one with an immediate constant) on a live Value; nullptr on error.
-PyObject* emit_unary(PyValue* x, bt::Op op);
-PyObject* emit_imm(PyValue* x, bt::Op op, double c);
-
-// Raises StaleValueError and returns false if v's slot was rewound away.
-bool check_alive(PyValue* v);
-
-// The thread's current arena for a dtype (innermost `with arena:`, else the thread's default).
-PyObject* current_arena(bt::DType dt);  // borrowed
-ArenaBox* box_of(PyObject* arena_obj);
+// The one dtype dispatch: f(bt::Arena<float>&) or f(bt::Arena<double>&), by the arena's dtype.
+template <typename F>
+inline decltype(auto) dispatch(bt::ArenaBase* a, F&& f) {
+    if (a->dtype() == bt::DType::float64) return f(typed<double>(a));
+    return f(typed<float>(a));
+}
 
 const char* dtype_name(bt::DType d);
 // Parses bt.float32 / bt.float64 / "float32" / "float64" / numpy-like objects with a name.
 bool parse_dtype(PyObject* o, bt::DType* out);
 
-// Converts a Python number (not a Value) to double; returns false without an error set if `o`
-// is not a number at all (so that callers can return NotImplemented).
-bool number_to_double(PyObject* o, double* out);
+// New handle to slot idx of arena (owner = its Python Arena object).
+PyObject* make_value(bt::ArenaBase* arena, PyObject* owner, uint32_t idx);
 
-// Collects the slot indices of a sequence of Values (numbers become constant leaves) into
-// `out`; all must live in one arena, which is returned through arena/owner. Returns false with
-// a Python error set.
-bool collect_values(PyObject* seq, const char* what, std::vector<uint32_t>& out,
-                    bt::ArenaBase** arena, PyObject** owner, bt::DType* dtype, bool allow_empty);
+// Appends a scalar op on live Values (checked here); a new reference, or nullptr with an error.
+PyObject* emit_unary(PyValue* x, bt::Op op);
+PyObject* emit_imm(PyValue* x, bt::Op op, double c);
+PyObject* emit_binary(PyValue* a, PyValue* b, bt::Op op);
 
-// Calls f(), turning C++ exceptions into Python ones; returns nullptr on error.
+// Raises StaleValueError and returns false if v's slot was rewound away.
+bool check_alive(PyValue* v);
+// "Value 'w1' (slot 7)" when labelled, "Value (slot 7)" otherwise.
+std::string describe(PyValue* v);
+
+// The thread's current arena for a dtype (innermost `with arena:`, else the thread's default).
+PyObject* current_arena(bt::DType dt);  // borrowed
+ArenaBox* box_of(PyObject* arena_obj);   // nullptr with TypeError set if not an Arena
+
+// Warns once per arena when a loop appends without ever rewinding (called after a sweep).
+void check_unbounded_growth(bt::ArenaBase* arena);
+
+// ---------------------------------------------------------------- errors
+// Sets the Python exception for the C++ exception being handled: CapacityError and bad_alloc ->
+// MemoryError, AnomalyError -> burtorch.AnomalyError (a FloatingPointError), nanobind's builtin
+// exceptions -> theirs, anything else -> RuntimeError. Call inside a catch block.
+void set_error_from_current_exception();
+
+// Calls f() (which returns a new reference or nullptr with an error set), turning C++ exceptions
+// into Python ones.
 template <typename F>
 inline PyObject* guarded(F&& f) {
     try {
         return f();
-    } catch (const bt::CapacityError& e) {
-        PyErr_SetString(PyExc_MemoryError, e.what());
-    } catch (const std::bad_alloc&) {
-        PyErr_SetString(PyExc_MemoryError, "burtorch: out of memory");
-    } catch (nb::python_error& e) {
-        e.restore();
-    } catch (const std::exception& e) {
-        PyErr_SetString(PyExc_RuntimeError, e.what());
+    } catch (...) {
+        set_error_from_current_exception();
+        return nullptr;
     }
-    return nullptr;
 }
 
+// ---------------------------------------------------------------- converting arguments
+// A Python number (not a Value) to double: 1 ok, 0 not a number (no error set), -1 error set.
+// May run Python code (__float__ / __index__ of user types).
+int number_to_double(PyObject* o, double* out);
+
+// Index buffers for one call. Calls can nest (an argument's __float__ may call burtorch), so each
+// call leases its own buffer from a per-thread pool instead of sharing one.
+class IndexBuffer {
+public:
+    IndexBuffer();
+    ~IndexBuffer();
+    IndexBuffer(const IndexBuffer&) = delete;
+    IndexBuffer& operator=(const IndexBuffer&) = delete;
+    std::vector<uint32_t>& operator*() { return *buf_; }
+    std::vector<uint32_t>* operator->() { return buf_; }
+
+private:
+    std::vector<uint32_t>* buf_;
+};
+
+// A sequence of Values and numbers, converted (phase 1) but not yet placed in an arena.
+struct Collected {
+    std::vector<PyObject*> items;  // borrowed from `keep`
+    std::vector<double> numbers;   // per item: its number (items that are numbers)
+    std::vector<bool> is_number;
+    nb::object keep;               // keeps the items alive
+};
+
+// Phase 1: converts every item (numbers may run Python code). Errors name `what` and the item.
+bool collect_sequence(PyObject* seq, const char* what, Collected& out, bool allow_empty);
+
+// Phase 2 (no Python code): the slot of each item in `arena` (numbers become constant leaves of
+// the arena); every Value must be alive and of that arena. arena == nullptr: the arena of the
+// first Value, else the thread's current arena of the default dtype.
+bool place_collected(const Collected& c, const char* what, std::vector<uint32_t>& out, bt::ArenaBase** arena,
+                     PyObject** owner);
+
+// Token ids / class targets: an int or an iterable of ints, each in [0, bound). May run Python
+// code (__index__); raises TypeError / IndexError naming `what`.
+std::vector<uint32_t> parse_ids(nb::handle h, uint32_t bound, const char* what, const char* noun);
+
+// ---------------------------------------------------------------- areas
+void init_errors(nb::module_& m);
 void init_arena(nb::module_& m);
 void init_value(nb::module_& m);
 void init_functions(nb::module_& m);
-void init_ranges(nb::module_& m);
+void init_vector(nb::module_& m);
+void init_range(nb::module_& m);
+void init_optim(nb::module_& m);
 
 }  // namespace btpy

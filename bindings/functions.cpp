@@ -8,103 +8,80 @@ namespace btpy {
 
 using bt::Op;
 
-static thread_local std::vector<uint32_t> tl_idx;
-static thread_local std::vector<uint32_t> tl_idx2;
-
-bool collect_values(PyObject* seq, const char* what, std::vector<uint32_t>& out, bt::ArenaBase** arena,
-                    PyObject** owner, bt::DType* dtype, bool allow_empty) {
-    out.clear();
-    if (is_value(seq)) {
-        PyErr_Format(PyExc_TypeError, "%s: expected a sequence of Values, got a single Value", what);
-        return false;
-    }
-    PyObject* fast = PySequence_Fast(seq, "expected a sequence of Values");
-    if (!fast) {
-        PyErr_Format(PyExc_TypeError, "%s: expected a sequence of Values, got %s", what, Py_TYPE(seq)->tp_name);
-        return false;
-    }
-    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
-    PyObject** items = PySequence_Fast_ITEMS(fast);
-    if (n == 0 && !allow_empty) {
-        Py_DECREF(fast);
-        PyErr_Format(PyExc_ValueError, "%s: needs at least one Value, got an empty sequence", what);
-        return false;
-    }
-    // The arena is that of the first Value (or of the caller's choice, if one was given).
-    if (!*arena) {
-        for (Py_ssize_t i = 0; i < n; ++i)
-            if (is_value(items[i])) {
-                PyValue* v = reinterpret_cast<PyValue*>(items[i]);
-                *arena = v->arena;
-                *owner = v->owner;
-                *dtype = v->dtype;
-                break;
-            }
-        if (!*arena) {
-            *dtype = g_default_dtype;
-            *owner = current_arena(*dtype);
-            if (!*owner) { Py_DECREF(fast); return false; }
-            *arena = box_of(*owner)->core.get();
-        }
-    }
-    out.reserve(static_cast<size_t>(n));
-    for (Py_ssize_t i = 0; i < n; ++i) {
-        PyObject* it = items[i];
-        if (is_value(it)) {
-            PyValue* v = reinterpret_cast<PyValue*>(it);
-            if (v->arena != *arena) {
-                Py_DECREF(fast);
-                if (v->dtype != *dtype)
-                    PyErr_Format(PyExc_TypeError, "%s: item %zd is a %s Value, the others are %s", what, i,
-                                 dtype_name(v->dtype), dtype_name(*dtype));
-                else
-                    PyErr_Format(PyExc_ValueError, "%s: item %zd lives in another arena", what, i);
-                return false;
-            }
-            if (!check_alive(v)) { Py_DECREF(fast); return false; }
-            out.push_back(v->idx);
-            continue;
-        }
-        double c;
-        if (!number_to_double(it, &c)) {
-            Py_DECREF(fast);
-            if (!PyErr_Occurred())
-                PyErr_Format(PyExc_TypeError, "%s: item %zd is a %s, not a Value or a number", what, i, Py_TYPE(it)->tp_name);
-            return false;
-        }
-        // A number becomes a constant leaf.
-        out.push_back(*dtype == bt::DType::float64 ? typed<double>(*arena).leaf(c)
-                                                   : typed<float>(*arena).leaf(static_cast<float>(c)));
-    }
-    Py_DECREF(fast);
-    return true;
+static PyObject* emit_nary(bt::ArenaBase* arena, PyObject* owner, Op op, const std::vector<uint32_t>& idx) {
+    return guarded([&]() -> PyObject* {
+        uint32_t out = dispatch(arena, [&](auto& A) { return A.nary(op, idx.data(), idx.size()); });
+        if (bt::nary_outputs(op) == 1) return make_value(arena, owner, out);
+        nb::object a = nb::steal(make_value(arena, owner, out));
+        nb::object b = a.is_valid() ? nb::steal(make_value(arena, owner, out + 1)) : nb::object();
+        if (!b.is_valid()) return nullptr;
+        return PyTuple_Pack(2, a.ptr(), b.ptr());
+    });
 }
 
-static PyObject* emit_nary(bt::ArenaBase* arena, PyObject* owner, bt::DType dt, Op op, const std::vector<uint32_t>& idx) {
-    return guarded([&]() -> PyObject* {
-        uint32_t out = dt == bt::DType::float64 ? typed<double>(arena).nary(op, idx.data(), idx.size())
-                                                : typed<float>(arena).nary(op, idx.data(), idx.size());
-        if (bt::nary_outputs(op) == 1) return make_value(arena, owner, out, dt);
-        PyObject* a = make_value(arena, owner, out, dt);
-        PyObject* b = a ? make_value(arena, owner, out + 1, dt) : nullptr;
-        if (!b) { Py_XDECREF(a); return nullptr; }
-        PyObject* t = PyTuple_Pack(2, a, b);
-        Py_DECREF(a);
-        Py_DECREF(b);
-        return t;
-    });
+// The arena of the first Value among the collected sequences (nullptr if there is none).
+static bt::ArenaBase* first_arena(std::initializer_list<const Collected*> cs, PyObject** owner) {
+    for (const Collected* c : cs)
+        for (PyObject* it : c->items)
+            if (is_value(it)) {
+                *owner = as_pyvalue(it)->owner;
+                return as_pyvalue(it)->arena;
+            }
+    return nullptr;
+}
+
+// The common case without conversions: a list or tuple of Values only (no Python code can run,
+// so nothing needs collecting first). 1: done, 0: not that case, -1: error set.
+static int values_only(PyObject* seq, const char* what, std::vector<uint32_t>& out, bt::ArenaBase** arena,
+                       PyObject** owner) {
+    if (!PyList_CheckExact(seq) && !PyTuple_CheckExact(seq)) return 0;
+    const Py_ssize_t n = PySequence_Fast_GET_SIZE(seq);
+    PyObject** items = PySequence_Fast_ITEMS(seq);
+    if (n == 0) return 0;
+    for (Py_ssize_t i = 0; i < n; ++i)
+        if (!is_value(items[i])) return 0;
+    if (!*arena) {
+        *arena = as_pyvalue(items[0])->arena;
+        *owner = as_pyvalue(items[0])->owner;
+    }
+    out.clear();
+    for (Py_ssize_t i = 0; i < n; ++i) {
+        PyValue* v = as_pyvalue(items[i]);
+        if (v->arena != *arena) {
+            PyErr_Format(v->arena->dtype() != (*arena)->dtype() ? PyExc_TypeError : PyExc_ValueError,
+                         "%s: item %zd lives in another arena (or has another dtype)", what, i);
+            return -1;
+        }
+        if (!check_alive(v)) return -1;
+        out.push_back(v->idx);
+    }
+    return 1;
 }
 
 template <Op op, size_t MinN>
 static PyObject* f_reduce(PyObject*, PyObject* seq) {
+    const char* name = bt::op_info(op).name;
+    {
+        bt::ArenaBase* arena = nullptr;
+        PyObject* owner = nullptr;
+        IndexBuffer idx;
+        int fast = values_only(seq, name, *idx, &arena, &owner);
+        if (fast < 0) return nullptr;
+        if (fast > 0) {
+            if (idx->size() < MinN)
+                return PyErr_Format(PyExc_ValueError, "%s needs at least %zu values, got %zu", name, MinN, idx->size());
+            return emit_nary(arena, owner, op, *idx);
+        }
+    }
+    Collected c;
+    if (!collect_sequence(seq, name, c, false)) return nullptr;
+    if (c.items.size() < MinN)
+        return PyErr_Format(PyExc_ValueError, "%s needs at least %zu values, got %zu", name, MinN, c.items.size());
     bt::ArenaBase* arena = nullptr;
     PyObject* owner = nullptr;
-    bt::DType dt;
-    const char* name = bt::op_info(op).name;
-    if (!collect_values(seq, name, tl_idx, &arena, &owner, &dt, false)) return nullptr;
-    if (tl_idx.size() < MinN)
-        return PyErr_Format(PyExc_ValueError, "%s needs at least %zu values, got %zu", name, MinN, tl_idx.size());
-    return emit_nary(arena, owner, dt, op, tl_idx);
+    IndexBuffer idx;
+    if (!place_collected(c, name, *idx, &arena, &owner)) return nullptr;
+    return emit_nary(arena, owner, op, *idx);
 }
 
 // inner_product(x, w) and inner_product_with_bias(x, w, bias)
@@ -113,37 +90,45 @@ static PyObject* f_inner(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     const char* name = WithBias ? "inner_product_with_bias" : "inner_product";
     if (nargs != (WithBias ? 3 : 2))
         return PyErr_Format(PyExc_TypeError, "%s takes %d arguments, got %zd", name, WithBias ? 3 : 2, nargs);
-    bt::ArenaBase* arena = nullptr;
-    PyObject* owner = nullptr;
-    bt::DType dt;
-    if (!collect_values(args[0], name, tl_idx, &arena, &owner, &dt, false)) return nullptr;
-    if (!collect_values(args[1], name, tl_idx2, &arena, &owner, &dt, false)) return nullptr;
-    if (tl_idx.size() != tl_idx2.size())
-        return PyErr_Format(PyExc_ValueError, "%s: the two sequences differ in length (%zu vs %zu)", name,
-                            tl_idx.size(), tl_idx2.size());
-    tl_idx.insert(tl_idx.end(), tl_idx2.begin(), tl_idx2.end());
-    if (WithBias) {
-        PyObject* b = args[2];
-        if (is_value(b)) {
-            PyValue* bv = reinterpret_cast<PyValue*>(b);
-            if (bv->arena != arena)
-                return PyErr_Format(bv->dtype != dt ? PyExc_TypeError : PyExc_ValueError,
-                                    "%s: the bias lives in another arena or has another dtype", name);
-            if (!check_alive(bv)) return nullptr;
-            tl_idx.push_back(bv->idx);
-        } else {
-            double c;
-            if (!number_to_double(b, &c))
-                return PyErr_Occurred() ? nullptr : PyErr_Format(PyExc_TypeError, "%s: bias must be a Value or a number", name);
-            PyObject* r = guarded([&]() -> PyObject* {
-                tl_idx.push_back(dt == bt::DType::float64 ? typed<double>(arena).leaf(c) : typed<float>(arena).leaf(float(c)));
-                Py_RETURN_NONE;
-            });
-            if (!r) return nullptr;
-            Py_DECREF(r);
+    {
+        bt::ArenaBase* arena = nullptr;
+        PyObject* owner = nullptr;
+        IndexBuffer ix, iw;
+        int fx = values_only(args[0], name, *ix, &arena, &owner);
+        int fw = fx > 0 ? values_only(args[1], name, *iw, &arena, &owner) : fx;
+        if (fx < 0 || fw < 0) return nullptr;
+        if (fx > 0 && fw > 0 && (!WithBias || is_value(args[2]))) {
+            if (ix->size() != iw->size())
+                return PyErr_Format(PyExc_ValueError, "%s: the two sequences differ in length (%zu vs %zu)", name,
+                                    ix->size(), iw->size());
+            ix->insert(ix->end(), iw->begin(), iw->end());
+            if (WithBias) {
+                PyValue* bv = as_pyvalue(args[2]);
+                if (bv->arena != arena) return PyErr_Format(PyExc_ValueError, "%s: the bias lives in another arena", name);
+                if (!check_alive(bv)) return nullptr;
+                ix->push_back(bv->idx);
+            }
+            return emit_nary(arena, owner, WithBias ? Op::inner_product_with_bias : Op::inner_product, *ix);
         }
     }
-    return emit_nary(arena, owner, dt, WithBias ? Op::inner_product_with_bias : Op::inner_product, tl_idx);
+    Collected x, w, b;
+    if (!collect_sequence(args[0], name, x, false) || !collect_sequence(args[1], name, w, false)) return nullptr;
+    if (x.items.size() != w.items.size())
+        return PyErr_Format(PyExc_ValueError, "%s: the two sequences differ in length (%zu vs %zu)", name,
+                            x.items.size(), w.items.size());
+    if (WithBias) {
+        nb::object one = nb::steal(PyTuple_Pack(1, args[2]));
+        if (!one.is_valid()) return nullptr;
+        if (!collect_sequence(one.ptr(), name, b, false)) return nullptr;
+    }
+    PyObject* owner = nullptr;
+    bt::ArenaBase* arena = first_arena({&x, &w, &b}, &owner);
+    IndexBuffer ix, iw, ib;
+    if (!place_collected(x, name, *ix, &arena, &owner) || !place_collected(w, name, *iw, &arena, &owner)) return nullptr;
+    if (WithBias && !place_collected(b, name, *ib, &arena, &owner)) return nullptr;
+    ix->insert(ix->end(), iw->begin(), iw->end());
+    ix->insert(ix->end(), ib->begin(), ib->end());
+    return emit_nary(arena, owner, WithBias ? Op::inner_product_with_bias : Op::inner_product, *ix);
 }
 
 template <Op op>
@@ -158,18 +143,19 @@ template <Op op>
 static PyObject* f_binary(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     const char* name = bt::op_info(op).name;
     if (nargs != 2) return PyErr_Format(PyExc_TypeError, "%s() takes 2 arguments, got %zd", name, nargs);
-    PyObject* pair = PyTuple_Pack(2, args[0], args[1]);
-    if (!pair) return nullptr;
+    if (is_value(args[0]) && is_value(args[1])) return emit_binary(as_pyvalue(args[0]), as_pyvalue(args[1]), op);
+    nb::object pair = nb::steal(PyTuple_Pack(2, args[0], args[1]));
+    if (!pair.is_valid()) return nullptr;
+    Collected c;
+    if (!collect_sequence(pair.ptr(), name, c, false)) return nullptr;
     bt::ArenaBase* arena = nullptr;
     PyObject* owner = nullptr;
-    bt::DType dt;
-    bool ok = collect_values(pair, name, tl_idx, &arena, &owner, &dt, false);
-    Py_DECREF(pair);
-    if (!ok) return nullptr;
-    uint32_t a = tl_idx[0], b = tl_idx[1];
+    IndexBuffer idx;
+    if (!place_collected(c, name, *idx, &arena, &owner)) return nullptr;
+    const uint32_t a = (*idx)[0], b = (*idx)[1];
     return guarded([&]() -> PyObject* {
-        uint32_t out = dt == bt::DType::float64 ? typed<double>(arena).binary(op, a, b) : typed<float>(arena).binary(op, a, b);
-        return make_value(arena, owner, out, dt);
+        uint32_t out = dispatch(arena, [&](auto& A) { return A.binary(op, a, b); });
+        return make_value(arena, owner, out);
     });
 }
 
@@ -177,17 +163,20 @@ static PyObject* f_leaky_relu(PyObject*, PyObject* const* args, Py_ssize_t nargs
     double slope = 0.01;
     if (nargs < 1 || nargs > 2) return PyErr_Format(PyExc_TypeError, "leaky_relu(x, slope=0.01) takes 1 or 2 arguments");
     if (!is_value(args[0])) return PyErr_Format(PyExc_TypeError, "leaky_relu() expects a Value, got %s", Py_TYPE(args[0])->tp_name);
-    if (nargs == 2 && !number_to_double(args[1], &slope))
-        return PyErr_Occurred() ? nullptr : PyErr_Format(PyExc_TypeError, "leaky_relu(): the slope must be a number");
-    return emit_imm(reinterpret_cast<PyValue*>(args[0]), Op::leaky_relu, slope);
+    if (nargs == 2) {
+        int ok = is_value(args[1]) ? 0 : number_to_double(args[1], &slope);
+        if (ok <= 0) return ok < 0 ? nullptr : PyErr_Format(PyExc_TypeError, "leaky_relu(): the slope must be a number");
+    }
+    return emit_imm(as_pyvalue(args[0]), Op::leaky_relu, slope);
 }
 
 static PyObject* f_mul_by_constant(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     if (nargs != 2) return PyErr_Format(PyExc_TypeError, "mul_by_constant() takes 2 arguments");
     double c;
-    if (!is_value(args[0]) || !number_to_double(args[1], &c))
-        return PyErr_Occurred() ? nullptr : PyErr_Format(PyExc_TypeError, "mul_by_constant(x, c): x must be a Value and c a number");
-    return PyNumber_Multiply(args[0], args[1]);
+    int ok = is_value(args[0]) && !is_value(args[1]) ? number_to_double(args[1], &c) : 0;
+    if (ok <= 0)
+        return ok < 0 ? nullptr : PyErr_Format(PyExc_TypeError, "mul_by_constant(x, c): x must be a Value and c a number");
+    return emit_imm(as_pyvalue(args[0]), Op::mul_const, c);
 }
 
 #define BT_FN(fname, impl, flags, doc) {fname, reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(impl)), flags, doc}

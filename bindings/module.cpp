@@ -4,10 +4,13 @@
 
 NB_MODULE(_core, m) {
     m.doc() = "burtorch native core: arenas of scalar nodes, ops, reverse sweep.";
+    btpy::init_errors(m);
     btpy::init_arena(m);
     btpy::init_value(m);
     btpy::init_functions(m);
-    btpy::init_ranges(m);
+    btpy::init_vector(m);
+    btpy::init_range(m);
+    btpy::init_optim(m);
 #ifdef BT_BUILD_INFO
     m.attr("build_info") = BT_BUILD_INFO;
 #endif

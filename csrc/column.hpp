@@ -28,6 +28,7 @@ class Column {
 public:
     explicit Column(size_t max_elems) : max_(max_elems) {
         if (max_ == 0) max_ = 1;
+        if (max_ > (SIZE_MAX - page()) / sizeof(T)) throw CapacityError("column capacity overflows the address space");
         reserved_bytes_ = round_up(max_ * sizeof(T));
         void* p = mmap(nullptr, reserved_bytes_, PROT_NONE,
                        MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -51,8 +52,8 @@ public:
     // Appends n uninitialised elements; returns the index of the first.
     size_t grow(size_t n) {
         size_t first = size_;
+        if (n > max_ - size_) capacity_exceeded();
         size_t want = size_ + n;
-        if (want > max_) capacity_exceeded();
         if (want * sizeof(T) > committed_bytes_) commit(want);
         size_ = want;
         return first;
@@ -64,8 +65,8 @@ public:
     }
     // Throws unless n more elements fit; commits memory for them. After it, grow(n) cannot throw.
     void make_room(size_t n) {
+        if (n > max_ - size_) capacity_exceeded();
         size_t want = size_ + n;
-        if (want > max_) capacity_exceeded();
         if (want * sizeof(T) > committed_bytes_) commit(want);
     }
     void truncate(size_t n) {
@@ -73,6 +74,7 @@ public:
     }
     // Makes room for n elements in total without changing the size.
     void reserve(size_t n) {
+        if (n > max_) capacity_exceeded();
         if (n * sizeof(T) > committed_bytes_) commit(n);
     }
     // Returns the physical pages beyond the current size to the OS. They stay mapped (reads

@@ -1,73 +1,105 @@
-// Appending ops to an arena: compute the output value now, record how to differentiate it later.
+// Appending scalar ops, and the forward of any record: compute its outputs from its arguments.
+//
+// The forward of a record is the one piece that both appending (eager mode) and replaying a
+// recorded program run, so that both compute the very same numbers.
 #pragma once
+#include <cmath>
+
 #include "arena.hpp"
+#include "range/dispatch.hpp"
 #include "reduce.hpp"
 
 namespace bt {
 
 template <typename T>
-inline uint32_t Arena<T>::unary(Op op, uint32_t xi) {
-    const T x = value_[xi];
-    T y;
+inline T unary_forward(Op op, T x) {
     switch (op) {
 #define BT_FWD(name, fwd, ...) \
-    case Op::name: y = (fwd); break;
+    case Op::name: return (fwd);
         BT_UNARY_OPS(BT_FWD)
 #undef BT_FWD
-        default: y = T(0); break;
+        default: return T(0);
     }
-    make_room(1, 1, 0);
-    uint32_t out = leaf(y);
-    records_.push(Record{op, out, 1, xi, 0, 0, 0.0});
-    return out;
 }
 
 template <typename T>
-inline uint32_t Arena<T>::unary_imm(Op op, uint32_t xi, double imm) {
-    const T x = value_[xi];
-    const T c = static_cast<T>(imm);
-    T y;
+inline T unary_imm_forward(Op op, T x, T c) {
     switch (op) {
 #define BT_FWD(name, fwd, ...) \
-    case Op::name: y = (fwd); break;
+    case Op::name: return (fwd);
         BT_UNARY_IMM_OPS(BT_FWD)
 #undef BT_FWD
-        default: y = T(0); break;
+        default: return T(0);
     }
-    make_room(1, 1, 0);
-    uint32_t out = leaf(y);
-    records_.push(Record{op, out, 1, xi, 0, 0, imm});
+}
+
+template <typename T>
+inline T binary_forward(Op op, T a, T b) {
+    switch (op) {
+#define BT_FWD(name, fwd, ...) \
+    case Op::name: return (fwd);
+        BT_BINARY_OPS(BT_FWD)
+#undef BT_FWD
+        default: return T(0);
+    }
+}
+
+// Raises AnomalyError if an output of the op just appended is not finite (anomaly mode only).
+template <typename T>
+inline void check_outputs(const Arena<T>& A, Op op, uint32_t out, uint32_t nout) {
+    const T* v = A.values() + out;
+    const size_t rec = A.num_records() - (grad_enabled() ? 1 : 0);
+    for (uint32_t i = 0; i < nout; ++i)
+        if (!std::isfinite(v[i]))
+            throw AnomalyError(std::string("anomaly: the forward of ") + op_info(op).name + " (record " +
+                                   std::to_string(rec) + ") produced " + (std::isnan(v[i]) ? "nan" : "inf") +
+                                   " in " + A.describe_node(out + i),
+                               rec, out + i, false);
+}
+
+template <typename T>
+inline uint32_t Arena<T>::unary(Op op, uint32_t x) {
+    uint32_t out = push_scalar(op, x, 0, lo_[x], 0.0, unary_forward<T>(op, value_[x]));
+    if (anomaly_enabled()) check_outputs(*this, op, out, 1);
     return out;
 }
 
 template <typename T>
-inline uint32_t Arena<T>::binary(Op op, uint32_t ai, uint32_t bi) {
-    const T a = value_[ai], b = value_[bi];
-    T y;
-    switch (op) {
-#define BT_FWD(name, fwd, ...) \
-    case Op::name: y = (fwd); break;
-        BT_BINARY_OPS(BT_FWD)
-#undef BT_FWD
-        default: y = T(0); break;
-    }
-    make_room(1, 1, 0);
-    uint32_t out = leaf(y);
-    records_.push(Record{op, out, 1, ai, bi, 0, 0.0});
+inline uint32_t Arena<T>::unary_imm(Op op, uint32_t x, double imm) {
+    uint32_t out = push_scalar(op, x, 0, lo_[x], imm, unary_imm_forward<T>(op, value_[x], static_cast<T>(imm)));
+    if (anomaly_enabled()) check_outputs(*this, op, out, 1);
+    return out;
+}
+
+template <typename T>
+inline uint32_t Arena<T>::binary(Op op, uint32_t a, uint32_t b) {
+    uint32_t out = push_scalar(op, a, b, std::min(lo_[a], lo_[b]), 0.0, binary_forward<T>(op, value_[a], value_[b]));
+    if (anomaly_enabled()) check_outputs(*this, op, out, 1);
     return out;
 }
 
 template <typename T>
 inline uint32_t Arena<T>::nary(Op op, const uint32_t* idx, size_t n) {
-    uint32_t nout = nary_outputs(op);
-    T y[2];
-    nary_forward<T>(op, value_.data(), idx, n, y);
-    make_room(nout, 1, n);
-    uint32_t a = push_args(idx, n);
-    uint32_t out = new_slots(nout);
-    for (uint32_t k = 0; k < nout; ++k) value_[out + k] = y[k];
-    records_.push(Record{op, out, nout, a, static_cast<uint32_t>(n), 0, 0.0});
-    return out;
+    uint32_t lo = kNoRecord;
+    for (size_t i = 0; i < n; ++i) lo = std::min(lo, lo_[idx[i]]);
+    Appended ap = append(op, nary_outputs(op), n, lo, 0, 0.0, [&](uint32_t* dst) { std::copy(idx, idx + n, dst); });
+    nary_forward<T>(op, value_.data(), ap.args, n, value_.data() + ap.out);
+    if (anomaly_enabled()) check_outputs(*this, op, ap.out, ap.rec.nout);
+    return ap.out;
+}
+
+// Recomputes the outputs of record r from the current values of its arguments.
+template <typename T>
+inline void forward_record(Arena<T>& A, const Record& r, const uint32_t* args) {
+    T* v = A.values();
+    switch (op_info(r.op).kind) {
+        case OpKind::unary: v[r.out] = unary_forward<T>(r.op, v[r.a]); return;
+        case OpKind::unary_imm: v[r.out] = unary_imm_forward<T>(r.op, v[r.a], static_cast<T>(r.imm)); return;
+        case OpKind::binary: v[r.out] = binary_forward<T>(r.op, v[r.a], v[r.b]); return;
+        case OpKind::nary: nary_forward<T>(r.op, v, args + r.a, r.b, v + r.out); return;
+        case OpKind::range: range_forward(A, r, args + r.a); return;
+        case OpKind::leaf: return;
+    }
 }
 
 }  // namespace bt

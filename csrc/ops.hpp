@@ -1,7 +1,9 @@
 // Op codes and the scalar ops: forward and derivative of each op side by side.
 //
-// Adding a scalar op = one row in one of the tables below (+ one binding line + one test row).
-// In the rows: x is the argument, y the op's output, c the record's immediate; for binary ops
+// Adding a scalar op = one row in one of the tables below. The enum, the forward and backward
+// of scalar records and of elementwise map records, the Value method and the module function are
+// all generated from the rows; the Python package re-exports the function by name
+// (src/burtorch/__init__.py) and tests/op_table.py gives its test points. In the rows: x is the argument, y the op's output, c the record's immediate; for binary ops
 // a and b are the arguments. The derivative expressions may use y (already computed) so that
 // e.g. exp and tanh reuse their forward value instead of recomputing it.
 #pragma once
@@ -37,7 +39,7 @@ namespace bt {
     X(rsub_const, c - x, T(-1))                                                \
     X(rdiv_const, c / x, -y / x)                                               \
     X(pow_const, pow_imm(x, c), dpow_imm(x, c))                                \
-    X(rpow_const, std::pow(c, x), y* std::log(c))                              \
+    X(rpow_const, std::pow(c, x), dpow_exp(c, x, y))                              \
     X(leaky_relu, x > T(0) ? x : c * x, x > T(0) ? T(1) : c)
 
 // ---- binary:  X(name, forward(a, b), dy/da, dy/db) ----
@@ -83,7 +85,7 @@ namespace bt {
     X(attention)                                                               \
     X(multi_head_attention)
 
-enum class Op : uint32_t {
+enum class Op : uint16_t {
     leaf = 0,
 #define BT_ENUM(name, ...) name,
     BT_UNARY_OPS(BT_ENUM) BT_UNARY_IMM_OPS(BT_ENUM) BT_BINARY_OPS(BT_ENUM)

@@ -1,14 +1,15 @@
 """Introspection: a memory report of arenas, in the spirit of the BurTorch authors' memory report.
 
 ``memory_report()`` prints (and returns) one table per arena: nodes, records, argument entries and
-labels, then bytes by category (values, grads, generation tags, records, args, labels) with their
+labels, then bytes by category (values, grads, generation tags, sweep bounds, records, args,
+labels) with their
 share, bytes per node, and the memory committed from the OS. It reads only ``arena.stats()``.
 """
 from __future__ import annotations
 
 import sys
 
-_CATEGORIES = ("values", "grads", "generations", "records", "args", "labels")
+_CATEGORIES = ("values", "grads", "generations", "sweep_bounds", "records", "args", "labels")
 
 
 def human_bytes(n: int) -> str:

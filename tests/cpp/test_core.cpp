@@ -7,7 +7,7 @@
 #include <random>
 #include <vector>
 
-#include "../../csrc/backward.hpp"
+#include "../../csrc/burtorch.hpp"
 
 static int failures = 0;
 #define CHECK(cond, ...)                                                   \
@@ -97,7 +97,7 @@ static void test_checkpoint_rewind_and_generations() {
     for (int it = 0; it < 100; ++it) {
         uint32_t x = A.leaf(3.0f);
         uint32_t y = A.binary(Op::mul, p, x);
-        uint32_t gen = A.gen_of(y);
+        uint64_t gen = A.gen_of(y);
         A.backward(y, 1.0f, 0);
         CHECK(A.grads()[p] == 3.0f * (it + 1), "leaf grads accumulate across iterations");
         CHECK(A.mark_problem(m) == nullptr, "checkpoint stays valid");
@@ -136,7 +136,7 @@ static void test_copy_range_op() {
     Arena<double> A;
     uint32_t a = A.leaf(1.0), b = A.leaf(2.0), c = A.leaf(3.0);
     std::vector<bt::Span> spans = {{c, 1}, {a, 2}};
-    uint32_t out = bt::range_copy(A, spans);
+    uint32_t out = bt::append_copy(A, spans);
     CHECK(A.values()[out] == 3.0 && A.values()[out + 1] == 1.0 && A.values()[out + 2] == 2.0, "copy values");
     uint32_t s = A.nary(Op::inner_product, std::vector<uint32_t>{out, out + 1, out + 2, out, out + 1, out + 2}.data(), 6);
     A.backward(s, 1.0, 0);

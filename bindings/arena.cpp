@@ -1,8 +1,10 @@
-// Arena, dtype and checkpoint bindings, and the thread's current arena.
+// Arena, dtype and checkpoint bindings; the thread's current arena; grad and anomaly modes.
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
+
+#include <cstring>
 
 #include "common.hpp"
 
@@ -10,13 +12,8 @@ namespace btpy {
 
 PyObject* g_dtype_objects[2] = {nullptr, nullptr};
 bt::DType g_default_dtype = bt::DType::float64;
+bool g_labels_on = false;
 static PyObject* g_arena_type = nullptr;
-
-// Arenas entered with `with arena:` (borrowed: the with-statement holds them), per dtype.
-static thread_local std::vector<PyObject*> tl_stack[2];
-// The thread's default arenas, owned by the thread-state dict so they die with the thread.
-static thread_local PyObject* tl_default[2] = {nullptr, nullptr};
-static thread_local PyObject* tl_dict = nullptr;
 
 ArenaBox* box_of(PyObject* o) {
     if (!o || !PyObject_TypeCheck(o, reinterpret_cast<PyTypeObject*>(g_arena_type))) {
@@ -26,55 +23,108 @@ ArenaBox* box_of(PyObject* o) {
     return nb::inst_ptr<ArenaBox>(o);
 }
 
+// ---------------------------------------------------------------- the thread's arenas
+// Per thread and dtype: a stack of arenas entered with `with arena:` and a default arena. Both
+// live in the thread-state dict (strong references that die with the thread, with the GIL held);
+// the thread_local struct only caches borrowed pointers into that dict.
+namespace {
+struct ThreadArenas {
+    PyObject* dict = nullptr;
+    PyObject* stack[2] = {nullptr, nullptr};    // lists
+    PyObject* fallback[2] = {nullptr, nullptr};  // the default arenas
+};
+thread_local ThreadArenas t_arenas;
+const char* const kStackKeys[2] = {"burtorch.arena_stack.float32", "burtorch.arena_stack.float64"};
+const char* const kDefaultKeys[2] = {"burtorch.default_arena.float32", "burtorch.default_arena.float64"};
+
+// The thread's cache, refreshed when the thread state (hence its dict) changed.
+ThreadArenas* thread_arenas() {
+    PyObject* dict = PyThreadState_GetDict();
+    if (!dict) {
+        PyErr_SetString(PyExc_RuntimeError, "burtorch: no thread state dict");
+        return nullptr;
+    }
+    if (dict != t_arenas.dict) t_arenas = ThreadArenas{dict, {nullptr, nullptr}, {nullptr, nullptr}};
+    return &t_arenas;
+}
+
+PyObject* stack_of(ThreadArenas* t, int d) {
+    if (t->stack[d]) return t->stack[d];
+    PyObject* l = PyDict_GetItemString(t->dict, kStackKeys[d]);  // borrowed
+    if (!l) {
+        l = PyList_New(0);
+        if (!l) return nullptr;
+        int rc = PyDict_SetItemString(t->dict, kStackKeys[d], l);
+        Py_DECREF(l);  // the dict keeps it
+        if (rc < 0) return nullptr;
+    }
+    return t->stack[d] = l;
+}
+}  // namespace
+
 PyObject* current_arena(bt::DType dt) {
     const int d = static_cast<int>(dt);
-    if (!tl_stack[d].empty()) return tl_stack[d].back();
-    PyObject* dict = PyThreadState_GetDict();
-    if (dict != tl_dict) {  // first use on this thread (or a new thread state): forget the cache
-        tl_dict = dict;
-        tl_default[0] = tl_default[1] = nullptr;
-    }
-    if (tl_default[d]) return tl_default[d];
-    static const char* keys[2] = {"burtorch.default_arena.float32", "burtorch.default_arena.float64"};
-    PyObject* a = dict ? PyDict_GetItemString(dict, keys[d]) : nullptr;  // borrowed
+    ThreadArenas* t = thread_arenas();
+    if (!t) return nullptr;
+    PyObject* st = stack_of(t, d);
+    if (!st) return nullptr;
+    if (Py_ssize_t n = PyList_GET_SIZE(st)) return PyList_GET_ITEM(st, n - 1);
+    if (t->fallback[d]) return t->fallback[d];
+    PyObject* a = PyDict_GetItemString(t->dict, kDefaultKeys[d]);  // borrowed
     if (!a) {
         a = PyObject_CallOneArg(g_arena_type, g_dtype_objects[d]);
         if (!a) return nullptr;
-        if (!dict || PyDict_SetItemString(dict, keys[d], a) < 0) {
-            Py_DECREF(a);
-            PyErr_SetString(PyExc_RuntimeError, "burtorch: no thread state dict for the default arena");
-            return nullptr;
-        }
+        int rc = PyDict_SetItemString(t->dict, kDefaultKeys[d], a);
         Py_DECREF(a);  // the dict keeps it alive
+        if (rc < 0) return nullptr;
     }
-    tl_default[d] = a;
-    return a;
+    return t->fallback[d] = a;
 }
 
-bool parse_dtype(PyObject* o, bt::DType* out) {
-    if (o == g_dtype_objects[0]) { *out = bt::DType::float32; return true; }
-    if (o == g_dtype_objects[1]) { *out = bt::DType::float64; return true; }
-    // Accept "float32"/"float64" and objects named so (numpy dtypes and scalar types).
-    PyObject* name = nullptr;
-    if (PyUnicode_Check(o)) { name = o; Py_INCREF(name); }
-    else if (PyObject_HasAttrString(o, "__name__")) name = PyObject_GetAttrString(o, "__name__");
-    else if (PyObject_HasAttrString(o, "name")) name = PyObject_GetAttrString(o, "name");
-    if (name && PyUnicode_Check(name)) {
-        bool f32 = PyUnicode_CompareWithASCIIString(name, "float32") == 0;
-        bool f64 = PyUnicode_CompareWithASCIIString(name, "float64") == 0;
-        Py_DECREF(name);
-        if (f32 || f64) {
-            *out = f32 ? bt::DType::float32 : bt::DType::float64;
-            return true;
+static void enter_arena(nb::handle self) {
+    ArenaBox* b = box_of(self.ptr());
+    if (!b) throw nb::python_error();
+    ThreadArenas* t = thread_arenas();
+    PyObject* st = t ? stack_of(t, int(b->core->dtype())) : nullptr;
+    if (!st || PyList_Append(st, self.ptr()) < 0) throw nb::python_error();
+}
+
+static void exit_arena(nb::handle self) {
+    ArenaBox* b = box_of(self.ptr());
+    if (!b) throw nb::python_error();
+    ThreadArenas* t = thread_arenas();
+    PyObject* st = t ? stack_of(t, int(b->core->dtype())) : nullptr;
+    if (!st) throw nb::python_error();
+    const Py_ssize_t n = PyList_GET_SIZE(st);
+    if (n && PyList_GET_ITEM(st, n - 1) == self.ptr()) {
+        if (PyList_SetSlice(st, n - 1, n, nullptr) < 0) throw nb::python_error();
+        return;
+    }
+    for (Py_ssize_t i = n - 1; i >= 0; --i)
+        if (PyList_GET_ITEM(st, i) == self.ptr()) {
+            // Leave the stack consistent (the arena is no longer current), then say what happened.
+            if (PyList_SetSlice(st, i, i + 1, nullptr) < 0) throw nb::python_error();
+            throw std::runtime_error("arenas were exited in another order than entered");
         }
-    } else {
-        Py_XDECREF(name);
-        PyErr_Clear();
-    }
-    PyErr_Format(PyExc_TypeError, "dtype must be burtorch.float32 or burtorch.float64, got %R", o);
-    return false;
+    throw std::runtime_error("this arena is not entered on this thread (entered in another thread, or exited twice)");
 }
 
+// ---------------------------------------------------------------- growth without rewinds
+void check_unbounded_growth(bt::ArenaBase* a) {
+    // A loop that builds a graph per step and never rewinds keeps every step's nodes: warn once,
+    // with the fix, when many sweeps ran over many records without a rewind in between.
+    if (a->growth_warned || a->sweeps_since_rewind() < 16 || a->records_since_rewind() < (size_t(1) << 20)) return;
+    a->growth_warned = true;
+    if (PyErr_WarnFormat(PyExc_RuntimeWarning, 1,
+                         "burtorch: %zu records and %llu backward passes since this arena was last rewound: "
+                         "every step's graph stays in memory. Take cp = bt.checkpoint() after creating the "
+                         "parameters and call bt.rewind(cp) after each step (or wrap each step in "
+                         "`with bt.scope():`).",
+                         a->records_since_rewind(), (unsigned long long)a->sweeps_since_rewind()) < 0)
+        PyErr_Clear();  // warnings turned into errors are not worth failing a backward for
+}
+
+// ---------------------------------------------------------------- checkpoints
 // A checkpoint of one or two arenas (the thread's float32 and float64 arenas by default).
 struct Checkpoint {
     nb::object arena[2];
@@ -86,8 +136,10 @@ static Checkpoint take_checkpoint(nb::handle a0, nb::handle a1) {
     nb::handle hs[2] = {a0, a1};
     for (int k = 0; k < 2; ++k)
         if (hs[k].is_valid()) {
+            ArenaBox* b = box_of(hs[k].ptr());
+            if (!b) throw nb::python_error();
             cp.arena[k] = nb::borrow(hs[k]);
-            cp.mark[k] = box_of(hs[k].ptr())->core->checkpoint();
+            cp.mark[k] = b->core->checkpoint();
         }
     return cp;
 }
@@ -104,23 +156,26 @@ static void rewind_to(const Checkpoint& cp) {
 static nb::dict arena_stats(const ArenaBox& b) {
     const bt::ArenaBase& a = *b.core;
     nb::dict bytes;
-    size_t vs = a.value_size();
+    const size_t vs = a.value_size();
     bytes["values"] = a.num_slots() * vs;
     bytes["grads"] = a.num_slots() * vs;
     bytes["generations"] = a.bytes_gen();
+    bytes["sweep_bounds"] = a.bytes_lo();
     bytes["records"] = a.bytes_records();
     bytes["args"] = a.bytes_args();
     bytes["labels"] = a.label_bytes();
     nb::dict d;
-    d["dtype"] = dtype_name(b.dtype);
+    d["dtype"] = dtype_name(a.dtype());
     d["nodes"] = a.num_slots();
     d["records"] = a.num_records();
     d["args"] = a.num_args();
     d["labels"] = a.num_labels();
     d["bytes"] = bytes;
-    d["bytes_in_use"] = a.num_slots() * (2 * vs + 4) + a.bytes_records() + a.bytes_args() + a.label_bytes();
+    d["bytes_in_use"] = a.num_slots() * 2 * vs + a.bytes_gen() + a.bytes_lo() + a.bytes_records() + a.bytes_args() +
+                        a.label_bytes();
     d["bytes_committed"] = a.committed_bytes();
     d["epoch"] = a.epoch();
+    d["rewinds"] = a.rewinds();
     return d;
 }
 
@@ -133,9 +188,9 @@ static char* range_ptr(ArenaBox& b, int64_t first, int64_t last, const std::stri
     const bool grads = what == "grads";
     if (!grads && what != "values")
         throw nb::value_error(("what must be 'values' or 'grads', got '" + what + "'").c_str());
-    char* base;
-    if (b.dtype == bt::DType::float64) base = reinterpret_cast<char*>(grads ? typed<double>(b.core.get()).grads() : typed<double>(b.core.get()).values());
-    else base = reinterpret_cast<char*>(grads ? typed<float>(b.core.get()).grads() : typed<float>(b.core.get()).values());
+    char* base = dispatch(b.core.get(), [&](auto& A) {
+        return reinterpret_cast<char*>(grads ? A.grads() : A.values());
+    });
     return base + first * static_cast<int64_t>(b.core->value_size());
 }
 
@@ -155,7 +210,8 @@ void init_arena(nb::module_& m) {
                            "A position in one or two arenas; rewind(cp) truncates them back to it.")
         .def_prop_ro("nodes", [](const Checkpoint& c) {
             size_t n = 0;
-            for (int k = 0; k < 2; ++k) if (c.arena[k].is_valid()) n += c.mark[k].slots;
+            for (int k = 0; k < 2; ++k)
+                if (c.arena[k].is_valid()) n += c.mark[k].slots;
             return n;
         }, "Total nodes below this checkpoint.")
         .def("__repr__", [](const Checkpoint& c) {
@@ -169,22 +225,22 @@ void init_arena(nb::module_& m) {
     nb::class_<ArenaBox>(m, "Arena",
         "Contiguous storage of nodes (values, grads) and records of one dtype.\n\n"
         "`with arena:` makes it the thread's current arena for its dtype.")
-        .def("__init__", [](ArenaBox* self, nb::handle dtype, size_t capacity) {
+        .def("__init__", [](ArenaBox* self, nb::handle dtype, int64_t capacity) {
             bt::DType d = bt::DType::float64;
             if (!dtype.is_none() && !parse_dtype(dtype.ptr(), &d)) throw nb::python_error();
+            if (capacity < 0) throw nb::value_error("Arena capacity must be >= 0 (0: the default, 2**28 nodes)");
             bt::Capacity cap;
             if (capacity) {
-                if (capacity > (size_t(1) << 31))
-                    throw nb::value_error("Arena capacity is limited to 2**31 nodes");
-                cap.slots = capacity;
-                cap.records = capacity;
-                cap.args = 2 * capacity;
+                if (capacity > (int64_t(1) << 31)) throw nb::value_error("Arena capacity is limited to 2**31 nodes");
+                cap.slots = size_t(capacity);
+                cap.records = size_t(capacity);
+                cap.args = 2 * size_t(capacity);
             }
             new (self) ArenaBox(d, cap);
         }, nb::arg("dtype") = nb::none(), nb::arg("capacity") = 0,
            "Arena(dtype=float64, capacity=0): capacity is the maximum number of nodes (address space\n"
            "is reserved for it, memory is committed as the arena grows); 0 means 2**28.")
-        .def_prop_ro("dtype", [](const ArenaBox& b) { return nb::borrow(g_dtype_objects[int(b.dtype)]); })
+        .def_prop_ro("dtype", [](const ArenaBox& b) { return nb::borrow(g_dtype_objects[int(b.core->dtype())]); })
         .def_prop_ro("num_nodes", [](const ArenaBox& b) { return b.core->num_slots(); })
         .def_prop_ro("num_records", [](const ArenaBox& b) { return b.core->num_records(); })
         .def_prop_ro("num_args", [](const ArenaBox& b) { return b.core->num_args(); })
@@ -204,12 +260,13 @@ void init_arena(nb::module_& m) {
             throw nb::value_error("cannot rewind: the checkpoint belongs to another arena");
         }, nb::arg("checkpoint"), "Discards this arena's nodes created after the checkpoint.")
         .def("clear", [](ArenaBox& b) {
-            bt::Mark m;
-            m.arena_id = b.core->id();
-            b.core->rewind(m);
+            bt::Mark mk;
+            mk.arena_id = b.core->id();
+            b.core->rewind(mk);
         }, "Discards every node of the arena.")
-        .def("reserve", [](ArenaBox& b, size_t nodes, size_t records, size_t args) {
-            b.core->reserve(nodes, records ? records : nodes, args ? args : nodes);
+        .def("reserve", [](ArenaBox& b, int64_t nodes, int64_t records, int64_t args) {
+            if (nodes < 0 || records < 0 || args < 0) throw nb::value_error("reserve(): counts must be >= 0");
+            b.core->reserve(size_t(nodes), size_t(records ? records : nodes), size_t(args ? args : nodes));
         }, nb::arg("nodes"), nb::arg("records") = 0, nb::arg("args") = 0,
            "Commits memory for this many nodes (and records, args) up front.")
         .def("release_unused", [](ArenaBox& b) { b.core->release_unused(); },
@@ -220,7 +277,9 @@ void init_arena(nb::module_& m) {
             if (index < 0 || size_t(index) >= b->core->num_slots())
                 throw nb::index_error(("node index " + std::to_string(index) + " is out of range for an arena of " +
                                        std::to_string(b->core->num_slots()) + " nodes").c_str());
-            return nb::steal(make_value(b->core.get(), self.ptr(), uint32_t(index), b->dtype));
+            PyObject* v = make_value(b->core.get(), self.ptr(), uint32_t(index));
+            if (!v) throw nb::python_error();
+            return nb::steal(v);
         }, nb::arg("index"), "A Value handle to node `index`.")
         .def("record_of", [](const ArenaBox& b, int64_t index) {
             if (index < 0 || size_t(index) >= b.core->num_slots()) throw nb::index_error("node index out of range");
@@ -239,7 +298,7 @@ void init_arena(nb::module_& m) {
             char* p = range_ptr(b, first, last, what);
             size_t shape[1] = {static_cast<size_t>(last - first)};
             // The array keeps the arena alive; the arena's columns never move, so it never dangles.
-            nb::dlpack::dtype dt = b.dtype == bt::DType::float64 ? nb::dtype<double>() : nb::dtype<float>();
+            nb::dlpack::dtype dt = b.core->dtype() == bt::DType::float64 ? nb::dtype<double>() : nb::dtype<float>();
             auto arr = nb::ndarray<nb::numpy, nb::ndim<1>>(p, 1, shape, self, nullptr, dt);
             nb::object o = nb::cast(arr, nb::rv_policy::reference);
             if (!writable) o.attr("flags").attr("writeable") = false;
@@ -258,39 +317,29 @@ void init_arena(nb::module_& m) {
             ArenaBox& b = *box_of(self.ptr());
             Py_buffer view;
             if (PyObject_GetBuffer(data.ptr(), &view, PyBUF_C_CONTIGUOUS) != 0) throw nb::python_error();
-            size_t vs = b.core->value_size();
-            size_t nbytes = static_cast<size_t>(view.len);
-            if (nbytes % vs != 0) {
-                PyBuffer_Release(&view);
-                throw nb::value_error(("payload of " + std::to_string(nbytes) + " bytes is not a whole number of " +
-                                       std::to_string(vs) + "-byte values").c_str());
-            }
-            char* p;
+            const size_t vs = b.core->value_size();
+            const size_t nbytes = static_cast<size_t>(view.len);
             try {
-                p = range_ptr(b, first, first + static_cast<int64_t>(nbytes / vs), what);
+                if (nbytes % vs != 0)
+                    throw nb::value_error(("payload of " + std::to_string(nbytes) + " bytes is not a whole number of " +
+                                           std::to_string(vs) + "-byte values").c_str());
+                char* p = range_ptr(b, first, first + static_cast<int64_t>(nbytes / vs), what);
+                std::memmove(p, view.buf, nbytes);
             } catch (...) {
                 PyBuffer_Release(&view);
                 throw;
             }
-            std::memcpy(p, view.buf, nbytes);
             PyBuffer_Release(&view);
         }, nb::arg("first"), nb::arg("data"), nb::arg("what") = "values",
            "Copies a raw native-endian payload (any contiguous buffer) into nodes starting at `first`.")
         .def("__enter__", [](nb::handle self) {
-            ArenaBox* b = box_of(self.ptr());
-            tl_stack[int(b->dtype)].push_back(self.ptr());
+            enter_arena(self);
             return nb::borrow(self);
         })
-        .def("__exit__", [](nb::handle self, nb::args) {
-            ArenaBox* b = box_of(self.ptr());
-            auto& st = tl_stack[int(b->dtype)];
-            if (st.empty() || st.back() != self.ptr())
-                throw std::runtime_error("arenas were exited in another order than entered");
-            st.pop_back();
-        })
+        .def("__exit__", [](nb::handle self, nb::args) { exit_arena(self); })
         .def("__repr__", [](const ArenaBox& b) {
-            return "Arena(dtype=" + std::string(dtype_name(b.dtype)) + ", nodes=" + std::to_string(b.core->num_slots()) +
-                   ", records=" + std::to_string(b.core->num_records()) + ")";
+            return "Arena(dtype=" + std::string(dtype_name(b.core->dtype())) + ", nodes=" +
+                   std::to_string(b.core->num_slots()) + ", records=" + std::to_string(b.core->num_records()) + ")";
         });
     g_arena_type = m.attr("Arena").ptr();
 
@@ -300,12 +349,9 @@ void init_arena(nb::module_& m) {
         PyObject* a = current_arena(d);
         if (!a) throw nb::python_error();
         return nb::borrow(a);
-    }, nb::arg("dtype") = nb::none(), "The thread's current arena for a dtype (float64 by default).");
+    }, nb::arg("dtype") = nb::none(), "The thread's current arena for a dtype (the default dtype if none).");
     m.def("checkpoint", [](nb::handle arena) {
-        if (!arena.is_none()) {
-            if (!box_of(arena.ptr())) throw nb::python_error();
-            return take_checkpoint(arena, nb::handle());
-        }
+        if (!arena.is_none()) return take_checkpoint(arena, nb::handle());
         PyObject* a32 = current_arena(bt::DType::float32);
         PyObject* a64 = a32 ? current_arena(bt::DType::float64) : nullptr;
         if (!a64) throw nb::python_error();
@@ -322,6 +368,18 @@ void init_arena(nb::module_& m) {
     m.def("get_default_dtype", []() { return nb::borrow(g_dtype_objects[int(g_default_dtype)]); });
     m.def("set_labels", [](bool on) { g_labels_on = on; }, nb::arg("enabled"));
     m.def("labels_enabled", []() { return g_labels_on; });
+
+    // Per-thread modes (csrc/modes.hpp); the Python context managers nest them.
+    m.def("_push_mode", [](const std::string& which, int delta) {
+        int& depth = which == "no_grad" ? bt::t_modes.no_grad : which == "anomaly" ? bt::t_modes.anomaly
+                                                                                   : throw nb::value_error("unknown mode");
+        if (depth + delta < 0) throw nb::value_error("mode exited more often than entered");
+        depth += delta;
+    }, nb::arg("which"), nb::arg("delta"));
+    m.def("is_grad_enabled", []() { return bt::grad_enabled(); },
+          "False inside `with burtorch.no_grad():` (ops record nothing).");
+    m.def("is_anomaly_enabled", []() { return bt::anomaly_enabled(); },
+          "True inside `with burtorch.detect_anomaly():`.");
 }
 
 }  // namespace btpy

@@ -1,8 +1,8 @@
-// Contiguous-range kernels. Plain loops over restrict pointers that the compiler vectorizes.
+// Contiguous vector kernels: plain loops over restrict pointers that the compiler vectorizes.
 #pragma once
 #include <cstddef>
 
-namespace bt::k {
+namespace bt::kernels {
 
 // Reductions carry `omp simd reduction` so that they vectorize without -ffast-math (compiled
 // with -fopenmp-simd: no OpenMP runtime). The summation order is fixed per build, so results
@@ -55,4 +55,4 @@ inline T sum(const T* x, size_t n) {
     return s;
 }
 
-}  // namespace bt::k
+}  // namespace bt::kernels

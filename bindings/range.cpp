@@ -1,0 +1,259 @@
+// Range ops: one native call and one record each. Every vector operand may be a Vector, a Value,
+// a list (of numbers or Values), a nested list or a numpy array; new constant leaves for numbers
+// go to the arena of the op's other operands.
+#include <nanobind/stl/optional.h>
+
+#include <cmath>
+#include <optional>
+
+#include "vector.hpp"
+
+namespace btpy {
+
+using bt::Op;
+
+// The operand that decides where constants go: the first Vector or Value among the handles.
+static std::optional<VectorBox> pick_anchor(std::initializer_list<nb::handle> hs) {
+    for (nb::handle h : hs)
+        if (h.is_valid() && (nb::isinstance<VectorBox>(h) || is_value(h.ptr()))) return as_vector(h, nullptr, "");
+    return std::nullopt;
+}
+static const VectorBox* ptr(const std::optional<VectorBox>& a) { return a ? &*a : nullptr; }
+
+// ---------------------------------------------------------------- elementwise
+static VectorBox map_unary(const VectorBox& x, Op op, double imm = 0.0) {
+    x.check();
+    return emit(x, x.size, x.rows, x.cols, [&](auto& A) { return bt::append_map_unary(A, op, x.spans, imm); });
+}
+
+static VectorBox map_binary(const VectorBox& a, const VectorBox& b, Op op) {
+    same_arena(a, b, bt::op_info(op).name);
+    a.check();
+    b.check();
+    if (a.size != b.size)
+        throw nb::value_error(("elementwise " + std::string(bt::op_info(op).name) + ": lengths differ (" +
+                               std::to_string(a.size) + " vs " + std::to_string(b.size) + ")").c_str());
+    return emit(a, a.size, a.rows, a.cols, [&](auto& A) { return bt::append_map_binary(A, op, a.spans, b.spans); });
+}
+
+// self (op) other, or other (op) self when reflected; a number other is a constant of the record.
+static VectorBox arith(const VectorBox& self, nb::handle other, Op op, bool reflected) {
+    double c;
+    int ok = (is_value(other.ptr()) || nb::isinstance<VectorBox>(other)) ? 0 : number_to_double(other.ptr(), &c);
+    if (ok < 0) throw nb::python_error();
+    if (ok > 0) {
+        switch (op) {
+            case Op::add: return map_unary(self, Op::add_const, c);
+            case Op::sub: return reflected ? map_unary(self, Op::rsub_const, c) : map_unary(self, Op::add_const, -c);
+            case Op::mul: return map_unary(self, Op::mul_const, c);
+            case Op::div: return reflected ? map_unary(self, Op::rdiv_const, c) : map_unary(self, Op::div_const, c);
+            case Op::pow: return reflected ? map_unary(self, Op::rpow_const, c) : map_unary(self, Op::pow_const, c);
+            default: break;
+        }
+    }
+    VectorBox o = as_vector(other, &self, bt::op_info(op).name);
+    return reflected ? map_binary(o, self, op) : map_binary(self, o, op);
+}
+
+// ---------------------------------------------------------------- reductions
+static nb::object vsum(nb::handle x_h, bool mean) {
+    VectorBox x = as_vector(x_h, nullptr, mean ? "vmean()" : "vsum()");
+    x.check();
+    const double scale = mean ? 1.0 / double(x.size) : 1.0;
+    VectorBox out = emit(x, 1, 0, 0, [&](auto& A) { return bt::append_sum(A, x.spans, scale); });
+    return value_at(x, out.first());
+}
+
+static nb::object vdot(nb::handle x_h, nb::handle w_h) {
+    auto anchor = pick_anchor({x_h, w_h});
+    VectorBox x = as_vector(x_h, ptr(anchor), "dot()");
+    VectorBox w = as_vector(w_h, &x, "dot()");
+    same_arena(x, w, "dot()");
+    x.check();
+    w.check();
+    if (x.size != w.size)
+        throw nb::value_error(("dot(): lengths differ (" + std::to_string(x.size) + " vs " + std::to_string(w.size) + ")").c_str());
+    VectorBox out = emit(x, 1, 0, 0, [&](auto& A) { return bt::append_dot(A, x.spans, w.spans); });
+    return value_at(x, out.first());
+}
+
+// ---------------------------------------------------------------- layers
+static VectorBox linear(nb::handle x_h, nb::handle W_h, nb::handle b_h) {
+    auto anchor = pick_anchor({W_h, x_h, b_h});
+    VectorBox W = as_vector(W_h, ptr(anchor), "linear()");
+    VectorBox x = as_vector(x_h, &W, "linear()");
+    std::optional<VectorBox> b;
+    if (!b_h.is_none()) b = as_vector(b_h, &W, "linear()");
+    same_arena(x, W, "linear()");
+    if (b) same_arena(x, *b, "linear()");
+    x.check();
+    W.check();
+    if (b) b->check();
+    if (!W.rows) throw nb::value_error("linear(): W must be a matrix (out x in)");
+    if (!W.contiguous()) throw nb::value_error("linear(): W must be contiguous (a parameter block), not a view with gaps");
+    const uint32_t in = W.cols, out = W.rows;
+    const size_t rows = x.nrows();
+    if (x.row_len() != in)
+        throw nb::value_error(("linear(): x has shape " + shape_str(x) + " but W expects " + std::to_string(in) +
+                               " inputs (W is " + shape_str(W) + ")").c_str());
+    if (b && (b->size != out || !b->contiguous()))
+        throw nb::value_error(("linear(): the bias must be a contiguous vector of " + std::to_string(out) + " elements").c_str());
+    const uint32_t r32 = bt::checked_u32(rows);
+    return emit(x, rows * out, x.rows ? r32 : 0, out, [&](auto& A) {
+        return bt::append_linear(A, x.spans, W.spans, b ? &b->spans : nullptr, r32, in, out);
+    });
+}
+
+static VectorBox softmax(nb::handle x_h) {
+    VectorBox x = as_vector(x_h, nullptr, "softmax()");
+    x.check();
+    const uint32_t rows = bt::checked_u32(x.nrows()), n = bt::checked_u32(x.row_len());
+    return emit(x, x.size, x.rows, x.cols, [&](auto& A) { return bt::append_softmax(A, x.spans, rows, n); });
+}
+
+static nb::object cross_entropy(nb::handle logits_h, nb::handle targets_h) {
+    VectorBox logits = as_vector(logits_h, nullptr, "cross_entropy()");
+    const uint32_t rows = bt::checked_u32(logits.nrows()), V = bt::checked_u32(logits.row_len());
+    std::vector<uint32_t> t = parse_ids(targets_h, V, "cross_entropy()", "target");
+    if (t.size() != rows)
+        throw nb::value_error(("cross_entropy(): " + std::to_string(t.size()) + " targets for " + std::to_string(rows) +
+                               " rows of logits").c_str());
+    logits.check();
+    VectorBox out = emit(logits, 1, 0, 0, [&](auto& A) { return bt::append_cross_entropy(A, logits.spans, rows, V, t.data()); });
+    return value_at(logits, out.first());
+}
+
+static VectorBox layer_norm(nb::handle x_h, nb::handle g_h, nb::handle b_h, double eps) {
+    auto anchor = pick_anchor({x_h, g_h, b_h});
+    VectorBox x = as_vector(x_h, ptr(anchor), "layer_norm()");
+    VectorBox gamma = as_vector(g_h, &x, "layer_norm()");
+    VectorBox beta = as_vector(b_h, &x, "layer_norm()");
+    same_arena(x, gamma, "layer_norm()");
+    same_arena(x, beta, "layer_norm()");
+    x.check();
+    gamma.check();
+    beta.check();
+    const size_t C = x.row_len();
+    if (gamma.size != C || beta.size != C || !gamma.contiguous() || !beta.contiguous())
+        throw nb::value_error(("layer_norm(): gamma and beta must be contiguous vectors of " + std::to_string(C) + " elements").c_str());
+    if (!(eps > 0) || !std::isfinite(eps)) throw nb::value_error("layer_norm(): eps must be a positive finite number");
+    const uint32_t rows = bt::checked_u32(x.nrows()), c32 = bt::checked_u32(C);
+    return emit(x, x.size, x.rows, x.cols, [&](auto& A) {
+        return bt::append_layer_norm(A, x.spans, gamma.spans, beta.spans, rows, c32, eps);
+    });
+}
+
+static double parse_scale(nb::handle scale_h, double dflt, const char* what) {
+    if (scale_h.is_none()) return dflt;
+    double s;
+    int ok = is_value(scale_h.ptr()) ? 0 : number_to_double(scale_h.ptr(), &s);
+    if (ok < 0) throw nb::python_error();
+    if (ok == 0) throw nb::type_error((std::string(what) + ": scale must be a number").c_str());
+    if (!std::isfinite(s)) throw nb::value_error((std::string(what) + ": scale must be finite").c_str());
+    return s;
+}
+
+static nb::object attention(nb::handle q_h, nb::handle k_h, nb::handle v_h, bool causal, nb::handle scale_h,
+                            bool return_weights) {
+    auto anchor = pick_anchor({q_h, k_h, v_h});
+    VectorBox q = as_vector(q_h, ptr(anchor), "attention()");
+    VectorBox k = as_vector(k_h, &q, "attention()");
+    VectorBox v = as_vector(v_h, &q, "attention()");
+    if (!q.rows || q.rows != k.rows || q.rows != v.rows || q.cols != k.cols || q.cols != v.cols)
+        throw nb::value_error(("attention(): q, k, v must be matrices of one shape (T x head_size), got " + shape_str(q) +
+                               ", " + shape_str(k) + ", " + shape_str(v)).c_str());
+    const uint32_t Tn = q.rows, hs = q.cols;
+    const double scale = parse_scale(scale_h, 1.0 / std::sqrt(double(hs)), "attention()");
+    same_arena(q, k, "attention()");
+    same_arena(q, v, "attention()");
+    q.check();
+    k.check();
+    v.check();
+    const size_t th = size_t(Tn) * hs, tt = size_t(Tn) * Tn;
+    VectorBox all = emit(q, th + tt, 0, 0,
+                         [&](auto& A) { return bt::append_attention(A, q.spans, k.spans, v.spans, Tn, hs, causal, scale); });
+    VectorBox out = contiguous_vector(q.owner, q.arena, all.first(), th, Tn, hs);
+    if (!return_weights) return nb::cast(out);
+    VectorBox w = contiguous_vector(q.owner, q.arena, all.first() + uint32_t(th), tt, Tn, Tn);
+    return nb::make_tuple(out, w);
+}
+
+static nb::object multi_head_attention(nb::handle qkv_h, int64_t heads, bool causal, nb::handle scale_h,
+                                       bool return_weights, int64_t sequences) {
+    VectorBox qkv = as_vector(qkv_h, nullptr, "multi_head_attention()");
+    if (!qkv.rows || qkv.cols % 3 != 0)
+        throw nb::value_error(("multi_head_attention(): qkv must be a (T x 3C) matrix, got " + shape_str(qkv)).c_str());
+    if (sequences < 1 || qkv.rows % uint64_t(sequences) != 0)
+        throw nb::value_error(("multi_head_attention(): " + std::to_string(qkv.rows) + " rows do not split into " +
+                               std::to_string(sequences) + " sequences").c_str());
+    const uint32_t S = uint32_t(sequences), Tn = qkv.rows / S, C = qkv.cols / 3;
+    if (heads < 1 || C % uint64_t(heads) != 0)
+        throw nb::value_error(("multi_head_attention(): " + std::to_string(C) + " channels do not split into " +
+                               std::to_string(heads) + " heads").c_str());
+    const uint32_t H = uint32_t(heads);
+    const double scale = parse_scale(scale_h, 1.0 / std::sqrt(double(C / H)), "multi_head_attention()");
+    qkv.check();
+    const size_t tc = size_t(Tn) * C, tt = size_t(Tn) * Tn;
+    VectorBox all = emit(qkv, S * (tc + H * tt), 0, 0,
+                         [&](auto& A) { return bt::append_mha(A, qkv.spans, Tn, C, H, causal, scale, S); });
+    VectorBox out = contiguous_vector(qkv.owner, qkv.arena, all.first(), S * tc, S * Tn, C);
+    if (!return_weights) return nb::cast(out);
+    nb::list ws;  // one (T x T) matrix per sequence and head, sequence-major
+    for (size_t k = 0; k < size_t(S) * H; ++k)
+        ws.append(contiguous_vector(qkv.owner, qkv.arena, all.first() + uint32_t(S * tc + k * tt), tt, Tn, Tn));
+    return nb::make_tuple(out, ws);
+}
+
+static VectorBox copy(const VectorBox& x) {
+    x.check();
+    return emit(x, x.size, x.rows, x.cols, [&](auto& A) { return bt::append_copy(A, x.spans); });
+}
+
+// ---------------------------------------------------------------- registration
+void bind_vector_ops(nb::class_<VectorBox>& V) {
+    V.def("sum", [](nb::handle v) { return vsum(v, false); }, "Sum of the elements, one record.")
+        .def("mean", [](nb::handle v) { return vsum(v, true); }, "Mean of the elements, one record.")
+        .def("dot", [](nb::handle v, nb::handle other) { return vdot(v, other); }, nb::arg("other"))
+        .def("softmax", [](nb::handle v) { return softmax(v); }, "Softmax of the vector, or of each row of a matrix.")
+        .def("copy", &copy, "Materialises the view into fresh contiguous nodes (one record).")
+        .def("leaky_relu", [](const VectorBox& v, double slope) { return map_unary(v, Op::leaky_relu, slope); },
+             nb::arg("slope") = 0.01)
+        .def("__neg__", [](const VectorBox& v) { return map_unary(v, Op::neg); })
+        .def("__add__", [](const VectorBox& a, nb::handle b) { return arith(a, b, Op::add, false); })
+        .def("__radd__", [](const VectorBox& a, nb::handle b) { return arith(a, b, Op::add, true); })
+        .def("__sub__", [](const VectorBox& a, nb::handle b) { return arith(a, b, Op::sub, false); })
+        .def("__rsub__", [](const VectorBox& a, nb::handle b) { return arith(a, b, Op::sub, true); })
+        .def("__mul__", [](const VectorBox& a, nb::handle b) { return arith(a, b, Op::mul, false); })
+        .def("__rmul__", [](const VectorBox& a, nb::handle b) { return arith(a, b, Op::mul, true); })
+        .def("__truediv__", [](const VectorBox& a, nb::handle b) { return arith(a, b, Op::div, false); })
+        .def("__rtruediv__", [](const VectorBox& a, nb::handle b) { return arith(a, b, Op::div, true); })
+        .def("__pow__", [](const VectorBox& a, nb::handle b) { return arith(a, b, Op::pow, false); })
+        .def("__rpow__", [](const VectorBox& a, nb::handle b) { return arith(a, b, Op::pow, true); });
+#define BT_VEC_U(name, ...) V.def(#name, [](const VectorBox& v) { return map_unary(v, Op::name); });
+    BT_UNARY_OPS(BT_VEC_U)
+#undef BT_VEC_U
+}
+
+void init_range(nb::module_& m) {
+    m.def("linear", &linear, nb::arg("x"), nb::arg("weight"), nb::arg("bias") = nb::none(),
+          "W x + b for a vector x (in,), or row by row for a matrix x (rows x in); W is (out x in). One record.");
+    m.def("softmax", &softmax, nb::arg("x"), "Softmax of a vector, or of each row of a matrix. One record.");
+    m.def("cross_entropy", &cross_entropy, nb::arg("logits"), nb::arg("targets"),
+          "Mean over rows of -log softmax(logits)[target]: log-softmax and NLL in one record.");
+    m.def("layer_norm", &layer_norm, nb::arg("x"), nb::arg("gamma"), nb::arg("beta"), nb::arg("eps") = 1e-5,
+          "Layer normalisation of each row (biased variance, as PyTorch). One record.");
+    m.def("attention", &attention, nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("causal") = true,
+          nb::arg("scale") = nb::none(), nb::arg("return_weights") = false,
+          "Scaled dot-product attention of one head: q, k, v are (T x head_size). One record whose\n"
+          "outputs are the (T x head_size) result followed by the (T x T) attention weights.");
+    m.def("multi_head_attention", &multi_head_attention, nb::arg("qkv"), nb::arg("heads"), nb::arg("causal") = true,
+          nb::arg("scale") = nb::none(), nb::arg("return_weights") = false, nb::arg("sequences") = 1,
+          "All heads of attention from a fused (T x 3C) q/k/v matrix in one record: the (T x C) output\n"
+          "holds the heads side by side; return_weights=True also returns the H (T x T) weight matrices.\n"
+          "sequences=S: the rows are S stacked sequences of T = rows / S; attention stays within each.");
+    m.def("vsum", [](nb::handle x) { return vsum(x, false); }, nb::arg("x"), "Sum of a vector, one record.");
+    m.def("vmean", [](nb::handle x) { return vsum(x, true); }, nb::arg("x"), "Mean of a vector, one record.");
+    m.def("dot", &vdot, nb::arg("x"), nb::arg("w"), "Inner product of two vectors, one record.");
+}
+
+}  // namespace btpy

@@ -1,0 +1,120 @@
+// What every range op shares: vector operands as span lists, their encoding in a record's args,
+// gathering them into contiguous scratch, and appending a range record.
+//
+// A vector operand is a list of spans (first slot, length) over the arena, so a concatenation,
+// a slice or an embedding lookup is a new span list and copies no values. In `args` a range
+// record stores
+//   [k] then k times [nspans, first0, len0, first1, len1, ...] then an op-specific tail
+// which ArenaBase::record_args() decodes for every range op alike. Outputs are always one
+// contiguous span. Inputs that are not contiguous are gathered into scratch (O(n), small next to
+// the O(n * m) kernels), so every kernel runs over contiguous memory.
+//
+// Each family header (map, reduce, linear, softmax, norm, attention) defines, per op, an append
+// function (checks nothing: the bindings validated), a forward that computes the outputs from a
+// record's args (appending and program replay both run it) and a backward; dispatch.hpp maps op
+// codes to them.
+#pragma once
+#include <algorithm>
+#include <cstdint>
+#include <initializer_list>
+#include <vector>
+
+#include "../arena.hpp"
+
+namespace bt {
+
+using Span = ArenaBase::Span;
+using Spans = std::vector<Span>;
+
+// A decoded view of one vector operand inside a record's args.
+struct SpanList {
+    const uint32_t* p = nullptr;  // points at first0
+    uint32_t n = 0;               // number of spans
+    uint32_t first(uint32_t s) const { return p[2 * s]; }
+    uint32_t len(uint32_t s) const { return p[2 * s + 1]; }
+    size_t total() const {
+        size_t t = 0;
+        for (uint32_t s = 0; s < n; ++s) t += len(s);
+        return t;
+    }
+};
+
+// The operands of a range record and the op-specific tail after them.
+struct Operands {
+    SpanList v[4];
+    uint32_t k = 0;
+    const uint32_t* tail = nullptr;
+};
+
+inline Operands decode_operands(const uint32_t* p) {
+    Operands o;
+    o.k = *p++;
+    for (uint32_t i = 0; i < o.k; ++i) {
+        uint32_t n = *p++;
+        if (i < 4) {
+            o.v[i].n = n;
+            o.v[i].p = p;
+        }
+        p += 2 * size_t(n);
+    }
+    o.tail = p;
+    return o;
+}
+
+inline size_t total_len(const Spans& s) {
+    size_t t = 0;
+    for (const Span& x : s) t += x.second;
+    return t;
+}
+
+// ---- moving values between span lists and contiguous buffers ----
+template <typename T>
+inline void gather(const T* src, const SpanList& s, T* dst) {
+    for (uint32_t i = 0; i < s.n; ++i) {
+        std::copy(src + s.first(i), src + s.first(i) + s.len(i), dst);
+        dst += s.len(i);
+    }
+}
+template <typename T>
+inline void scatter_add(T* dst, const SpanList& s, const T* src) {
+    for (uint32_t i = 0; i < s.n; ++i) {
+        T* d = dst + s.first(i);
+        for (uint32_t j = 0; j < s.len(i); ++j) d[j] += src[j];
+        src += s.len(i);
+    }
+}
+// Contiguous pointer to an operand: the slots themselves if it is one span, else a gathered copy.
+template <typename T>
+inline const T* contiguous(const T* base, const SpanList& s, T* scratch) {
+    if (s.n == 1) return base + s.first(0);
+    gather(base, s, scratch);
+    return scratch;
+}
+
+// Appends a range record over vector operands `ops` with an op-specific tail (tail, then tail2),
+// and nout fresh output slots. All-or-nothing on capacity; sizes are checked before narrowing.
+template <typename T>
+inline Appended append_range(Arena<T>& A, Op op, std::initializer_list<const Spans*> ops, const uint32_t* tail,
+                             size_t ntail, size_t nout, uint16_t c = 0, double imm = 0.0,
+                             const uint32_t* tail2 = nullptr, size_t ntail2 = 0) {
+    size_t nargs = 1 + ntail + ntail2;
+    uint32_t lo = kNoRecord;
+    for (const Spans* o : ops) {
+        nargs += 1 + 2 * o->size();
+        for (const Span& s : *o) lo = std::min(lo, A.lo_of_span(s.first, s.second));
+    }
+    return A.append(op, nout, nargs, lo, c, imm, [&](uint32_t* p) {
+        *p++ = static_cast<uint32_t>(ops.size());
+        for (const Spans* o : ops) {
+            *p++ = static_cast<uint32_t>(o->size());
+            for (const Span& s : *o) {
+                *p++ = s.first;
+                *p++ = s.second;
+            }
+        }
+        for (size_t i = 0; i < ntail; ++i) *p++ = tail[i];
+        for (size_t i = 0; i < ntail2; ++i) *p++ = tail2[i];
+    });
+}
+
+}  // namespace bt

@@ -1,0 +1,54 @@
+// Range op code -> its family's forward and backward. Adding a range op: a row in ops.hpp's
+// BT_RANGE_OPS, an append/forward/backward trio in a family header, a case in each switch here.
+#pragma once
+#include "attention.hpp"
+#include "linear.hpp"
+#include "map.hpp"
+#include "norm.hpp"
+#include "reduce.hpp"
+#include "softmax.hpp"
+
+namespace bt {
+
+// rargs: the record's own args (A.args() + r.a, or the scratch args of an unrecorded op).
+template <typename T>
+inline void range_forward(Arena<T>& A, const Record& r, const uint32_t* rargs) {
+    const Operands o = decode_operands(rargs);
+    switch (r.op) {
+        case Op::copy: return copy_forward(A, r, o);
+        case Op::map_unary:
+        case Op::map_imm: return map_unary_forward(A, r, o);
+        case Op::map_binary: return map_binary_forward(A, r, o);
+        case Op::sum_range: return sum_forward(A, r, o);
+        case Op::dot_range: return dot_forward(A, r, o);
+        case Op::linear: return linear_forward(A, r, o);
+        case Op::softmax: return softmax_forward(A, r, o);
+        case Op::cross_entropy: return cross_entropy_forward(A, r, o);
+        case Op::layer_norm: return layer_norm_forward(A, r, o);
+        case Op::attention: return attention_forward(A, r, o);
+        case Op::multi_head_attention: return mha_forward(A, r, o);
+        default: return;
+    }
+}
+
+template <typename T>
+inline void range_backward(Arena<T>& A, const Record& r, const uint32_t* rargs) {
+    const Operands o = decode_operands(rargs);
+    switch (r.op) {
+        case Op::copy: return copy_backward(A, r, o);
+        case Op::map_unary:
+        case Op::map_imm: return map_unary_backward(A, r, o);
+        case Op::map_binary: return map_binary_backward(A, r, o);
+        case Op::sum_range: return sum_backward(A, r, o);
+        case Op::dot_range: return dot_backward(A, r, o);
+        case Op::linear: return linear_backward(A, r, o);
+        case Op::softmax: return softmax_backward(A, r, o);
+        case Op::cross_entropy: return cross_entropy_backward(A, r, o);
+        case Op::layer_norm: return layer_norm_backward(A, r, o);
+        case Op::attention: return attention_backward(A, r, o);
+        case Op::multi_head_attention: return mha_backward(A, r, o);
+        default: return;
+    }
+}
+
+}  // namespace bt

@@ -1,0 +1,48 @@
+// The linear layer as one record: y = x W^T + b, row by row over a chunk of rows.
+// Operands: x (rows * in, any spans), W (one span, out x in), optionally b (one span of out).
+// Tail: [rows, in, out, has_bias]. The products themselves are in kernels/linear.hpp.
+#pragma once
+#include "../kernels/linear.hpp"
+#include "common.hpp"
+
+namespace bt {
+
+template <typename T>
+inline uint32_t append_linear(Arena<T>& A, const Spans& x, const Spans& W, const Spans* b, uint32_t rows,
+                              uint32_t nin, uint32_t nout) {
+    const uint32_t tail[4] = {rows, nin, nout, b ? 1u : 0u};
+    const size_t ny = size_t(rows) * nout;
+    Appended ap = b ? append_range(A, Op::linear, {&x, &W, b}, tail, 4, ny)
+                    : append_range(A, Op::linear, {&x, &W}, tail, 4, ny);
+    linear_forward(A, ap.rec, decode_operands(ap.args));
+    return ap.out;
+}
+// Scratch: [x gathered (rows * in) | W^T (in * out) when linear_uses_transpose].
+template <typename T>
+inline void linear_forward(Arena<T>& A, const Record& r, const Operands& o) {
+    const uint32_t rows = o.tail[0], nin = o.tail[1], nout = o.tail[2];
+    const bool has_b = o.tail[3] != 0;
+    const size_t nx = size_t(rows) * nin;
+    const size_t nw = linear_uses_transpose<T>(rows, nin) ? size_t(nin) * nout : 0;
+    T* scratch = A.scratch(nx + nw).data();
+    const T* xs = contiguous(A.values(), o.v[0], scratch);
+    linear_fwd(xs, A.values() + o.v[1].first(0), has_b ? A.values() + o.v[2].first(0) : nullptr,
+               A.values() + r.out, rows, nin, nout, nw ? scratch + nx : nullptr);
+}
+// Scratch: [x gathered (rows * in) | gx (rows * in)].
+template <typename T>
+inline void linear_backward(Arena<T>& A, const Record& r, const Operands& o) {
+    const uint32_t rows = o.tail[0], nin = o.tail[1], nout = o.tail[2];
+    const bool has_b = o.tail[3] != 0;
+    const size_t nx = size_t(rows) * nin;
+    T* buf = A.scratch(2 * nx).data();
+    const T* xs = contiguous(A.values(), o.v[0], buf);
+    T* gx = buf + nx;
+    std::fill(gx, gx + nx, T(0));
+    T* g = A.grads();
+    linear_bwd(xs, A.values() + o.v[1].first(0), g + r.out, gx, g + o.v[1].first(0),
+               has_b ? g + o.v[2].first(0) : nullptr, rows, nin, nout);
+    scatter_add(g, o.v[0], gx);
+}
+
+}  // namespace bt

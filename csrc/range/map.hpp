@@ -1,0 +1,148 @@
+// Elementwise range ops: copy, and the scalar op tables of ops.hpp applied over a range in one
+// record (the record's c holds the scalar op).
+#pragma once
+#include "common.hpp"
+
+namespace bt {
+
+// ---------------------------------------------------------------- copy
+template <typename T>
+inline uint32_t append_copy(Arena<T>& A, const Spans& x) {
+    Appended ap = append_range(A, Op::copy, {&x}, nullptr, 0, total_len(x));
+    copy_forward(A, ap.rec, decode_operands(ap.args));
+    return ap.out;
+}
+template <typename T>
+inline void copy_forward(Arena<T>& A, const Record& r, const Operands& o) {
+    gather(A.values(), o.v[0], A.values() + r.out);
+}
+template <typename T>
+inline void copy_backward(Arena<T>& A, const Record& r, const Operands& o) {
+    scatter_add(A.grads(), o.v[0], A.grads() + r.out);
+}
+
+// ---------------------------------------------------------------- unary maps
+template <typename T>
+inline void map_unary_kernel(Op op, const T* xs, T* ys, size_t n, T c) {
+    switch (op) {
+#define BT_MAP(name, fwd, ...)              \
+    case Op::name:                          \
+        for (size_t i = 0; i < n; ++i) {    \
+            const T x = xs[i];              \
+            ys[i] = (fwd);                  \
+        }                                   \
+        return;
+        BT_UNARY_OPS(BT_MAP)
+        BT_UNARY_IMM_OPS(BT_MAP)
+#undef BT_MAP
+        default: return;
+    }
+    (void)c;
+}
+template <typename T>
+inline void map_unary_grad_kernel(Op op, const T* xs, const T* ys, const T* gy, T* gx, size_t n, T c) {
+    switch (op) {
+#define BT_MAP(name, fwd, dfdx)                  \
+    case Op::name:                               \
+        for (size_t i = 0; i < n; ++i) {         \
+            const T x = xs[i], y = ys[i];        \
+            (void)x;                             \
+            (void)y;                             \
+            gx[i] = gy[i] * (dfdx);              \
+        }                                        \
+        return;
+        BT_UNARY_OPS(BT_MAP)
+        BT_UNARY_IMM_OPS(BT_MAP)
+#undef BT_MAP
+        default: return;
+    }
+    (void)c;
+}
+
+template <typename T>
+inline uint32_t append_map_unary(Arena<T>& A, Op op, const Spans& x, double imm) {
+    const bool with_imm = op_info(op).kind == OpKind::unary_imm;
+    Appended ap = append_range(A, with_imm ? Op::map_imm : Op::map_unary, {&x}, nullptr, 0, total_len(x),
+                               static_cast<uint16_t>(op), imm);
+    map_unary_forward(A, ap.rec, decode_operands(ap.args));
+    return ap.out;
+}
+// Scratch: x gathered (n) when not contiguous.
+template <typename T>
+inline void map_unary_forward(Arena<T>& A, const Record& r, const Operands& o) {
+    const size_t n = r.nout;
+    const T* xs = contiguous(A.values(), o.v[0], A.scratch(n).data());
+    map_unary_kernel<T>(static_cast<Op>(r.c), xs, A.values() + r.out, n, static_cast<T>(r.imm));
+}
+// Scratch: [x gathered (n) | gx (n)].
+template <typename T>
+inline void map_unary_backward(Arena<T>& A, const Record& r, const Operands& o) {
+    const size_t n = r.nout;
+    T* buf = A.scratch(2 * n).data();
+    const T* xs = contiguous(A.values(), o.v[0], buf);
+    T* gx = buf + n;
+    map_unary_grad_kernel<T>(static_cast<Op>(r.c), xs, A.values() + r.out, A.grads() + r.out, gx, n,
+                             static_cast<T>(r.imm));
+    scatter_add(A.grads(), o.v[0], gx);
+}
+
+// ---------------------------------------------------------------- binary maps
+template <typename T>
+inline uint32_t append_map_binary(Arena<T>& A, Op op, const Spans& a, const Spans& b) {
+    Appended ap = append_range(A, Op::map_binary, {&a, &b}, nullptr, 0, total_len(a), static_cast<uint16_t>(op));
+    map_binary_forward(A, ap.rec, decode_operands(ap.args));
+    return ap.out;
+}
+// Scratch: [a gathered (n) | b gathered (n)].
+template <typename T>
+inline void map_binary_forward(Arena<T>& A, const Record& r, const Operands& o) {
+    const size_t n = r.nout;
+    T* buf = A.scratch(2 * n).data();
+    const T* as = contiguous(A.values(), o.v[0], buf);
+    const T* bs = contiguous(A.values(), o.v[1], buf + n);
+    T* ys = A.values() + r.out;
+    switch (static_cast<Op>(r.c)) {
+#define BT_MAP(name, fwd, ...)                   \
+    case Op::name:                               \
+        for (size_t i = 0; i < n; ++i) {         \
+            const T a = as[i], b = bs[i];        \
+            ys[i] = (fwd);                       \
+        }                                        \
+        return;
+        BT_BINARY_OPS(BT_MAP)
+#undef BT_MAP
+        default: return;
+    }
+}
+// Scratch: [a gathered (n) | b gathered (n) | ga (n) | gb (n)].
+template <typename T>
+inline void map_binary_backward(Arena<T>& A, const Record& r, const Operands& o) {
+    const size_t n = r.nout;
+    T* buf = A.scratch(4 * n).data();
+    const T* as = contiguous(A.values(), o.v[0], buf);
+    const T* bs = contiguous(A.values(), o.v[1], buf + n);
+    T* ga = buf + 2 * n;
+    T* gb = buf + 3 * n;
+    const T* ys = A.values() + r.out;
+    const T* gy = A.grads() + r.out;
+    switch (static_cast<Op>(r.c)) {
+#define BT_MAP(name, fwd, dfda, dfdb)            \
+    case Op::name:                               \
+        for (size_t i = 0; i < n; ++i) {         \
+            const T a = as[i], b = bs[i];        \
+            [[maybe_unused]] const T y = ys[i];  \
+            (void)a;                             \
+            (void)b;                             \
+            ga[i] = gy[i] * (dfda);              \
+            gb[i] = gy[i] * (dfdb);              \
+        }                                        \
+        break;
+        BT_BINARY_OPS(BT_MAP)
+#undef BT_MAP
+        default: return;
+    }
+    scatter_add(A.grads(), o.v[0], ga);
+    scatter_add(A.grads(), o.v[1], gb);
+}
+
+}  // namespace bt

@@ -1,0 +1,106 @@
+// Softmax per row, and cross-entropy with integer targets (log-softmax + NLL in one record).
+#pragma once
+#include <cmath>
+#include <limits>
+
+#include "../kernels/vec.hpp"
+#include "common.hpp"
+
+namespace bt {
+
+template <typename T>
+inline void softmax_row(const T* x, T* y, uint32_t n) {
+    T m = -std::numeric_limits<T>::infinity();
+    for (uint32_t j = 0; j < n; ++j) m = std::max(m, x[j]);
+    T s = T(0);
+    for (uint32_t j = 0; j < n; ++j) {
+        y[j] = std::exp(x[j] - m);
+        s += y[j];
+    }
+    const T inv = T(1) / s;
+    for (uint32_t j = 0; j < n; ++j) y[j] *= inv;
+}
+
+// ---------------------------------------------------------------- softmax. Tail: [rows, n].
+template <typename T>
+inline uint32_t append_softmax(Arena<T>& A, const Spans& x, uint32_t rows, uint32_t n) {
+    const uint32_t tail[2] = {rows, n};
+    Appended ap = append_range(A, Op::softmax, {&x}, tail, 2, size_t(rows) * n);
+    softmax_forward(A, ap.rec, decode_operands(ap.args));
+    return ap.out;
+}
+// Scratch: x gathered (rows * n).
+template <typename T>
+inline void softmax_forward(Arena<T>& A, const Record& r, const Operands& o) {
+    const uint32_t rows = o.tail[0], n = o.tail[1];
+    const T* xs = contiguous(A.values(), o.v[0], A.scratch(size_t(rows) * n).data());
+    for (uint32_t i = 0; i < rows; ++i) softmax_row(xs + size_t(i) * n, A.values() + r.out + size_t(i) * n, n);
+}
+// Scratch: gx (rows * n).
+template <typename T>
+inline void softmax_backward(Arena<T>& A, const Record& r, const Operands& o) {
+    const uint32_t rows = o.tail[0], n = o.tail[1];
+    T* gx = A.scratch(size_t(rows) * n).data();
+    const T* y = A.values() + r.out;
+    const T* gy = A.grads() + r.out;
+    for (uint32_t i = 0; i < rows; ++i) {
+        const T* yr = y + size_t(i) * n;
+        const T* gr = gy + size_t(i) * n;
+        const T s = kernels::dot(gr, yr, n);
+        for (uint32_t j = 0; j < n; ++j) gx[size_t(i) * n + j] = yr[j] * (gr[j] - s);
+    }
+    scatter_add(A.grads(), o.v[0], gx);
+}
+
+// ---------------------------------------------------------------- cross-entropy
+// loss = mean over rows of (logsumexp(z_r) - z_r[t_r]). Tail: [rows, V, t_0 .. t_{rows-1}]; the
+// targets live in the record, so a recorded program can replay it with new targets.
+template <typename T>
+inline T logsumexp(const T* z, uint32_t n) {
+    T m = -std::numeric_limits<T>::infinity();
+    for (uint32_t j = 0; j < n; ++j) m = std::max(m, z[j]);
+    T s = T(0);
+    for (uint32_t j = 0; j < n; ++j) s += std::exp(z[j] - m);
+    return m + std::log(s);
+}
+
+template <typename T>
+inline uint32_t append_cross_entropy(Arena<T>& A, const Spans& logits, uint32_t rows, uint32_t V,
+                                     const uint32_t* targets) {
+    const uint32_t dims[2] = {rows, V};
+    Appended ap = append_range(A, Op::cross_entropy, {&logits}, dims, 2, 1, 0, 0.0, targets, rows);
+    cross_entropy_forward(A, ap.rec, decode_operands(ap.args));
+    return ap.out;
+}
+// Scratch: logits gathered (rows * V).
+template <typename T>
+inline void cross_entropy_forward(Arena<T>& A, const Record& r, const Operands& o) {
+    const uint32_t rows = o.tail[0], V = o.tail[1];
+    const uint32_t* targets = o.tail + 2;
+    const T* z = contiguous(A.values(), o.v[0], A.scratch(size_t(rows) * V).data());
+    T loss = T(0);
+    for (uint32_t i = 0; i < rows; ++i) {
+        const T* zr = z + size_t(i) * V;
+        loss += logsumexp(zr, V) - zr[targets[i]];
+    }
+    A.values()[r.out] = loss / T(rows);
+}
+// Scratch: [logits gathered (rows * V) | gz (rows * V)].
+template <typename T>
+inline void cross_entropy_backward(Arena<T>& A, const Record& r, const Operands& o) {
+    const uint32_t rows = o.tail[0], V = o.tail[1];
+    const uint32_t* targets = o.tail + 2;
+    const size_t n = size_t(rows) * V;
+    T* buf = A.scratch(2 * n).data();
+    const T* z = contiguous(A.values(), o.v[0], buf);
+    T* gz = buf + n;
+    const T d = A.grads()[r.out] / T(rows);
+    for (uint32_t i = 0; i < rows; ++i) {
+        softmax_row(z + size_t(i) * V, gz + size_t(i) * V, V);
+        for (uint32_t j = 0; j < V; ++j) gz[size_t(i) * V + j] *= d;
+        gz[size_t(i) * V + targets[i]] -= d;
+    }
+    scatter_add(A.grads(), o.v[0], gz);
+}
+
+}  // namespace bt

@@ -1,0 +1,29 @@
+// The random stream of parameter initialisers: splitmix64, so that a seed gives the same numbers
+// on every platform and C++ library (std::mt19937's distributions are implementation-defined).
+#pragma once
+#include <cmath>
+#include <cstdint>
+
+namespace bt {
+
+class Rng {
+public:
+    explicit Rng(uint64_t seed) : s_(seed * 0x9E3779B97F4A7C15ull + 0x2545F4914F6CDD1Dull) {}
+    uint64_t next() {
+        uint64_t z = (s_ += 0x9E3779B97F4A7C15ull);
+        z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+        z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+        return z ^ (z >> 31);
+    }
+    double uniform() { return double(next() >> 11) * 0x1.0p-53; }  // [0, 1)
+    // Box-Muller, one draw per call (the second value is dropped to keep the stream simple).
+    double normal(double mean, double std) {
+        const double u1 = 1.0 - uniform(), u2 = uniform();
+        return mean + std * std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+    }
+
+private:
+    uint64_t s_;
+};
+
+}  // namespace bt
