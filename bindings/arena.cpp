@@ -296,6 +296,7 @@ void init_arena(nb::module_& m) {
         .def("numpy", [](nb::handle self, int64_t first, int64_t last, const std::string& what, bool writable) {
             ArenaBox& b = *box_of(self.ptr());
             char* p = range_ptr(b, first, last, what);
+            if (writable && what == "grads") b.core->expose_grads();  // writes we cannot see
             size_t shape[1] = {static_cast<size_t>(last - first)};
             // The array keeps the arena alive; the arena's columns never move, so it never dangles.
             nb::dlpack::dtype dt = b.core->dtype() == bt::DType::float64 ? nb::dtype<double>() : nb::dtype<float>();
@@ -324,6 +325,7 @@ void init_arena(nb::module_& m) {
                     throw nb::value_error(("payload of " + std::to_string(nbytes) + " bytes is not a whole number of " +
                                            std::to_string(vs) + "-byte values").c_str());
                 char* p = range_ptr(b, first, first + static_cast<int64_t>(nbytes / vs), what);
+                if (what == "grads") b.core->mark_grads_written();
                 std::memmove(p, view.buf, nbytes);
             } catch (...) {
                 PyBuffer_Release(&view);

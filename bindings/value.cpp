@@ -143,6 +143,7 @@ static void set_data(PyValue* v, double d) {
     dispatch(v->arena, [&](auto& A) { A.values()[v->idx] = static_cast<typename std::remove_reference_t<decltype(A)>::value_type>(d); });
 }
 static void set_grad(PyValue* v, double d) {
+    v->arena->mark_grads_written();
     dispatch(v->arena, [&](auto& A) { A.grads()[v->idx] = static_cast<typename std::remove_reference_t<decltype(A)>::value_type>(d); });
 }
 

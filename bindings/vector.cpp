@@ -487,12 +487,14 @@ static void assign(const VectorBox& v, nb::handle data, bool grads) {
         throw nb::value_error(("assigning " + std::to_string(a.v.size()) + " numbers to a Vector of " +
                                std::to_string(v.size)).c_str());
     v.check();
+    if (grads) v.arena->mark_grads_written();
     size_t i = 0;
     each_slot_ptr(v, grads, [&](auto* p) { *p = static_cast<std::remove_reference_t<decltype(*p)>>(a.v[i++]); });
 }
 
 static void fill_grad(const VectorBox& v, double value) {
     v.check();
+    if (value != 0.0) v.arena->mark_grads_written();
     each_slot_ptr(v, true, [&](auto* p) { *p = static_cast<std::remove_reference_t<decltype(*p)>>(value); });
 }
 

@@ -71,21 +71,34 @@ struct Appended {
 
 class ArenaBase {
 public:
+    // Columns indexed alike start at different offsets within a page (see column.hpp).
+    static constexpr size_t kSkew = 640;
+
     ArenaBase(DType dtype, const Capacity& cap)
-        : dtype_(dtype), gen_(cap.slots), lo_(cap.slots), records_(cap.records), args_(cap.args), id_(next_id()) {}
+        : dtype_(dtype),
+          gen_col_(cap.slots, 2 * kSkew),
+          lo_col_(cap.slots, 3 * kSkew),
+          rec_col_(cap.records, 4 * kSkew),
+          args_col_(cap.args, 5 * kSkew),
+          id_(next_id()) {
+        gen_ = gen_col_.data();
+        lo_ = lo_col_.data();
+        recs_ = rec_col_.data();
+        args_ = args_col_.data();
+    }
     virtual ~ArenaBase() = default;
 
     DType dtype() const { return dtype_; }
     uint64_t id() const { return id_; }
     uint64_t epoch() const { return epoch_; }
-    size_t num_slots() const { return gen_.size(); }
-    size_t num_records() const { return records_.size(); }
-    size_t num_args() const { return args_.size(); }
-    const Record& record(size_t r) const { return records_[r]; }
-    const uint32_t* args() const { return args_.data(); }
+    size_t num_slots() const { return nslots_; }
+    size_t num_records() const { return nrecords_; }
+    size_t num_args() const { return nargs_; }
+    const Record& record(size_t r) const { return recs_[r]; }
+    const uint32_t* args() const { return args_; }
     virtual size_t value_size() const = 0;
 
-    bool alive(uint32_t idx, uint64_t gen) const { return idx < gen_.size() && gen_[idx] == gen; }
+    bool alive(uint32_t idx, uint64_t gen) const { return idx < nslots_ && gen_[idx] == gen; }
     uint64_t gen_of(uint32_t idx) const { return gen_[idx]; }
     uint32_t lo_of(uint32_t idx) const { return lo_[idx]; }
 
@@ -100,34 +113,32 @@ public:
         }
         const uint64_t end = uint64_t(first) + len;
         size_t r = first_record_at_or_above(first);
-        if (r > 0 && records_[r - 1].out + uint64_t(records_[r - 1].nout) > first) --r;
-        for (; r < records_.size() && records_[r].out < end; ++r) lo = std::min(lo, records_[r].lo);
+        if (r > 0 && recs_[r - 1].out + uint64_t(recs_[r - 1].nout) > first) --r;
+        for (; r < nrecords_ && recs_[r].out < end; ++r) lo = std::min(lo, recs_[r].lo);
         return lo;
     }
 
     Mark checkpoint() const {
         Mark m;
         m.arena_id = id_;
-        m.slots = static_cast<uint32_t>(gen_.size());
-        m.records = static_cast<uint32_t>(records_.size());
-        m.args = static_cast<uint32_t>(args_.size());
+        m.slots = static_cast<uint32_t>(nslots_);
+        m.records = static_cast<uint32_t>(nrecords_);
+        m.args = static_cast<uint32_t>(nargs_);
         m.last_gen = m.slots ? gen_[m.slots - 1] : 0;
         return m;
     }
     // Why a mark cannot be rewound to, or nullptr if it can.
     const char* mark_problem(const Mark& m) const {
         if (m.arena_id != id_) return "the checkpoint belongs to another arena";
-        if (m.slots > gen_.size() || m.records > records_.size() || m.args > args_.size() ||
-            (m.slots && gen_[m.slots - 1] != m.last_gen))
+        if (m.slots > nslots_ || m.records > nrecords_ || m.args > nargs_ || (m.slots && gen_[m.slots - 1] != m.last_gen))
             return "the checkpoint was discarded by an earlier rewind below it";
         return nullptr;
     }
     void rewind(const Mark& m) {
-        truncate_values(m.slots);
-        gen_.truncate(m.slots);
-        lo_.truncate(m.slots);
-        records_.truncate(m.records);
-        args_.truncate(m.args);
+        nslots_ = m.slots;
+        nrecords_ = m.records;
+        nargs_ = m.args;
+        if (dirty_ > m.records) dirty_ = m.records;
         if (!labels_.empty()) labels_.erase(labels_.lower_bound(m.slots), labels_.end());
         ++epoch_;
         ++rewinds_;
@@ -135,10 +146,16 @@ public:
         records_at_rewind_ = m.records;
     }
     uint64_t rewinds() const { return rewinds_; }
-    bool growth_warned = false;  // set by the bindings once they warned about a loop that never rewinds
     // Sweeps and records since the last rewind: how the bindings notice a loop that never rewinds.
     uint64_t sweeps_since_rewind() const { return sweeps_since_rewind_; }
-    size_t records_since_rewind() const { return records_.size() - std::min(records_.size(), records_at_rewind_); }
+    size_t records_since_rewind() const { return nrecords_ - std::min(nrecords_, records_at_rewind_); }
+    bool growth_warned = false;  // set by the bindings once they warned about a loop that never rewinds
+
+    // Grads of records at or above the watermark are zero unless something other than a sweep
+    // wrote them: a sweep then skips zeroing them. Whoever writes grads directly says so here;
+    // handing out a writable view of grads turns the shortcut off for good.
+    void mark_grads_written() { dirty_ = nrecords_; }
+    void expose_grads() { grads_exposed_ = true; }
 
     // ---- labels: a side table, empty (no memory) unless labels are set ----
     void set_label(uint32_t idx, std::string s) {
@@ -165,22 +182,22 @@ public:
 
     // Index of the record that writes slot idx, or -1 for a leaf (no record writes it).
     int64_t record_of(uint32_t idx) const {
-        size_t lo = 0, hi = records_.size();
+        size_t lo = 0, hi = nrecords_;
         while (lo < hi) {  // first record with out > idx
             size_t mid = (lo + hi) / 2;
-            if (records_[mid].out <= idx) lo = mid + 1;
+            if (recs_[mid].out <= idx) lo = mid + 1;
             else hi = mid;
         }
         if (lo == 0) return -1;
-        const Record& r = records_[lo - 1];
+        const Record& r = recs_[lo - 1];
         return (uint64_t(idx) < uint64_t(r.out) + r.nout) ? int64_t(lo - 1) : -1;
     }
     // Index of the first record whose outputs lie at or above slot idx.
     size_t first_record_at_or_above(uint32_t idx) const {
-        size_t lo = 0, hi = records_.size();
+        size_t lo = 0, hi = nrecords_;
         while (lo < hi) {
             size_t mid = (lo + hi) / 2;
-            if (records_[mid].out < idx) lo = mid + 1;
+            if (recs_[mid].out < idx) lo = mid + 1;
             else hi = mid;
         }
         return lo;
@@ -191,49 +208,81 @@ public:
     using Span = std::pair<uint32_t, uint32_t>;
     std::vector<Span> record_args(const Record& r) const;
 
-    size_t bytes_records() const { return records_.size() * sizeof(Record); }
-    size_t bytes_args() const { return args_.size() * sizeof(uint32_t); }
-    size_t bytes_gen() const { return gen_.size() * sizeof(uint64_t); }
-    size_t bytes_lo() const { return lo_.size() * sizeof(uint32_t); }
+    size_t bytes_records() const { return nrecords_ * sizeof(Record); }
+    size_t bytes_args() const { return nargs_ * sizeof(uint32_t); }
+    size_t bytes_gen() const { return nslots_ * sizeof(uint64_t); }
+    size_t bytes_lo() const { return nslots_ * sizeof(uint32_t); }
     size_t committed_bytes() const {
-        return gen_.committed_bytes() + lo_.committed_bytes() + records_.committed_bytes() +
-               args_.committed_bytes() + committed_value_bytes();
+        return gen_col_.committed_bytes() + lo_col_.committed_bytes() + rec_col_.committed_bytes() +
+               args_col_.committed_bytes() + committed_value_bytes();
     }
     virtual size_t committed_value_bytes() const = 0;
+    // Commits memory for this many slots, records and args in total.
     void reserve(size_t slots, size_t records, size_t args) {
-        reserve_values(slots);
-        gen_.reserve(slots);
-        lo_.reserve(slots);
-        records_.reserve(records);
-        args_.reserve(args);
+        ensure_slots(slots);
+        rec_col_.ensure(records);
+        args_col_.ensure(args);
+        refresh_limits();
     }
     void release_unused() {
-        gen_.release_unused();
-        lo_.release_unused();
-        records_.release_unused();
-        args_.release_unused();
-        release_unused_values();
+        gen_col_.release_beyond(nslots_);
+        lo_col_.release_beyond(nslots_);
+        rec_col_.release_beyond(nrecords_);
+        args_col_.release_beyond(nargs_);
+        release_values_beyond(nslots_);
     }
 
 protected:
-    virtual void truncate_values(size_t n) = 0;
-    virtual void reserve_values(size_t n) = 0;
-    virtual void release_unused_values() = 0;
+    virtual void ensure_values(size_t n) = 0;
+    virtual size_t committed_values() const = 0;
+    virtual void release_values_beyond(size_t n) = 0;
+    void ensure_slots(size_t n) {
+        ensure_values(n);
+        gen_col_.ensure(n);
+        lo_col_.ensure(n);
+    }
+    // The counts up to which appends need no check but one compare per kind.
+    void refresh_limits() {
+        slot_limit_ = std::min({committed_values(), gen_col_.committed(), lo_col_.committed()});
+        record_limit_ = rec_col_.committed();
+        args_limit_ = args_col_.committed();
+    }
+    // Room for this many more slots, records and args: all or nothing (throws before any change).
+    void grow(size_t slots, size_t records, size_t args) {
+        if (slots > gen_col_.max_size() - nslots_) gen_col_.capacity_exceeded();
+        if (records > rec_col_.max_size() - nrecords_) rec_col_.capacity_exceeded();
+        if (args > args_col_.max_size() - nargs_) args_col_.capacity_exceeded();
+        ensure_slots(nslots_ + slots);
+        rec_col_.ensure(nrecords_ + records);
+        args_col_.ensure(nargs_ + args);
+        refresh_limits();
+    }
     static uint64_t next_id() {
         static uint64_t counter = 0;
         return ++counter;
     }
 
     DType dtype_;
-    Column<uint64_t> gen_;
-    Column<uint32_t> lo_;
-    Column<Record> records_;
-    Column<uint32_t> args_;
+    Column<uint64_t> gen_col_;
+    Column<uint32_t> lo_col_;
+    Column<Record> rec_col_;
+    Column<uint32_t> args_col_;
+    uint64_t* gen_;
+    uint32_t* lo_;
+    Record* recs_;
+    uint32_t* args_;
+    // Each count sits beside its limit, not beside the other counts: the compiler would merge
+    // adjacent increments into one vector store, and reading one count back from it stalls.
+    size_t nslots_ = 0, slot_limit_ = 0;
+    size_t nrecords_ = 0, record_limit_ = 0;
+    size_t nargs_ = 0, args_limit_ = 0;
     uint64_t id_;
     uint64_t epoch_ = 0;
     uint64_t rewinds_ = 0;
     uint64_t sweeps_since_rewind_ = 0;
     size_t records_at_rewind_ = 0;
+    size_t dirty_ = 0;
+    bool grads_exposed_ = false;
     std::map<uint32_t, std::string> labels_;
 };
 
@@ -243,7 +292,7 @@ inline std::vector<ArenaBase::Span> ArenaBase::record_args(const Record& r) cons
         if (!out.empty() && out.back().first + out.back().second == first) out.back().second += len;
         else out.emplace_back(first, len);
     };
-    const uint32_t* p = args_.data() + r.a;
+    const uint32_t* p = args_ + r.a;
     switch (op_info(r.op).kind) {
         case OpKind::leaf: break;
         case OpKind::unary:
@@ -270,45 +319,41 @@ public:
     using value_type = T;
     explicit Arena(const Capacity& cap = Capacity())
         : ArenaBase(std::is_same_v<T, float> ? DType::float32 : DType::float64, cap),
-          value_(cap.slots),
-          grad_(cap.slots) {}
-
-    T* values() { return value_.data(); }
-    T* grads() { return grad_.data(); }
-    const T* values() const { return value_.data(); }
-    const T* grads() const { return grad_.data(); }
-    size_t value_size() const override { return sizeof(T); }
-    size_t committed_value_bytes() const override {
-        return value_.committed_bytes() + grad_.committed_bytes();
+          val_col_(cap.slots, 0),
+          grad_col_(cap.slots, kSkew) {
+        val_ = val_col_.data();
+        grad_ = grad_col_.data();
     }
+
+    T* values() { return val_; }
+    T* grads() { return grad_; }
+    const T* values() const { return val_; }
+    const T* grads() const { return grad_; }
+    size_t value_size() const override { return sizeof(T); }
+    size_t committed_value_bytes() const override { return val_col_.committed_bytes() + grad_col_.committed_bytes(); }
 
     // Guarantees that an op appending this much cannot fail half-way (all or nothing).
     void make_room(size_t slots, size_t records, size_t args) {
-        value_.make_room(slots);
-        grad_.make_room(slots);
-        gen_.make_room(slots);
-        lo_.make_room(slots);
-        records_.make_room(records);
-        args_.make_room(args);
+        if (slots > slot_limit_ - nslots_ || records > record_limit_ - nrecords_ || args > args_limit_ - nargs_)
+            [[unlikely]] grow(slots, records, args);
     }
 
     // n fresh slots with zero grads, stamped with the current epoch and `lo`. Returns the first.
     uint32_t new_slots(size_t n, uint32_t lo = kNoRecord) {
-        size_t first = value_.grow(n);
-        grad_.grow(n);
-        gen_.grow(n);
-        lo_.grow(n);
+        make_room(n, 0, 0);
+        const size_t first = nslots_;
+        nslots_ += n;
+        const uint64_t epoch = epoch_;
         for (size_t i = first; i < first + n; ++i) {
             grad_[i] = T(0);
-            gen_[i] = epoch_;
+            gen_[i] = epoch;
             lo_[i] = lo;
         }
         return static_cast<uint32_t>(first);
     }
     uint32_t leaf(T v) {
-        make_room(1, 0, 0);
         uint32_t i = new_slots(1);
-        value_[i] = v;
+        val_[i] = v;
         return i;
     }
 
@@ -335,14 +380,15 @@ public:
             return Appended{out, Record{op, c, out, n32, 0, uint32_t(nargs), kNoRecord, imm}, args_scratch_.data()};
         }
         make_room(nout, 1, nargs);
-        const uint32_t self = static_cast<uint32_t>(records_.size());
+        const uint32_t self = static_cast<uint32_t>(nrecords_);
         lo = std::min(lo, self);
-        size_t first = args_.grow(nargs);
-        write(args_.data() + first);
+        const size_t first = nargs_;
+        nargs_ += nargs;
+        write(args_ + first);
         uint32_t out = new_slots(nout, lo);
-        Record r{op, c, out, n32, static_cast<uint32_t>(first), uint32_t(nargs), lo, imm};
-        records_.push(r);
-        return Appended{out, r, args_.data() + first};
+        const Record r{op, c, out, n32, static_cast<uint32_t>(first), uint32_t(nargs), lo, imm};
+        recs_[nrecords_++] = r;
+        return Appended{out, r, args_ + first};
     }
 
     // ---- the reverse sweep (backward.hpp) ----
@@ -357,36 +403,37 @@ public:
     }
 
 protected:
-    void truncate_values(size_t n) override {
-        value_.truncate(n);
-        grad_.truncate(n);
+    void ensure_values(size_t n) override {
+        val_col_.ensure(n);
+        grad_col_.ensure(n);
     }
-    void reserve_values(size_t n) override {
-        value_.reserve(n);
-        grad_.reserve(n);
-    }
-    void release_unused_values() override {
-        value_.release_unused();
-        grad_.release_unused();
+    size_t committed_values() const override { return std::min(val_col_.committed(), grad_col_.committed()); }
+    void release_values_beyond(size_t n) override {
+        val_col_.release_beyond(n);
+        grad_col_.release_beyond(n);
     }
 
 private:
-    // One scalar record with its output slot; lo from the arguments' lo.
+    // One scalar record and its output slot; lo from the arguments' lo.
     uint32_t push_scalar(Op op, uint32_t a, uint32_t b, uint32_t lo, double imm, T y) {
         if (!grad_enabled()) return leaf(y);
         make_room(1, 1, 0);
-        const uint32_t self = static_cast<uint32_t>(records_.size());
-        lo = std::min(lo, self);
-        uint32_t out = new_slots(1, lo);
-        value_[out] = y;
-        records_.push(Record{op, 0, out, 1, a, b, lo, imm});
-        return out;
+        const size_t out = nslots_++, rec = nrecords_++;
+        lo = std::min(lo, static_cast<uint32_t>(rec));
+        val_[out] = y;
+        grad_[out] = T(0);
+        gen_[out] = epoch_;
+        lo_[out] = lo;
+        recs_[rec] = Record{op, 0, static_cast<uint32_t>(out), 1, a, b, lo, imm};
+        return static_cast<uint32_t>(out);
     }
     template <bool Check>
     void sweep(size_t top, size_t lo);
 
-    Column<T> value_;
-    Column<T> grad_;
+    Column<T> val_col_;
+    Column<T> grad_col_;
+    T* val_;
+    T* grad_;
     std::vector<T> scratch_;
     std::vector<uint32_t> args_scratch_;
 };

@@ -80,13 +80,13 @@ template <bool Check>
 inline void Arena<T>::sweep(size_t top, size_t lo) {
     // A record whose outputs all have zero grad contributes nothing: skipping it makes records
     // that do not lead to the root (other graphs interleaved, dead ReLUs) nearly free.
-    const T* g = grad_.data();
+    const T* g = grad_;
     for (size_t k = top + 1; k-- > lo;) {
-        const Record& r = records_[k];
+        const Record& r = recs_[k];
         bool live = g[r.out] != T(0);
         for (uint32_t i = 1; !live && i < r.nout; ++i) live = g[r.out + i] != T(0);
         if (!live) continue;
-        backward_record(*this, r, args_.data());
+        backward_record(*this, r, args_);
         if constexpr (Check) check_contribution(*this, k);
     }
 }
@@ -100,13 +100,17 @@ inline void Arena<T>::backward(uint32_t root, T seed, uint32_t stop_below) {
         return;
     }
     const size_t top = static_cast<size_t>(rr);
-    size_t lo = records_[top].lo;
+    size_t lo = recs_[top].lo;
     if (stop_below) lo = std::max(lo, first_record_at_or_above(stop_below));
-    // Interior grads of the swept records start from zero, whatever wrote them since.
-    for (size_t k = lo; k <= top; ++k) {
-        const Record& r = records_[k];
-        std::fill(grad_.data() + r.out, grad_.data() + r.out + r.nout, T(0));
+    // Interior grads of the swept records start from zero. Records above the watermark are zero
+    // already (fresh slots, and nothing wrote them since), so a training loop of build ->
+    // backward -> rewind never pays for a zeroing pass.
+    const size_t zero_end = grads_exposed_ ? top + 1 : std::min(dirty_, top + 1);
+    for (size_t k = lo; k < zero_end; ++k) {
+        const Record& r = recs_[k];
+        std::fill(grad_ + r.out, grad_ + r.out + r.nout, T(0));
     }
+    dirty_ = std::max(dirty_, top + 1);
     grad_[root] = seed;
     if (anomaly_enabled()) sweep<true>(top, lo);
     else sweep<false>(top, lo);

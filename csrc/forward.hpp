@@ -59,21 +59,21 @@ inline void check_outputs(const Arena<T>& A, Op op, uint32_t out, uint32_t nout)
 
 template <typename T>
 inline uint32_t Arena<T>::unary(Op op, uint32_t x) {
-    uint32_t out = push_scalar(op, x, 0, lo_[x], 0.0, unary_forward<T>(op, value_[x]));
+    uint32_t out = push_scalar(op, x, 0, lo_[x], 0.0, unary_forward<T>(op, val_[x]));
     if (anomaly_enabled()) check_outputs(*this, op, out, 1);
     return out;
 }
 
 template <typename T>
 inline uint32_t Arena<T>::unary_imm(Op op, uint32_t x, double imm) {
-    uint32_t out = push_scalar(op, x, 0, lo_[x], imm, unary_imm_forward<T>(op, value_[x], static_cast<T>(imm)));
+    uint32_t out = push_scalar(op, x, 0, lo_[x], imm, unary_imm_forward<T>(op, val_[x], static_cast<T>(imm)));
     if (anomaly_enabled()) check_outputs(*this, op, out, 1);
     return out;
 }
 
 template <typename T>
 inline uint32_t Arena<T>::binary(Op op, uint32_t a, uint32_t b) {
-    uint32_t out = push_scalar(op, a, b, std::min(lo_[a], lo_[b]), 0.0, binary_forward<T>(op, value_[a], value_[b]));
+    uint32_t out = push_scalar(op, a, b, std::min(lo_[a], lo_[b]), 0.0, binary_forward<T>(op, val_[a], val_[b]));
     if (anomaly_enabled()) check_outputs(*this, op, out, 1);
     return out;
 }
@@ -83,7 +83,7 @@ inline uint32_t Arena<T>::nary(Op op, const uint32_t* idx, size_t n) {
     uint32_t lo = kNoRecord;
     for (size_t i = 0; i < n; ++i) lo = std::min(lo, lo_[idx[i]]);
     Appended ap = append(op, nary_outputs(op), n, lo, 0, 0.0, [&](uint32_t* dst) { std::copy(idx, idx + n, dst); });
-    nary_forward<T>(op, value_.data(), ap.args, n, value_.data() + ap.out);
+    nary_forward<T>(op, val_, ap.args, n, val_ + ap.out);
     if (anomaly_enabled()) check_outputs(*this, op, ap.out, ap.rec.nout);
     return ap.out;
 }
