@@ -112,15 +112,15 @@ static void exit_arena(nb::handle self) {
 // ---------------------------------------------------------------- growth without rewinds
 void check_unbounded_growth(bt::ArenaBase* a) {
     // A loop that builds a graph per step and never rewinds keeps every step's nodes: warn once,
-    // with the fix, when many sweeps ran over many records without a rewind in between.
-    if (a->growth_warned || a->sweeps_since_rewind() < 16 || a->records_since_rewind() < (size_t(1) << 20)) return;
+    // with the fix, when many sweeps ran and millions of nodes piled up without a rewind.
+    if (a->growth_warned || a->sweeps_since_rewind() < 16 || a->slots_since_rewind() < (size_t(1) << 21)) return;
     a->growth_warned = true;
     if (PyErr_WarnFormat(PyExc_RuntimeWarning, 1,
-                         "burtorch: %zu records and %llu backward passes since this arena was last rewound: "
+                         "burtorch: %zu nodes and %llu backward passes since this arena was last rewound: "
                          "every step's graph stays in memory. Take cp = bt.checkpoint() after creating the "
                          "parameters and call bt.rewind(cp) after each step (or wrap each step in "
                          "`with bt.scope():`).",
-                         a->records_since_rewind(), (unsigned long long)a->sweeps_since_rewind()) < 0)
+                         a->slots_since_rewind(), (unsigned long long)a->sweeps_since_rewind()) < 0)
         PyErr_Clear();  // warnings turned into errors are not worth failing a backward for
 }
 
@@ -281,6 +281,16 @@ void init_arena(nb::module_& m) {
             if (!v) throw nb::python_error();
             return nb::steal(v);
         }, nb::arg("index"), "A Value handle to node `index`.")
+        .def("reach", [](nb::handle self, nb::handle v) {
+            if (!is_value(v.ptr()) || as_pyvalue(v.ptr())->owner != self.ptr())
+                throw nb::type_error("reach() expects a Value of this arena");
+            if (!check_alive(as_pyvalue(v.ptr()))) throw nb::python_error();
+            const bt::ArenaBase& a = *box_of(self.ptr())->core;
+            int64_t r = a.record_of(as_pyvalue(v.ptr())->idx);
+            return r < 0 ? int64_t(-1) : int64_t(a.record(size_t(r)).lo);
+        }, nb::arg("value"),
+           "The lowest record a backward pass from `value` visits (-1 for a leaf): records below it\n"
+           "cannot lead to `value`, so the sweep stops there.")
         .def("record_of", [](const ArenaBox& b, int64_t index) {
             if (index < 0 || size_t(index) >= b.core->num_slots()) throw nb::index_error("node index out of range");
             return b.core->record_of(uint32_t(index));

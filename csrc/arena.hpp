@@ -143,12 +143,12 @@ public:
         ++epoch_;
         ++rewinds_;
         sweeps_since_rewind_ = 0;
-        records_at_rewind_ = m.records;
+        slots_at_rewind_ = m.slots;
     }
     uint64_t rewinds() const { return rewinds_; }
-    // Sweeps and records since the last rewind: how the bindings notice a loop that never rewinds.
+    // Sweeps and nodes since the last rewind: how the bindings notice a loop that never rewinds.
     uint64_t sweeps_since_rewind() const { return sweeps_since_rewind_; }
-    size_t records_since_rewind() const { return nrecords_ - std::min(nrecords_, records_at_rewind_); }
+    size_t slots_since_rewind() const { return nslots_ - std::min(nslots_, slots_at_rewind_); }
     bool growth_warned = false;  // set by the bindings once they warned about a loop that never rewinds
 
     // Grads of records at or above the watermark are zero unless something other than a sweep
@@ -280,7 +280,7 @@ protected:
     uint64_t epoch_ = 0;
     uint64_t rewinds_ = 0;
     uint64_t sweeps_since_rewind_ = 0;
-    size_t records_at_rewind_ = 0;
+    size_t slots_at_rewind_ = 0;
     size_t dirty_ = 0;
     bool grads_exposed_ = false;
     std::map<uint32_t, std::string> labels_;

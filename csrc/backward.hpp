@@ -70,7 +70,7 @@ inline void check_contribution(const Arena<T>& A, size_t k) {
             if (!std::isfinite(g[span.first + i]))
                 throw AnomalyError(std::string("anomaly: the backward of ") + op_info(r.op).name + " (record " +
                                        std::to_string(k) + ", output " + A.describe_node(r.out) + ") produced " +
-                                       (std::isnan(g[span.first + i]) ? "nan" : "inf") + " in the grad of its argument " +
+                                       non_finite_name(g[span.first + i]) + " in the grad of its argument " +
                                        A.describe_node(span.first + i),
                                    k, span.first + i, true);
 }

@@ -44,17 +44,37 @@ inline T binary_forward(Op op, T a, T b) {
     }
 }
 
+// How a non-finite number reads in an anomaly message.
+template <typename T>
+inline const char* non_finite_name(T x) {
+    return std::isnan(x) ? "nan" : (x > 0 ? "inf" : "-inf");
+}
+
+// "node 3 'x', node 5" for the first few arguments of a record (anomaly messages).
+inline std::string describe_args(const ArenaBase& A, const Record& r) {
+    std::string s;
+    int shown = 0;
+    for (const auto& span : A.record_args(r))
+        for (uint32_t i = 0; i < span.second; ++i) {
+            if (shown == 3) return s + ", ...";
+            s += (shown++ ? ", " : "") + A.describe_node(span.first + i);
+        }
+    return s;
+}
+
 // Raises AnomalyError if an output of the op just appended is not finite (anomaly mode only).
 template <typename T>
 inline void check_outputs(const Arena<T>& A, Op op, uint32_t out, uint32_t nout) {
     const T* v = A.values() + out;
-    const size_t rec = A.num_records() - (grad_enabled() ? 1 : 0);
-    for (uint32_t i = 0; i < nout; ++i)
-        if (!std::isfinite(v[i]))
-            throw AnomalyError(std::string("anomaly: the forward of ") + op_info(op).name + " (record " +
-                                   std::to_string(rec) + ") produced " + (std::isnan(v[i]) ? "nan" : "inf") +
-                                   " in " + A.describe_node(out + i),
-                               rec, out + i, false);
+    for (uint32_t i = 0; i < nout; ++i) {
+        if (std::isfinite(v[i])) continue;
+        const bool recorded = grad_enabled();
+        const size_t rec = A.num_records() - (recorded ? 1 : 0);
+        std::string msg = std::string("anomaly: the forward of ") + op_info(op).name + " (record " + std::to_string(rec) +
+                          ") produced " + non_finite_name(v[i]) + " in " + A.describe_node(out + i);
+        if (recorded) msg += ", from " + describe_args(A, A.record(rec));
+        throw AnomalyError(msg, rec, out + i, false);
+    }
 }
 
 template <typename T>

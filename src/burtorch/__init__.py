@@ -11,6 +11,7 @@ from ._core import (  # noqa: F401  (re-exported API)
     Arena,
     get_default_dtype,
     set_default_dtype,
+    AnomalyError,
     Checkpoint,
     DType,
     StaleValueError,
@@ -26,6 +27,8 @@ from ._core import (  # noqa: F401  (re-exported API)
     float32,
     float64,
     hcat,
+    is_anomaly_enabled,
+    is_grad_enabled,
     layer_norm,
     leaves,
     linear,
@@ -86,6 +89,52 @@ class scope:
 
     def __exit__(self, *exc) -> None:
         rewind(self._cp)
+
+
+class _ThreadMode:
+    """A per-thread mode of the core, entered as a context manager or used as a decorator."""
+
+    _name = ""
+
+    def __enter__(self):
+        _core._push_mode(self._name, 1)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        _core._push_mode(self._name, -1)
+
+    def __call__(self, fn):
+        import functools
+
+        @functools.wraps(fn)
+        def wrapper(*args, **kwargs):
+            with type(self)():
+                return fn(*args, **kwargs)
+
+        return wrapper
+
+
+class no_grad(_ThreadMode):
+    """``with bt.no_grad():`` ops compute values but append no records (PyTorch's name).
+
+    Inside the block every op writes its result into a fresh leaf node: nothing can be swept
+    backward through it and no argument lists are stored, so validation passes and sampling
+    cost values only. Per thread; nests; also usable as a decorator (``@bt.no_grad()``).
+    """
+
+    _name = "no_grad"
+
+
+class detect_anomaly(_ThreadMode):
+    """``with bt.detect_anomaly():`` the first non-finite number raises :class:`AnomalyError`.
+
+    Checked: the outputs of every op appended inside the block, and during a backward pass
+    inside it, the grads each record contributes to its arguments. The error names the op, its
+    record index and the node (with its label when labels are on). Off (the default) it costs
+    nothing per record. Per thread; nests; also usable as a decorator.
+    """
+
+    _name = "anomaly"
 
 
 def backward(root: Value, seed: float = 1.0, wrt=None) -> None:
