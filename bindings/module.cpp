@@ -2,12 +2,15 @@
 #include "build_info.hpp"
 #include "common.hpp"
 
+namespace btpy { void init_compress(nb::module_& m); }
+
 NB_MODULE(_core, m) {
     m.doc() = "burtorch native core: arenas of scalar nodes, ops, reverse sweep.";
     btpy::init_arena(m);
     btpy::init_value(m);
     btpy::init_functions(m);
     btpy::init_ranges(m);
+    btpy::init_compress(m);
 #ifdef BT_BUILD_INFO
     m.attr("build_info") = BT_BUILD_INFO;
 #endif
