@@ -60,6 +60,7 @@ class Federation:
         self.t = 0
         self.records: list = []
         self.total_bits = 0
+        self.total_floats = 0
         self.total_samples = 0
         self.executor.start(problem, method)
 
@@ -88,6 +89,7 @@ class Federation:
         self.x = self.method.absorb(self.x, self.server, messages, ctx)
         bits = sum(r.message.bits for r in messages)
         self.total_bits += bits
+        self.total_floats += sum(r.message.floats for r in messages)
         self.total_samples += sum(r.samples for r in messages)
         oracle_losses = [r.loss for r in messages if r.loss is not None]
         record = {"round": t, "participants": len(messages), "bits": bits,

@@ -63,6 +63,8 @@ class Method:
     def __init__(self, lr: float | None = None, compressor: Compressor | None = None, float_bits: int = 32,
                  batch: int | None = None):
         self.lr = check_lr(lr)
+        if compressor is not None and not isinstance(compressor, Compressor):
+            raise TypeError(f"expected a Compressor, got {type(compressor).__name__}")
         self.compressor = compressor
         self.float_bits = compressor.float_bits if compressor is not None else float_bits
         self.batch = check_batch(batch)
@@ -76,8 +78,6 @@ class Method:
         if self.compressor_kind is not None:
             if c is None:
                 raise ValueError(f"{self.name} needs a compressor")
-            if not isinstance(c, Compressor):
-                raise TypeError(f"expected a Compressor, got {type(c).__name__}")
             if c.d != d:
                 raise ValueError(f"the compressor was built for d={c.d}, the model has {d} parameters")
             if self.compressor_kind == "unbiased" and not c.unbiased:
