@@ -103,13 +103,14 @@ def build_method(args, name: str, compressor_name: str, lr, problem, d: int):
 def main(args) -> int:
     from ..seeding import next_seed
     from ..trainer import Progress
-    from .federation import Federation
+    from .federation import Federation, check_participation
 
     try:
         if args.rounds < 1:
             raise ValueError(f"--rounds must be >= 1, got {args.rounds}")
         if args.lr_scale <= 0:
             raise ValueError(f"--lr-scale must be > 0, got {args.lr_scale}")
+        check_participation(args.participation)
         seed = next_seed() if args.seed is None else args.seed
         problem = build_problem(args, seed)
         d = len(problem.initial_point(seed))
