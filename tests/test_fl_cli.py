@@ -107,3 +107,16 @@ def test_names_per_client(tmp_path):
                  "--json", str(out)]) == 0
     recs = json.loads(out.read_text())["runs"][0]["records"]
     assert recs[-1]["loss"] < recs[0]["loss"] < 4.0
+
+
+def test_cli_names_match_the_modules():
+    from burtorch.fl import cli, compressors, executors, methods
+
+    assert cli.METHODS == methods.METHODS and cli.COMPRESSORS == compressors.COMPRESSORS
+    assert cli.EXECUTORS == executors.EXECUTORS and cli.SPLITS == splits.SPLITS
+
+
+def test_target_reports_bits_to_reach_a_gradient_norm(capsys):
+    assert main(["fl", "--clients", "4", "--rounds", "40", "--samples", "80", "--dim", "5", "--method", "gd",
+                 "--seed", "1", "--quiet", "--target", "1e-3"]) == 0
+    assert "grad norm <= 0.001 at round" in capsys.readouterr().out

@@ -23,6 +23,7 @@ def plot_runs(runs: list, path: str, title: str = "") -> None:
         for col, xlabel in enumerate(("round", "bits sent per client")):
             axes[row][col].set_xlabel(xlabel)
             axes[row][col].grid(True, which="both", alpha=0.3)
+        axes[row][1].set_xscale("log")  # bits span orders of magnitude between methods
     axes[0][0].legend()
     if title:
         fig.suptitle(title)
