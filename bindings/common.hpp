@@ -151,5 +151,6 @@ void init_functions(nb::module_& m);
 void init_vector(nb::module_& m);
 void init_range(nb::module_& m);
 void init_optim(nb::module_& m);
+void init_compress(nb::module_& m);
 
 }  // namespace btpy

@@ -11,6 +11,7 @@ NB_MODULE(_core, m) {
     btpy::init_vector(m);
     btpy::init_range(m);
     btpy::init_optim(m);
+    btpy::init_compress(m);
 #ifdef BT_BUILD_INFO
     m.attr("build_info") = BT_BUILD_INFO;
 #endif

@@ -1,5 +1,6 @@
-// The random stream of parameter initialisers: splitmix64, so that a seed gives the same numbers
-// on every platform and C++ library (std::mt19937's distributions are implementation-defined).
+// The core's one random stream (parameter initialisers, gradient compressors): splitmix64, so
+// that a seed gives the same numbers on every platform and C++ library (std::mt19937's
+// distributions are implementation-defined).
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -16,6 +17,14 @@ public:
         return z ^ (z >> 31);
     }
     double uniform() { return double(next() >> 11) * 0x1.0p-53; }  // [0, 1)
+    // Uniform in [0, n) without modulo bias (Lemire's multiply-shift with rejection).
+    uint64_t below(uint64_t n) {
+        for (;;) {
+            unsigned __int128 m = (unsigned __int128)next() * n;
+            const uint64_t low = uint64_t(m);
+            if (low >= n || low >= (0 - n) % n) return uint64_t(m >> 64);
+        }
+    }
     // Box-Muller, one draw per call (the second value is dropped to keep the stream simple).
     double normal(double mean, double std) {
         const double u1 = 1.0 - uniform(), u2 = uniform();

@@ -36,10 +36,12 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--repeats", type=int, default=5, help="timed runs per workload (median reported)")
     demo.set_defaults(func=_demo)
     from .bench.cli import register as register_bench
+    from .fl.cli import register as register_fl
     from .train_cli import register as register_train
 
     register_train(sub)
     register_bench(sub)
+    register_fl(sub)
     return p
 
 

@@ -1,0 +1,129 @@
+// Gradient compressors of distributed optimization: O(d) loops over contiguous float buffers.
+//
+// Every random compressor draws from the core's Rng built from an explicit 64-bit seed, so the
+// numbers a message carries depend on (input, seed) only: not on the thread, process or machine
+// that computes it. Callers derive the seed from (run seed, client, round).
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <numeric>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "rng.hpp"
+
+namespace bt::compress {
+
+// A non-finite coordinate would make TopK's order and dithering's norm meaningless: refuse it.
+template <typename T>
+void check_finite(const T* x, size_t d) {
+    for (size_t i = 0; i < d; ++i)
+        if (!std::isfinite(x[i]))
+            throw std::invalid_argument("compress: coordinate " + std::to_string(i) + " is not finite (" +
+                                        std::to_string(double(x[i])) + ")");
+}
+
+// RandK: k distinct coordinates uniformly at random (selection sampling, indices ascending),
+// values scaled by d/k so that the message is unbiased.
+template <typename T>
+void rand_k(const T* x, size_t d, size_t k, uint64_t seed, int64_t* idx, T* val) {
+    check_finite(x, d);
+    Rng rng(seed);
+    const T scale = T(double(d) / double(k));
+    size_t taken = 0;
+    for (size_t i = 0; i < d && taken < k; ++i) {
+        // coordinate i is kept with probability (still needed) / (still available)
+        if (rng.uniform() * double(d - i) < double(k - taken)) {
+            idx[taken] = int64_t(i);
+            val[taken] = x[i] * scale;
+            ++taken;
+        }
+    }
+}
+
+// TopK: the k largest magnitudes; ties go to the lower index, so the result is a function of x.
+// nth_element keeps it O(d) on average; the kept indices are then sorted ascending.
+template <typename T>
+void top_k(const T* x, size_t d, size_t k, int64_t* idx, T* val) {
+    check_finite(x, d);
+    std::vector<uint32_t> order(d);
+    std::iota(order.begin(), order.end(), 0u);
+    auto before = [x](uint32_t a, uint32_t b) {
+        const T fa = std::fabs(x[a]), fb = std::fabs(x[b]);
+        return fa > fb || (fa == fb && a < b);
+    };
+    if (k < d) std::nth_element(order.begin(), order.begin() + k, order.end(), before);
+    std::sort(order.begin(), order.begin() + k);
+    for (size_t j = 0; j < k; ++j) {
+        idx[j] = order[j];
+        val[j] = x[order[j]];
+    }
+}
+
+// RandSeqK (the BurTorch paper's): k consecutive coordinates from a uniform random start,
+// wrapping around, scaled by d/k. Unbiased like RandK, but the message needs one index and the
+// coordinates are read as one contiguous run (cache-friendly). Returns the start.
+template <typename T>
+size_t rand_seq_k(const T* x, size_t d, size_t k, uint64_t seed, T* val) {
+    check_finite(x, d);
+    Rng rng(seed);
+    const size_t start = size_t(rng.below(d));
+    const T scale = T(double(d) / double(k));
+    for (size_t j = 0; j < k; ++j) {
+        size_t i = start + j;
+        if (i >= d) i -= d;
+        val[j] = x[i] * scale;
+    }
+    return start;
+}
+
+// Natural compression (Horvath et al. 2019): each |x_i| in [2^e, 2^(e+1)) becomes 2^e or
+// 2^(e+1) with the probabilities that keep its mean, so only sign and exponent are sent.
+// One uniform per coordinate (zeros included) keeps the stream independent of the values.
+template <typename T>
+void natural(const T* x, size_t d, uint64_t seed, T* out) {
+    check_finite(x, d);
+    Rng rng(seed);
+    for (size_t i = 0; i < d; ++i) {
+        const double u = rng.uniform();
+        const double v = double(x[i]);
+        if (v == 0.0) {
+            out[i] = T(0);
+            continue;
+        }
+        int e;
+        const double m = std::frexp(std::fabs(v), &e);  // |v| = m 2^e, m in [0.5, 1)
+        const double low = std::ldexp(1.0, e - 1);
+        const double up_probability = 2.0 * m - 1.0;      // (|v| - low) / low
+        const double q = u < up_probability ? 2.0 * low : low;
+        out[i] = T(std::copysign(q, v));
+    }
+}
+
+// Random dithering with s levels on the l2 norm (QSGD): |x_i| / ||x|| rounded at random to one
+// of its two neighbouring levels l/s, (l+1)/s, keeping the mean. Returns ||x||.
+template <typename T>
+double dither(const T* x, size_t d, unsigned s, uint64_t seed, T* out) {
+    check_finite(x, d);
+    double sq = 0.0;
+    for (size_t i = 0; i < d; ++i) sq += double(x[i]) * double(x[i]);
+    const double norm = std::sqrt(sq);
+    Rng rng(seed);
+    for (size_t i = 0; i < d; ++i) {
+        const double u = rng.uniform();
+        if (norm == 0.0) {
+            out[i] = T(0);
+            continue;
+        }
+        const double level = std::fabs(double(x[i])) / norm * s;
+        const double low = std::floor(level);
+        const double q = u < level - low ? low + 1.0 : low;
+        out[i] = q == 0.0 ? T(0) : T(std::copysign(norm * q / s, double(x[i])));
+    }
+    return norm;
+}
+
+}  // namespace bt::compress

@@ -1,0 +1,33 @@
+"""Federated optimization research: n clients with their own data and method state, a server that
+aggregates, the EF21 / MARINA / PAGE / DIANA family with native compressors, run serially, on a
+local process pool or on Ray (see docs/federated.md).
+
+Names are loaded on first use, so `burtorch --help` (which imports burtorch.fl.cli) stays free of
+numpy."""
+import importlib
+
+_HOME = {
+    "Federation": "federation",
+    "Problem": "problem", "SampleProblem": "problem", "ModelProblem": "problem", "Smoothness": "problem",
+    **{name: "methods" for name in ("Method", "GD", "DCGD", "EF21", "MARINA", "PAGE", "DIANA", "FedAvg",
+                                    "METHODS", "make_method")},
+    **{name: "compressors" for name in ("Compressor", "Message", "Identity", "RandK", "TopK", "RandSeqK", "Natural",
+                                        "RandomDithering", "Scaled", "COMPRESSORS", "make_compressor")},
+}
+__all__ = sorted(_HOME)
+_SUBMODULES = ("client", "cli", "compressors", "executors", "federation", "libsvm", "logistic", "methods", "names",
+               "plots", "problem", "ray_executor", "splits", "streams")
+
+
+def __getattr__(name):
+    if name in _HOME:
+        value = getattr(importlib.import_module(f".{_HOME[name]}", __name__), name)
+        globals()[name] = value
+        return value
+    if name in _SUBMODULES:
+        return importlib.import_module(f".{name}", __name__)
+    raise AttributeError(f"module 'burtorch.fl' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(list(globals()) + __all__)

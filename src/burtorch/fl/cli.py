@@ -1,0 +1,156 @@
+"""`burtorch fl`: a federated run (or several methods compared) with a progress bar, a JSON
+record and plots against rounds and communicated bits."""
+from __future__ import annotations
+
+import json
+import sys
+
+# The names, spelled out so that `burtorch --help` does not import numpy (a test keeps them in
+# step with the modules that define them).
+METHODS = ("gd", "dcgd", "ef21", "ef21-sgd", "ef21-pp", "marina", "vr-marina", "page", "diana", "fedavg")
+COMPRESSORS = ("identity", "randk", "topk", "randseqk", "natural", "dithering")
+EXECUTORS = ("serial", "processes", "ray")
+SPLITS = ("iid", "label", "dirichlet")
+
+
+def register(sub) -> None:
+    p = sub.add_parser("fl", help="federated optimization: n clients, EF21 / MARINA / PAGE / DIANA / FedAvg, "
+                                  "compressed communication, serial, processes or Ray")
+    p.add_argument("--method", default="ef21", help=f"one of {', '.join(METHODS)} (default ef21)")
+    p.add_argument("--compressor", default="topk",
+                   help=f"one of {', '.join(COMPRESSORS)} or scaled-NAME; used by the methods that compress")
+    p.add_argument("--k", type=int, default=1, help="coordinates kept by randk/topk/randseqk (default 1)")
+    p.add_argument("--s", type=int, default=1, help="levels of random dithering (default 1)")
+    p.add_argument("--compare", default=None,
+                   help="several methods on one figure: comma-separated METHOD[:COMPRESSOR][@LR] "
+                        "(e.g. gd,ef21,dcgd:topk@0.5,marina:randk)")
+    p.add_argument("--clients", type=int, default=20)
+    p.add_argument("--rounds", type=int, default=1000)
+    p.add_argument("--participation", type=float, default=1.0, help="fraction of clients per round, in (0, 1]")
+    p.add_argument("--lr", type=float, default=None, help="step size (default: the method's theory step)")
+    p.add_argument("--lr-scale", type=float, default=1.0, help="multiplies the theory step (default 1)")
+    p.add_argument("--batch", type=int, default=None, help="minibatch size (ef21-sgd, vr-marina, page, fedavg)")
+    p.add_argument("--p", type=float, default=None, help="MARINA/PAGE full-round probability (default: theory's)")
+    p.add_argument("--local-steps", type=int, default=5, help="FedAvg local steps (default 5)")
+    p.add_argument("--executor", default="serial", choices=EXECUTORS)
+    p.add_argument("--workers", type=int, default=None, help="worker processes or Ray actors")
+    p.add_argument("--address", default=None, help="HOST:PORT of a running Ray cluster (--executor ray)")
+    p.add_argument("--seed", type=int, default=None, help="run seed (default: from bt.manual_seed's stream)")
+    data = p.add_mutually_exclusive_group()
+    data.add_argument("--data", default=None, help="a words file (names.txt): the makemore MLP per client")
+    data.add_argument("--libsvm", default=None, help="a LibSVM-format file: logistic regression on it")
+    p.add_argument("--samples", type=int, default=1000, help="default problem: samples in all (default 1000)")
+    p.add_argument("--dim", type=int, default=30, help="default problem: features (default 30)")
+    p.add_argument("--lam", type=float, default=0.1, help="weight of the non-convex regulariser (default 0.1)")
+    p.add_argument("--split", default="label", choices=SPLITS, help="how data is split among clients")
+    p.add_argument("--alpha", type=float, default=0.5, help="Dirichlet concentration for --split dirichlet")
+    p.add_argument("--hidden", type=int, default=64, help="--data: hidden width e of the MLP (default 64)")
+    p.add_argument("--max-samples", type=int, default=256, help="--data: samples per client (default 256)")
+    p.add_argument("--eval-every", type=int, default=1, help="rounds between loss/gradient-norm evaluations")
+    p.add_argument("--plot", default=None, help="PNG of gradient norm and loss against rounds and bits")
+    p.add_argument("--json", default=None, help="write the settings and per-round records here")
+    p.add_argument("--target", type=float, default=None,
+                   help="also print the bits per client each run sent until ||grad f|| <= TARGET")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=main)
+
+
+def build_problem(args, seed: int):
+    if args.data is not None:
+        from .names import from_file
+
+        return from_file(args.data, args.clients, hidden=args.hidden, max_samples=args.max_samples,
+                         split=args.split, alpha=args.alpha, seed=seed)
+    from .logistic import from_libsvm, synthetic
+
+    if args.libsvm is not None:
+        return from_libsvm(args.libsvm, args.clients, args.lam, args.split, args.alpha, seed)
+    return synthetic(args.clients, args.samples, args.dim, args.lam, args.split, args.alpha, seed)
+
+
+def parse_specs(args) -> list:
+    """[(label, method name, compressor name, lr or None)] from --compare, or the single --method."""
+    if args.compare is None:
+        return [(args.method, args.method, args.compressor, args.lr)]
+    specs = []
+    for item in args.compare.split(","):
+        item = item.strip()
+        spec, _, lr = item.partition("@")
+        name, _, comp = spec.partition(":")
+        if not name:
+            raise ValueError(f"--compare: empty method in {args.compare!r}")
+        try:
+            # @x16: sixteen times the theory step; @0.5: that step
+            lr = ("x", float(lr[1:])) if lr.startswith("x") else float(lr) if lr else args.lr
+        except ValueError:
+            raise ValueError(f"--compare: {item!r}: after @ comes a step (0.5) or a multiple of the theory step (x16)") from None
+        specs.append((item, name, comp or args.compressor, lr))
+    return specs
+
+
+def build_method(args, name: str, compressor_name: str, lr, problem, d: int):
+    """The method with its compressor, bound to the problem (so every error shows before a round)."""
+    from .compressors import make_compressor
+    from .methods import COMPRESSING, make_method
+
+    compressor = make_compressor(compressor_name, d, args.k, args.s) if name in COMPRESSING else None
+    scale = args.lr_scale
+    if isinstance(lr, tuple):
+        lr, scale = None, lr[1]
+        if not scale > 0:
+            raise ValueError(f"--compare {name}: the multiple of the theory step must be > 0")
+    method = make_method(name, lr=lr, compressor=compressor, batch=args.batch, p=args.p,
+                         local_steps=args.local_steps)
+    method.bind(d, problem.n_clients, args.participation, problem.smoothness(), problem.shard_sizes())
+    if lr is None:
+        method.lr *= scale
+    return method
+
+
+def main(args) -> int:
+    from ..seeding import next_seed
+    from ..trainer import Progress
+    from .executors import make_executor
+    from .federation import Federation, check_participation
+
+    try:
+        if args.rounds < 1:
+            raise ValueError(f"--rounds must be >= 1, got {args.rounds}")
+        if args.lr_scale <= 0:
+            raise ValueError(f"--lr-scale must be > 0, got {args.lr_scale}")
+        check_participation(args.participation)
+        seed = next_seed() if args.seed is None else args.seed
+        problem = build_problem(args, seed)
+        d = len(problem.initial_point(seed))
+        runs = [(label, build_method(args, name, comp, lr, problem, d)) for label, name, comp, lr in parse_specs(args)]
+        make_executor(args.executor, args.workers, args.address)  # Ray present, cluster reachable
+    except (ValueError, TypeError, ImportError, ConnectionError, FileNotFoundError) as e:
+        print(f"burtorch fl: error: {e}", file=sys.stderr)
+        return 2
+    results = []
+    for label, method in runs:
+        if not args.quiet:
+            print(f"{label}: {method!r}", file=sys.stderr)
+        progress = None if args.quiet else Progress(args.rounds, every=max(1, args.rounds // 10))
+        with Federation(problem, method, args.participation, args.executor, args.workers, args.address, seed,
+                        args.eval_every) as fed:
+            fed.run(args.rounds, None if progress is None else
+                    (lambda r, pr=progress: pr.update(r["round"] + 1, r.get("loss", r["oracle_loss"]) or 0.0, None)))
+            results.append({"label": label, "settings": fed.settings(), "records": fed.records})
+        last = results[-1]["records"][-1]
+        line = (f"{label}: round {last['round']}  loss {last.get('loss', float('nan')):.6g}  "
+                f"grad norm {last.get('grad_norm', float('nan')):.3e}  bits/client {last['bits_per_client']:.4g}")
+        if args.target is not None:
+            hit = next((r for r in results[-1]["records"] if r.get("grad_norm", float("inf")) <= args.target), None)
+            line += (f"  | grad norm <= {args.target:g} at round {hit['round']} after {hit['bits_per_client']:,.0f} "
+                     f"bits/client" if hit else f"  | grad norm <= {args.target:g} not reached")
+        print(line)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"command": "burtorch fl " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["fl"] else None,
+                       "problem": problem.settings(), "runs": results}, f, indent=1)
+    if args.plot:
+        from .plots import plot_runs
+
+        plot_runs(results, args.plot, title=f"{problem.settings()['problem']}: {problem.n_clients} clients")
+    return 0

@@ -1,0 +1,169 @@
+"""Where clients run: one interface, three places.
+
+* ``serial``: every client in this process (the default; no dependencies).
+* ``processes``: a local pool of worker processes, each hosting a contiguous block of clients
+  whose data and state stay resident there between rounds.
+* ``ray``: Ray actors, one per worker, each hosting a block of clients; a local Ray instance by
+  default or a running cluster by ``address`` (see ray_executor.py).
+
+Every executor returns the replies sorted by client id, and a client's computation depends only
+on the broadcast round and its own state, so the server sees the same numbers whichever runs it.
+"""
+from __future__ import annotations
+
+import multiprocessing
+import os
+import pickle
+import traceback
+
+from .client import ClientGroup
+
+EXECUTORS = ("serial", "processes", "ray")
+
+
+def blocks(n_clients: int, workers: int) -> list:
+    """Client ids cut into ``workers`` contiguous blocks of near-equal size (none empty)."""
+    workers = min(workers, n_clients)
+    base, extra = divmod(n_clients, workers)
+    out, start = [], 0
+    for w in range(workers):
+        size = base + (1 if w < extra else 0)
+        out.append(list(range(start, start + size)))
+        start += size
+    return out
+
+
+def check_workers(workers) -> int | None:
+    if workers is None:
+        return None
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"workers must be a positive int, got {workers!r}")
+    return workers
+
+
+def check_picklable(problem, method) -> None:
+    try:
+        pickle.dumps((problem, method))
+    except Exception as e:
+        raise TypeError(f"this executor sends the problem and method to other processes, but they do not pickle "
+                        f"({e}); build them from module-level classes, or use executor='serial'") from None
+
+
+class Executor:
+    name = "executor"
+
+    def start(self, problem, method) -> None:
+        raise NotImplementedError
+
+    def run(self, ctx, participants: list, evaluate: bool) -> list:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+    def settings(self) -> dict:
+        return {"executor": self.name}
+
+
+class SerialExecutor(Executor):
+    name = "serial"
+
+    def start(self, problem, method):
+        self.group = ClientGroup(problem, method, range(problem.n_clients))
+
+    def run(self, ctx, participants, evaluate):
+        return self.group.run(ctx, participants, evaluate)
+
+    def state_of(self, client: int) -> dict:
+        return self.group.state_of(client)
+
+
+def _serve(conn, problem, method, ids) -> None:
+    """A worker process: builds its group, then answers run requests until told to stop."""
+    try:
+        group = ClientGroup(problem, method, ids)
+        conn.send(("ok", None))
+    except BaseException:
+        conn.send(("error", traceback.format_exc()))
+        return
+    while True:
+        request = conn.recv()
+        if request[0] == "stop":
+            return
+        try:
+            conn.send(("ok", group.run(*request[1:])))
+        except BaseException:
+            conn.send(("error", traceback.format_exc()))
+
+
+def _answer(conn, what: str):
+    status, value = conn.recv()
+    if status != "ok":
+        raise RuntimeError(f"a client worker failed while {what}:\n{value}")
+    return value
+
+
+class ProcessExecutor(Executor):
+    name = "processes"
+
+    def __init__(self, workers: int | None = None):
+        self.workers = check_workers(workers) or os.cpu_count() or 1
+        self.procs, self.conns, self.blocks = [], [], []
+
+    def start(self, problem, method):
+        check_picklable(problem, method)
+        mp = multiprocessing.get_context("spawn")  # no inherited arenas or threads
+        self.blocks = blocks(problem.n_clients, self.workers)
+        for ids in self.blocks:
+            parent, child = mp.Pipe()
+            proc = mp.Process(target=_serve, args=(child, problem, method, ids), daemon=True)
+            proc.start()
+            child.close()
+            self.procs.append(proc)
+            self.conns.append(parent)
+        for conn in self.conns:
+            _answer(conn, "starting")
+
+    def run(self, ctx, participants, evaluate):
+        chosen = set(participants)
+        asked = []
+        for conn, ids in zip(self.conns, self.blocks):
+            mine = [i for i in ids if i in chosen]
+            if mine or evaluate:
+                conn.send(("run", ctx, mine, evaluate))
+                asked.append(conn)
+        replies = [r for conn in asked for r in _answer(conn, f"running round {ctx.t}")]
+        return sorted(replies, key=lambda r: r.client)
+
+    def close(self):
+        for conn in self.conns:
+            try:
+                conn.send(("stop",))
+            except (BrokenPipeError, OSError):
+                pass
+        for proc in self.procs:
+            proc.join(timeout=10)
+            if proc.is_alive():
+                proc.terminate()
+                proc.join()
+        self.procs, self.conns = [], []
+
+    def settings(self):
+        return {"executor": self.name, "workers": len(self.blocks) or self.workers}
+
+
+def make_executor(name: str = "serial", workers: int | None = None, address: str | None = None) -> Executor:
+    """An executor by name; checks what can be checked (Ray installed, address reachable) now."""
+    if address is not None and name != "ray":
+        raise ValueError("address is for the ray executor (executor='ray')")
+    if name == "serial":
+        if workers not in (None, 1):
+            raise ValueError("the serial executor runs in this process; workers is for processes or ray")
+        return SerialExecutor()
+    if name == "processes":
+        return ProcessExecutor(workers)
+    if name == "ray":
+        from .ray_executor import RayExecutor
+
+        return RayExecutor(workers, address)
+    raise ValueError(f"unknown executor {name!r}; choose from {', '.join(EXECUTORS)}")

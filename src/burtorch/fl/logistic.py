@@ -1,0 +1,102 @@
+"""The default problem: logistic regression with a non-convex regulariser, as in the experiments
+of the EF21 and MARINA papers,
+
+    f_i(x) = (1/m_i) sum_j log(1 + exp(-y_j a_j^T x)) + lam sum_k x_k^2 / (1 + x_k^2),
+
+on a seeded synthetic data set (or a LibSVM file) split among the clients.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import _core
+from ..nn import Module
+from . import splits, streams
+from .problem import Problem, Smoothness
+
+
+class LogisticModel(Module):
+    dtype = _core.float64
+
+    def __init__(self, dim: int, lam: float):
+        super().__init__()
+        self.lam = lam
+        self.param("w", dim, init="normal", a=0.0, b=1.0)
+
+    def loss_of(self, margins_matrix: np.ndarray):
+        """Mean loss over rows b_j = -y_j a_j (so the loss term is softplus(b_j^T w))."""
+        m, d = margins_matrix.shape
+        B = _core.leaves(margins_matrix.ravel(), shape=(m, d), dtype=_core.float64)
+        data = _core.vmean(_core.linear(B, self.w.reshape(1, d)).softplus())
+        sq = self.w.sqr()
+        return data + _core.vsum(sq / (sq + 1.0)) * self.lam
+
+
+class LogisticProblem(Problem):
+    """Clients' shards are matrices of rows -y_j a_j (the sign folded in once, at the split)."""
+
+    name = "logistic"
+
+    def __init__(self, A: np.ndarray, y: np.ndarray, n_clients: int, split: str = "label", alpha: float = 0.5,
+                 lam: float = 0.1, seed: int = 0, source: str = "synthetic"):
+        A = np.asarray(A, dtype=np.float64)
+        y = np.asarray(y, dtype=np.float64)
+        if A.ndim != 2 or len(A) != len(y):
+            raise ValueError(f"A must be samples x features with one label per sample, got {A.shape} and {y.shape}")
+        if isinstance(lam, bool) or not isinstance(lam, (int, float)) or not lam >= 0:
+            raise ValueError(f"lam must be >= 0, got {lam!r}")
+        parts = splits.split(y, n_clients, split, alpha, seed)
+        super().__init__([np.ascontiguousarray(-y[p, None] * A[p]) for p in parts])
+        self.dim, self.lam, self.split, self.source = A.shape[1], float(lam), split, source
+
+    def make_model(self):
+        return LogisticModel(self.dim, self.lam)
+
+    def accumulate(self, model, shard, indices=None):
+        rows = shard if indices is None else shard[indices]
+        params = model.parameter_vector()
+        params.zero_grad()
+        arena = params.arena
+        cp = arena.checkpoint()
+        try:
+            loss = model.loss_of(rows)
+            loss.backward()
+            return loss.data
+        finally:
+            arena.rewind(cp)
+
+    def smoothness(self):
+        # softplus'' <= 1/4 and |(t^2 / (1 + t^2))''| <= 2 (at t = 0)
+        reg = 2.0 * self.lam
+        local = [np.linalg.eigvalsh(B.T @ B / len(B))[-1] / 4.0 + reg for B in self.shards]
+        mean_h = sum(B.T @ B / len(B) for B in self.shards) / len(self.shards)
+        L = np.linalg.eigvalsh(mean_h)[-1] / 4.0 + reg
+        L_max = max(float(np.max(np.einsum("ij,ij->i", B, B))) for B in self.shards) / 4.0 + reg
+        return Smoothness(float(L), float(np.sqrt(np.mean(np.square(local)))), L_max)
+
+    def settings(self):
+        return {**super().settings(), "dim": self.dim, "lam": self.lam, "split": self.split, "data": self.source}
+
+
+def synthetic(n_clients: int = 20, samples: int = 1000, dim: int = 30, lam: float = 0.1, split: str = "label",
+              alpha: float = 0.5, seed: int = 0) -> LogisticProblem:
+    """A seeded binary classification set: features N(0, I) with a per-sample scale in [0.5, 2],
+    labels from a random linear rule with 10% of them flipped."""
+    for name, v, lo in (("samples", samples, 1), ("dim", dim, 1)):
+        if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+            raise ValueError(f"{name} must be a positive int, got {v!r}")
+    rng = np.random.default_rng(streams.derive(seed, streams.DATA, 0))
+    A = rng.standard_normal((samples, dim)) * rng.uniform(0.5, 2.0, (samples, 1))
+    w_true = rng.standard_normal(dim)
+    y = np.sign(A @ w_true + 1e-12)
+    flip = rng.random(samples) < 0.1
+    y[flip] = -y[flip]
+    return LogisticProblem(A, y, n_clients, split, alpha, lam, seed, source=f"synthetic {samples}x{dim}")
+
+
+def from_libsvm(path: str, n_clients: int, lam: float = 0.1, split: str = "label", alpha: float = 0.5,
+                seed: int = 0) -> LogisticProblem:
+    from .libsvm import read_libsvm
+
+    A, y = read_libsvm(path)
+    return LogisticProblem(A, y, n_clients, split, alpha, lam, seed, source=str(path))

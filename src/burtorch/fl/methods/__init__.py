@@ -1,0 +1,45 @@
+"""The federated methods and their names on the command line."""
+from __future__ import annotations
+
+from .base import Method
+from .diana import DIANA
+from .ef21 import EF21
+from .fedavg import FedAvg
+from .gd import DCGD, GD
+from .marina import MARINA, PAGE
+
+# The names make_method() and the command line accept.
+# Those of them that take a compressor.
+COMPRESSING = ("dcgd", "ef21", "ef21-sgd", "ef21-pp", "marina", "vr-marina", "diana")
+METHODS = ("gd", "dcgd", "ef21", "ef21-sgd", "ef21-pp", "marina", "vr-marina", "page", "diana", "fedavg")
+
+
+def make_method(name: str, lr=None, compressor=None, batch=None, p=None, local_steps: int = 5,
+                server_lr: float = 1.0) -> Method:
+    """A method by name, with the options that apply to it (the others must be left at None)."""
+    if name == "gd":
+        return GD(lr)
+    if name == "dcgd":
+        return DCGD(lr, compressor, batch=batch)
+    if name in ("ef21", "ef21-pp"):
+        return EF21(lr, compressor)
+    if name == "ef21-sgd":
+        if batch is None:
+            raise ValueError("ef21-sgd needs a minibatch size (--batch)")
+        return EF21(lr, compressor, batch=batch)
+    if name == "marina":
+        return MARINA(lr, compressor, p=p)
+    if name == "vr-marina":
+        if batch is None:
+            raise ValueError("vr-marina needs a minibatch size (--batch)")
+        return MARINA(lr, compressor, p=p, batch=batch)
+    if name == "page":
+        return PAGE(lr, batch=batch, p=p)
+    if name == "diana":
+        return DIANA(lr, compressor)
+    if name == "fedavg":
+        return FedAvg(lr, local_steps=local_steps, batch=batch, server_lr=server_lr)
+    raise ValueError(f"unknown method {name!r}; choose from {', '.join(METHODS)}")
+
+
+__all__ = ["Method", "GD", "DCGD", "EF21", "MARINA", "PAGE", "DIANA", "FedAvg", "METHODS", "COMPRESSING", "make_method"]

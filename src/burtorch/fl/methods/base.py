@@ -1,0 +1,149 @@
+"""What every federated method shares: binding to a problem, the server's step x <- x - lr g, and
+averaging messages in client order.
+
+A method is split in two halves that never share memory, so a client can run in another process
+or on another machine:
+
+* ``client(state, oracle, ctx)`` runs on the client: ``state`` is that client's own dict of
+  vectors (kept between rounds where the client lives), ``oracle`` evaluates its local gradients,
+  ``ctx`` is the round the server broadcast. It returns the Message the client sends.
+* ``absorb(x, server, replies, ctx)`` runs on the server with the replies in client order and
+  returns the new point; ``advance`` moves the point at the start of the next round.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..compressors import Compressor, Message, full_message
+from .. import streams
+
+
+def check_lr(lr, name="lr"):
+    if lr is None:
+        return None
+    if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not math.isfinite(lr) or lr <= 0:
+        raise ValueError(f"{name} must be a positive finite number, got {lr!r}")
+    return float(lr)
+
+
+def check_probability(name, p):
+    if p is None:
+        return None
+    if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 < p <= 1.0:
+        raise ValueError(f"{name} must be a probability in (0, 1], got {p!r}")
+    return float(p)
+
+
+def check_batch(batch):
+    if batch is None:
+        return None
+    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+        raise ValueError(f"batch must be a positive int, got {batch!r}")
+    return batch
+
+
+def mean_of(replies, n: int, d: int) -> np.ndarray:
+    """(1/n) * the sum of the replies' messages, summed in client order (bitwise reproducible)."""
+    acc = np.zeros(d)
+    for r in replies:
+        r.message.add_to(acc)
+    acc /= n
+    return acc
+
+
+class Method:
+    name = "method"
+    compressor_kind: str | None = None   # None: sends full vectors; "any", "unbiased", "contractive"
+    partial_participation = False        # may run with a fraction of the clients per round
+    full_first_round = False              # round 0 initialises every client's state
+    uses_previous_point = False           # clients evaluate at the previous point too
+
+    def __init__(self, lr: float | None = None, compressor: Compressor | None = None, float_bits: int = 32,
+                 batch: int | None = None):
+        self.lr = check_lr(lr)
+        if compressor is not None and not isinstance(compressor, Compressor):
+            raise TypeError(f"expected a Compressor, got {type(compressor).__name__}")
+        self.compressor = compressor
+        self.float_bits = compressor.float_bits if compressor is not None else float_bits
+        self.batch = check_batch(batch)
+
+    # ---- set-up, before any round ----
+    def bind(self, d: int, n: int, participation: float, smoothness, shard_sizes) -> None:
+        """Checks the method against the problem and fills in the theory's defaults."""
+        c = self.compressor
+        if self.compressor_kind is None and c is not None:
+            raise ValueError(f"{self.name} sends uncompressed vectors; drop the compressor")
+        if self.compressor_kind is not None:
+            if c is None:
+                raise ValueError(f"{self.name} needs a compressor")
+            if c.d != d:
+                raise ValueError(f"the compressor was built for d={c.d}, the model has {d} parameters")
+            if self.compressor_kind == "unbiased" and not c.unbiased:
+                raise ValueError(f"{self.name} needs an unbiased compressor (identity, randk, randseqk, natural, "
+                                 f"dithering), got {type(c).__name__}")
+            if self.compressor_kind == "contractive" and c.alpha is None:
+                raise ValueError(f"{self.name} needs a contractive compressor (topk, identity, or scaled-NAME for "
+                                 f"an unbiased one), got {type(c).__name__}")
+        if participation < 1.0 and not self.partial_participation:
+            raise ValueError(f"{self.name} runs with full participation only (participation=1); "
+                             f"ef21-pp, dcgd, gd and fedavg sample clients")
+        if self.batch is not None and self.batch > min(shard_sizes):
+            raise ValueError(f"batch={self.batch} is larger than the smallest client shard ({min(shard_sizes)} samples)")
+        self._bind_defaults(n, participation, shard_sizes)
+        if self.lr is None:
+            lr = self.theory_lr(smoothness, n, participation) if smoothness is not None else None
+            if lr is None:
+                why = ("this problem knows no smoothness constant" if smoothness is None
+                       else f"{self.name} has no theoretical step size here")
+                raise ValueError(f"{self.name} needs lr: {why}")
+            self.lr = lr
+
+    def _bind_defaults(self, n, participation, shard_sizes) -> None:
+        pass
+
+    def theory_lr(self, sm, n: int, participation: float) -> float | None:
+        return None
+
+    # ---- server ----
+    def server_start(self, x: np.ndarray) -> dict:
+        return {"g": None}
+
+    def draw_coin(self, seed: int, t: int) -> bool | None:
+        return None
+
+    def advance(self, x: np.ndarray, server: dict) -> np.ndarray:
+        """The point of the next round: x - lr * g."""
+        return x if server["g"] is None else x - self.lr * server["g"]
+
+    def absorb(self, x: np.ndarray, server: dict, replies: list, ctx) -> np.ndarray:
+        raise NotImplementedError
+
+    # ---- client ----
+    def client(self, state: dict, oracle, ctx) -> Message:
+        raise NotImplementedError
+
+    def send(self, v: np.ndarray, oracle) -> Message:
+        """v compressed with this round's client seed, or sent whole without a compressor."""
+        if self.compressor is None:
+            return full_message(v, self.float_bits)
+        return self.compressor.compress(v, streams.derive(oracle.seed, streams.COMPRESS, oracle.client, oracle.round))
+
+    def local_gradient(self, oracle, key: int = 0):
+        """The client's full local gradient, or a minibatch one when the method has a batch size."""
+        if self.batch is None:
+            return oracle.full()
+        return oracle.minibatch(self.batch, key=key)
+
+    # ---- description for logs and JSON ----
+    def settings(self) -> dict:
+        out = {"method": self.name, "lr": self.lr}
+        if self.compressor is not None:
+            out["compressor"] = repr(self.compressor)
+        if self.batch is not None:
+            out["batch"] = self.batch
+        return out
+
+    def __repr__(self):
+        return f"{type(self).__name__}({', '.join(f'{k}={v}' for k, v in self.settings().items() if k != 'method')})"

@@ -1,0 +1,133 @@
+"""What the clients train: per-client data shards, a model factory, and the local loss.
+
+A Problem is sent whole to every process that hosts clients, so it must pickle (module-level
+classes and data, no lambdas) for the processes and ray executors; the serial executor takes any.
+"""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import _core, seeding
+from ..oracle import grad_oracle
+
+
+@dataclass(frozen=True)
+class Smoothness:
+    """Lipschitz constants of the gradients, as the theorems of the compressed methods use them.
+
+    L: of f = (1/n) sum_i f_i;  L_tilde: sqrt((1/n) sum_i L_i^2) over the clients' f_i;
+    L_max: the largest over single samples (minibatch methods)."""
+
+    L: float
+    L_tilde: float
+    L_max: float
+
+
+@contextlib.contextmanager
+def seeded_defaults(seed: int):
+    """Runs a block under bt.manual_seed(seed) and restores the caller's stream of default seeds
+    afterwards, so building a model for its initial point leaves the user's stream untouched."""
+    saved = seeding._state
+    seeding.manual_seed(seed)
+    try:
+        yield
+    finally:
+        seeding._state = saved
+
+
+def check_shards(shards) -> list:
+    if not isinstance(shards, (list, tuple)) or not shards:
+        raise ValueError("shards must be a non-empty list with one data set per client")
+    for i, shard in enumerate(shards):
+        try:
+            n = len(shard)
+        except TypeError:
+            raise TypeError(f"shard {i} must be a sequence of samples, got {type(shard).__name__}") from None
+        if n == 0:
+            raise ValueError(f"client {i} has no data")
+    return list(shards)
+
+
+class Problem:
+    """Base class: subclasses set ``dtype`` and implement make_model and accumulate."""
+
+    name = "problem"
+    dtype = _core.float64
+
+    def __init__(self, shards):
+        self.shards = check_shards(shards)
+
+    @property
+    def n_clients(self) -> int:
+        return len(self.shards)
+
+    def shard_sizes(self) -> list:
+        return [len(s) for s in self.shards]
+
+    def make_model(self):
+        raise NotImplementedError
+
+    def accumulate(self, model, shard, indices=None) -> float:
+        """Leaves the gradient of the mean loss over shard[indices] (all of it for None) in the
+        model's parameter grads (zeroed first) and returns that mean loss."""
+        raise NotImplementedError
+
+    def smoothness(self) -> Smoothness | None:
+        return None
+
+    def initial_point(self, seed: int) -> np.ndarray:
+        """x_0: the parameters of a model built under the run's seed, as float64."""
+        arena = _core.Arena(self.dtype)
+        with seeded_defaults(seed), arena:
+            model = self.make_model()
+        return np.array(model.parameter_vector().numpy(), dtype=np.float64)
+
+    def settings(self) -> dict:
+        return {"problem": self.name, "clients": self.n_clients, "samples": sum(self.shard_sizes())}
+
+
+class SampleProblem(Problem):
+    """Shards that are sequences of samples, each fed to ``loss_fn(model, sample)`` (default
+    ``model.loss(*sample)``) through the per-sample gradient oracle (``chunk`` samples per graph
+    for models with ``loss_batch``)."""
+
+    name = "samples"
+
+    def __init__(self, model_factory, shards, loss_fn=None, chunk: int = 1, dtype=None):
+        super().__init__(shards)
+        if not callable(model_factory):
+            raise TypeError("model_factory must be callable (a Module class or a function returning a Module)")
+        self.model_factory = model_factory
+        self.loss_fn = loss_fn
+        self.chunk = chunk
+        if dtype is not None:
+            self.dtype = dtype
+
+    def make_model(self):
+        return self.model_factory()
+
+    def accumulate(self, model, shard, indices=None):
+        batch = shard if indices is None else [shard[i] for i in indices]
+        return grad_oracle(model, batch, self.loss_fn, chunk=self.chunk)
+
+
+class ModelProblem(SampleProblem):
+    """Clients that train an existing model in place (the single-process research optimizers):
+    the model is the replica and its current parameters are x_0. Serial executor only."""
+
+    name = "model"
+
+    def __init__(self, model, shards, loss_fn=None):
+        if not hasattr(model, "parameter_vector"):
+            raise TypeError(f"expected a burtorch.nn.Module, got {type(model).__name__}")
+        params = model.parameter_vector()
+        if len(params) == 0:
+            raise ValueError("the model has no parameters")
+        super().__init__(lambda: model, shards, loss_fn, dtype=params.dtype)
+        self.model = model
+
+    def initial_point(self, seed):
+        return np.array(self.model.parameter_vector().data, dtype=np.float64)

@@ -1,0 +1,99 @@
+"""Clients as Ray actors: each actor hosts a block of clients whose data and method state stay
+resident in it between rounds (batching clients per actor keeps the per-round overhead to one
+call per worker, not one per client).
+
+``address=None`` starts a local Ray instance for the run (and stops it afterwards);
+``address="HOST:PORT"`` joins a running cluster (``ray start --head`` on one machine, ``ray start
+--address HOST:PORT`` on the others), which must run the same burtorch and Python.
+"""
+from __future__ import annotations
+
+import os
+import socket
+
+from .client import ClientGroup
+from .executors import Executor, blocks, check_picklable, check_workers
+
+INSTALL_HINT = "the ray executor needs Ray: pip install \"burtorch[fl]\" (or pip install ray)"
+
+
+def import_ray():
+    try:
+        import ray
+    except ImportError:
+        raise ImportError(INSTALL_HINT) from None
+    return ray
+
+
+def check_reachable(address: str, timeout: float = 3.0) -> None:
+    """A TCP connect to the cluster's address, so a wrong one fails in seconds with a clear error."""
+    if address == "auto":
+        return
+    hostport = address.split("://", 1)[-1]
+    host, sep, port = hostport.rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ValueError(f"a Ray address is HOST:PORT (or ray://HOST:PORT), got {address!r}")
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout).close()
+    except OSError as e:
+        raise ConnectionError(f"cannot reach a Ray cluster at {address} ({e}); start one with "
+                              f"'ray start --head' or check the address") from None
+
+
+class RayExecutor(Executor):
+    name = "ray"
+
+    def __init__(self, workers: int | None = None, address: str | None = None):
+        self.ray = import_ray()
+        self.workers = check_workers(workers)
+        if address is not None:
+            if not isinstance(address, str):
+                raise TypeError(f"address must be a str, got {type(address).__name__}")
+            check_reachable(address)
+        self.address = address
+        self.actors, self.blocks, self._started_ray = [], [], False
+
+    def start(self, problem, method):
+        ray = self.ray
+        check_picklable(problem, method)
+        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+        if not ray.is_initialized():
+            if self.address is None:
+                ray.init(num_cpus=self.workers or os.cpu_count(), include_dashboard=False, log_to_driver=False)
+            else:
+                ray.init(address=self.address, log_to_driver=False)
+            self._started_ray = True
+        workers = self.workers or max(1, int(ray.cluster_resources().get("CPU", 1)))
+        self.blocks = blocks(problem.n_clients, workers)
+        actor = ray.remote(num_cpus=1)(ClientGroup)
+        problem_ref = ray.put(problem)
+        self.actors = [actor.options(scheduling_strategy="SPREAD").remote(problem_ref, method, ids)
+                       for ids in self.blocks]
+        ray.get([a.shard_size.remote(ids[0]) for a, ids in zip(self.actors, self.blocks)])  # surface start errors
+
+    def run(self, ctx, participants, evaluate):
+        ray = self.ray
+        chosen = set(participants)
+        ctx_ref = ray.put(ctx)
+        futures = []
+        for a, ids in zip(self.actors, self.blocks):
+            mine = [i for i in ids if i in chosen]
+            if mine or evaluate:
+                futures.append(a.run.remote(ctx_ref, mine, evaluate))
+        replies = [r for part in ray.get(futures) for r in part]
+        return sorted(replies, key=lambda r: r.client)
+
+    def placements(self) -> list:
+        """(process id, Ray node id) of each actor: how the cluster spread the clients."""
+        return self.ray.get([a.where.remote() for a in self.actors])
+
+    def close(self):
+        for a in self.actors:
+            self.ray.kill(a)
+        self.actors = []
+        if self._started_ray:
+            self.ray.shutdown()
+            self._started_ray = False
+
+    def settings(self):
+        return {"executor": self.name, "workers": len(self.blocks) or self.workers, "address": self.address}

@@ -1,0 +1,88 @@
+"""Executors: the same seed gives the same iterates and bit counts bitwise in one process, in a
+local process pool, on a local Ray instance and on a two-node Ray cluster; bad addresses and a
+missing Ray fail before any round."""
+import sys
+
+import numpy as np
+import pytest
+
+from burtorch import fl
+from burtorch.fl.logistic import synthetic
+
+
+def trajectory(executor, workers=None, address=None, rounds=6):
+    problem = synthetic(6, 120, 8, split="dirichlet", seed=7)
+    with fl.Federation(problem, fl.MARINA(None, fl.RandK(8, 2), p=0.4), executor=executor, workers=workers,
+                       address=address, seed=99) as fed:
+        xs = []
+        for _ in range(rounds):
+            fed.round()
+            xs.append(fed.x.copy())
+        where = fed.executor.placements() if executor == "ray" else None
+        return np.array(xs), [(r["bits"], r.get("grad_norm")) for r in fed.records], where
+
+
+def ef21_pp_trajectory(executor, workers=None):
+    problem = synthetic(5, 100, 6, seed=3)
+    with fl.Federation(problem, fl.EF21(0.2, fl.TopK(6, 2)), participation=0.6, executor=executor,
+                       workers=workers, seed=5) as fed:
+        fed.run(5)
+        return fed.x.copy(), [r["bits"] for r in fed.records]
+
+
+def test_processes_match_serial_bitwise():
+    xs, rec, _ = trajectory("serial")
+    xp, recp, _ = trajectory("processes", workers=2)
+    assert np.array_equal(xs, xp) and rec == recp
+    a, b = ef21_pp_trajectory("serial"), ef21_pp_trajectory("processes", workers=3)
+    assert np.array_equal(a[0], b[0]) and a[1] == b[1]
+
+
+def test_ray_local_and_two_node_cluster_match_serial_bitwise():
+    ray = pytest.importorskip("ray")
+    from ray.cluster_utils import Cluster
+
+    xs, rec, _ = trajectory("serial")
+    xr, recr, _ = trajectory("ray", workers=2)
+    assert np.array_equal(xs, xr) and rec == recr
+    assert not ray.is_initialized()  # the executor stopped the instance it started
+
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+    try:
+        cluster.add_node(num_cpus=1)
+        cluster.wait_for_nodes()
+        xc, recc, where = trajectory("ray", workers=2, address=cluster.address)
+        assert np.array_equal(xs, xc) and rec == recc
+        assert len({node for _, node in where}) == 2  # one actor on each node
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+
+
+def test_unreachable_ray_address_fails_before_any_round():
+    pytest.importorskip("ray")
+    problem = synthetic(3, 30, 4, seed=1)
+    with pytest.raises(ConnectionError, match="cannot reach"):
+        fl.Federation(problem, fl.GD(0.1), executor="ray", address="127.0.0.1:1")
+    with pytest.raises(ValueError, match="HOST:PORT"):
+        fl.Federation(problem, fl.GD(0.1), executor="ray", address="nowhere")
+
+
+def test_missing_ray_says_how_to_install(monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray now raises ImportError
+    problem = synthetic(3, 30, 4, seed=1)
+    with pytest.raises(ImportError, match=r"pip install"):
+        fl.Federation(problem, fl.GD(0.1), executor="ray")
+
+
+def test_unpicklable_problem_is_refused_for_other_processes():
+    from burtorch.fl.problem import SampleProblem
+
+    problem = SampleProblem(lambda: None, [[1], [2]])
+    with pytest.raises(TypeError, match="pickle"):
+        fl.executors.make_executor("processes", 2).start(problem, fl.GD(0.1))
+
+
+def test_blocks_cover_every_client_once():
+    assert fl.executors.blocks(7, 3) == [[0, 1, 2], [3, 4], [5, 6]]
+    assert fl.executors.blocks(2, 5) == [[0], [1]]
