@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # ASan + UBSan, two ways:
-#  1. the C++ core's own tests (tests/cpp/test_core.cpp), no Python involved;
+#  1. the C++ tests (tests/cpp/test_*.cpp) and examples (examples/cpp), built by CMake and run by
+#     ctest, no Python involved;
 #  2. the Python extension itself built with the sanitizers, running the Python test suite, so
 #     the binding layer (where bad input from users arrives) is checked too.
 # Usage: scripts/sanitize.sh [build-dir]   (set SANITIZE_PYTEST_ARGS to choose tests)
@@ -8,12 +9,13 @@ set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
 out="${1:-$here/build/sanitize}"
 mkdir -p "$out"
-flags=(-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all)
 
-echo "sanitize: C++ core tests"
-"${CXX:-g++}" -std=c++20 -O1 -g "${flags[@]}" -fopenmp-simd -Wall -Wextra -Wno-missing-field-initializers \
-  "$here/tests/cpp/test_core.cpp" -o "$out/test_core"
-ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 "$out/test_core"
+echo "sanitize: C++ tests (ctest)"
+cmake -S "$here" -B "$out/cpp" -DBURTORCH_PYTHON=OFF -DBURTORCH_BUILD_TESTS=ON -DBURTORCH_NATIVE=OFF \
+  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBURTORCH_SANITIZE=address,undefined >/dev/null
+cmake --build "$out/cpp" -j 2 >/dev/null
+(cd "$out/cpp" && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+  ctest --output-on-failure)
 
 echo "sanitize: Python extension built with ASan + UBSan, running the test suite"
 site="$out/site"
