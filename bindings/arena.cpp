@@ -238,9 +238,11 @@ void init_arena(nb::module_& m) {
             }
             new (self) ArenaBox(d, cap);
         }, nb::arg("dtype") = nb::none(), nb::arg("capacity") = 0,
+           nb::sig("def __init__(self, dtype: DType | str | None = None, capacity: int = 0) -> None"),
            "Arena(dtype=float64, capacity=0): capacity is the maximum number of nodes (address space\n"
            "is reserved for it, memory is committed as the arena grows); 0 means 2**28.")
-        .def_prop_ro("dtype", [](const ArenaBox& b) { return nb::borrow(g_dtype_objects[int(b.core->dtype())]); })
+        .def_prop_ro("dtype", [](const ArenaBox& b) { return nb::borrow(g_dtype_objects[int(b.core->dtype())]); },
+                     nb::sig("def dtype(self) -> DType"))
         .def_prop_ro("num_nodes", [](const ArenaBox& b) { return b.core->num_slots(); })
         .def_prop_ro("num_records", [](const ArenaBox& b) { return b.core->num_records(); })
         .def_prop_ro("num_args", [](const ArenaBox& b) { return b.core->num_args(); })
@@ -288,7 +290,7 @@ void init_arena(nb::module_& m) {
             const bt::ArenaBase& a = *box_of(self.ptr())->core;
             int64_t r = a.record_of(as_pyvalue(v.ptr())->idx);
             return r < 0 ? int64_t(-1) : int64_t(a.record(size_t(r)).lo);
-        }, nb::arg("value"),
+        }, nb::arg("value"), nb::sig("def reach(self, value: Value) -> int"),
            "The lowest record a backward pass from `value` visits (-1 for a leaf): records below it\n"
            "cannot lead to `value`, so the sweep stops there.")
         .def("record_of", [](const ArenaBox& b, int64_t index) {
@@ -343,12 +345,15 @@ void init_arena(nb::module_& m) {
             }
             PyBuffer_Release(&view);
         }, nb::arg("first"), nb::arg("data"), nb::arg("what") = "values",
+           nb::sig("def write_bytes(self, first: int, data: bytes | bytearray | memoryview | ArrayLike, "
+                   "what: str = 'values') -> None"),
            "Copies a raw native-endian payload (any contiguous buffer) into nodes starting at `first`.")
         .def("__enter__", [](nb::handle self) {
             enter_arena(self);
             return nb::borrow(self);
-        })
-        .def("__exit__", [](nb::handle self, nb::args) { exit_arena(self); })
+        }, nb::sig("def __enter__(self) -> Arena"))
+        .def("__exit__", [](nb::handle self, nb::args) { exit_arena(self); },
+             nb::sig("def __exit__(self, *exc: object) -> None"))
         .def("__repr__", [](const ArenaBox& b) {
             return "Arena(dtype=" + std::string(dtype_name(b.core->dtype())) + ", nodes=" +
                    std::to_string(b.core->num_slots()) + ", records=" + std::to_string(b.core->num_records()) + ")";
@@ -361,14 +366,15 @@ void init_arena(nb::module_& m) {
         PyObject* a = current_arena(d);
         if (!a) throw nb::python_error();
         return nb::borrow(a);
-    }, nb::arg("dtype") = nb::none(), "The thread's current arena for a dtype (the default dtype if none).");
+    }, nb::arg("dtype") = nb::none(), nb::sig("def current_arena(dtype: DType | str | None = None) -> Arena"),
+       "The thread's current arena for a dtype (the default dtype if none).");
     m.def("checkpoint", [](nb::handle arena) {
         if (!arena.is_none()) return take_checkpoint(arena, nb::handle());
         PyObject* a32 = current_arena(bt::DType::float32);
         PyObject* a64 = a32 ? current_arena(bt::DType::float64) : nullptr;
         if (!a64) throw nb::python_error();
         return take_checkpoint(a32, a64);
-    }, nb::arg("arena") = nb::none(),
+    }, nb::arg("arena") = nb::none(), nb::sig("def checkpoint(arena: Arena | None = None) -> Checkpoint"),
        "A checkpoint of the thread's current float32 and float64 arenas (or of one arena).");
     m.def("rewind", &rewind_to, nb::arg("checkpoint"),
           "Discards every node created after the checkpoint; their handles become stale.");
@@ -376,8 +382,9 @@ void init_arena(nb::module_& m) {
         bt::DType d;
         if (!parse_dtype(dtype.ptr(), &d)) throw nb::python_error();
         g_default_dtype = d;
-    }, nb::arg("dtype"), "The dtype of new Values, leaves and checkpoints when none is given (float64 at start).");
-    m.def("get_default_dtype", []() { return nb::borrow(g_dtype_objects[int(g_default_dtype)]); });
+    }, nb::arg("dtype"), nb::sig("def set_default_dtype(dtype: DType | str) -> None"), "The dtype of new Values, leaves and checkpoints when none is given (float64 at start).");
+    m.def("get_default_dtype", []() { return nb::borrow(g_dtype_objects[int(g_default_dtype)]); },
+          nb::sig("def get_default_dtype() -> DType"));
     m.def("set_labels", [](bool on) { g_labels_on = on; }, nb::arg("enabled"));
     m.def("labels_enabled", []() { return g_labels_on; });
 

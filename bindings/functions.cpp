@@ -211,6 +211,16 @@ void init_functions(nb::module_& m) {
         if (!f) throw nb::python_error();
         m.attr(d->ml_name) = nb::steal(f);
     }
+    // The op tables by kind, for tools that describe the API (the stub generator, tests).
+    nb::list unary, binary;
+#define BT_NAME_U(name, ...) unary.append(#name);
+#define BT_NAME_B(name, ...) binary.append(#name);
+    BT_UNARY_OPS(BT_NAME_U)
+    BT_BINARY_OPS(BT_NAME_B)
+#undef BT_NAME_U
+#undef BT_NAME_B
+    m.attr("_unary_ops") = nb::tuple(unary);
+    m.attr("_binary_ops") = nb::tuple(binary);
 }
 
 }  // namespace btpy

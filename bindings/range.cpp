@@ -211,24 +211,28 @@ static VectorBox copy(const VectorBox& x) {
 
 // ---------------------------------------------------------------- registration
 void bind_vector_ops(nb::class_<VectorBox>& V) {
-    V.def("sum", [](nb::handle v) { return vsum(v, false); }, "Sum of the elements, one record.")
-        .def("mean", [](nb::handle v) { return vsum(v, true); }, "Mean of the elements, one record.")
-        .def("dot", [](nb::handle v, nb::handle other) { return vdot(v, other); }, nb::arg("other"))
-        .def("softmax", [](nb::handle v) { return softmax(v); }, "Softmax of the vector, or of each row of a matrix.")
+    V.def("sum", [](nb::handle v) { return vsum(v, false); }, nb::sig("def sum(self) -> Value"),
+          "Sum of the elements, one record.")
+        .def("mean", [](nb::handle v) { return vsum(v, true); }, nb::sig("def mean(self) -> Value"),
+             "Mean of the elements, one record.")
+        .def("dot", [](nb::handle v, nb::handle other) { return vdot(v, other); },
+             nb::sig("def dot(self, other: VectorLike) -> Value"), "Inner product with another vector, one record.")
+        .def("softmax", [](nb::handle v) { return softmax(v); }, nb::sig("def softmax(self) -> Vector"),
+             "Softmax of the vector, or of each row of a matrix.")
         .def("copy", &copy, "Materialises the view into fresh contiguous nodes (one record).")
         .def("leaky_relu", [](const VectorBox& v, double slope) { return map_unary(v, Op::leaky_relu, slope); },
              nb::arg("slope") = 0.01)
         .def("__neg__", [](const VectorBox& v) { return map_unary(v, Op::neg); })
-        .def("__add__", [](const VectorBox& a, nb::handle b) { return arith(a, b, Op::add, false); })
-        .def("__radd__", [](const VectorBox& a, nb::handle b) { return arith(a, b, Op::add, true); })
-        .def("__sub__", [](const VectorBox& a, nb::handle b) { return arith(a, b, Op::sub, false); })
-        .def("__rsub__", [](const VectorBox& a, nb::handle b) { return arith(a, b, Op::sub, true); })
-        .def("__mul__", [](const VectorBox& a, nb::handle b) { return arith(a, b, Op::mul, false); })
-        .def("__rmul__", [](const VectorBox& a, nb::handle b) { return arith(a, b, Op::mul, true); })
-        .def("__truediv__", [](const VectorBox& a, nb::handle b) { return arith(a, b, Op::div, false); })
-        .def("__rtruediv__", [](const VectorBox& a, nb::handle b) { return arith(a, b, Op::div, true); })
-        .def("__pow__", [](const VectorBox& a, nb::handle b) { return arith(a, b, Op::pow, false); })
-        .def("__rpow__", [](const VectorBox& a, nb::handle b) { return arith(a, b, Op::pow, true); });
+        .def("__add__", [](const VectorBox& a, nb::handle b) { return arith(a, b, Op::add, false); }, nb::sig("def __add__(self, other: VectorLike | float, /) -> Vector"))
+        .def("__radd__", [](const VectorBox& a, nb::handle b) { return arith(a, b, Op::add, true); }, nb::sig("def __radd__(self, other: VectorLike | float, /) -> Vector"))
+        .def("__sub__", [](const VectorBox& a, nb::handle b) { return arith(a, b, Op::sub, false); }, nb::sig("def __sub__(self, other: VectorLike | float, /) -> Vector"))
+        .def("__rsub__", [](const VectorBox& a, nb::handle b) { return arith(a, b, Op::sub, true); }, nb::sig("def __rsub__(self, other: VectorLike | float, /) -> Vector"))
+        .def("__mul__", [](const VectorBox& a, nb::handle b) { return arith(a, b, Op::mul, false); }, nb::sig("def __mul__(self, other: VectorLike | float, /) -> Vector"))
+        .def("__rmul__", [](const VectorBox& a, nb::handle b) { return arith(a, b, Op::mul, true); }, nb::sig("def __rmul__(self, other: VectorLike | float, /) -> Vector"))
+        .def("__truediv__", [](const VectorBox& a, nb::handle b) { return arith(a, b, Op::div, false); }, nb::sig("def __truediv__(self, other: VectorLike | float, /) -> Vector"))
+        .def("__rtruediv__", [](const VectorBox& a, nb::handle b) { return arith(a, b, Op::div, true); }, nb::sig("def __rtruediv__(self, other: VectorLike | float, /) -> Vector"))
+        .def("__pow__", [](const VectorBox& a, nb::handle b) { return arith(a, b, Op::pow, false); }, nb::sig("def __pow__(self, other: VectorLike | float, /) -> Vector"))
+        .def("__rpow__", [](const VectorBox& a, nb::handle b) { return arith(a, b, Op::pow, true); }, nb::sig("def __rpow__(self, other: VectorLike | float, /) -> Vector"));
 #define BT_VEC_U(name, ...) V.def(#name, [](const VectorBox& v) { return map_unary(v, Op::name); });
     BT_UNARY_OPS(BT_VEC_U)
 #undef BT_VEC_U
@@ -236,24 +240,31 @@ void bind_vector_ops(nb::class_<VectorBox>& V) {
 
 void init_range(nb::module_& m) {
     m.def("linear", &linear, nb::arg("x"), nb::arg("weight"), nb::arg("bias") = nb::none(),
+          nb::sig("def linear(x: VectorLike, weight: VectorLike, bias: VectorLike | None = None) -> Vector"),
           "W x + b for a vector x (in,), or row by row for a matrix x (rows x in); W is (out x in). One record.");
-    m.def("softmax", &softmax, nb::arg("x"), "Softmax of a vector, or of each row of a matrix. One record.");
+    m.def("softmax", &softmax, nb::arg("x"), nb::sig("def softmax(x: VectorLike) -> Vector"), "Softmax of a vector, or of each row of a matrix. One record.");
     m.def("cross_entropy", &cross_entropy, nb::arg("logits"), nb::arg("targets"),
+          nb::sig("def cross_entropy(logits: VectorLike, targets: int | Sequence[int] | ArrayLike) -> Value"),
           "Mean over rows of -log softmax(logits)[target]: log-softmax and NLL in one record.");
     m.def("layer_norm", &layer_norm, nb::arg("x"), nb::arg("gamma"), nb::arg("beta"), nb::arg("eps") = 1e-5,
+          nb::sig("def layer_norm(x: VectorLike, gamma: VectorLike, beta: VectorLike, eps: float = 1e-05) -> Vector"),
           "Layer normalisation of each row (biased variance, as PyTorch). One record.");
     m.def("attention", &attention, nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("causal") = true,
           nb::arg("scale") = nb::none(), nb::arg("return_weights") = false,
+          nb::sig("def attention(q: VectorLike, k: VectorLike, v: VectorLike, causal: bool = True, "
+                  "scale: float | None = None, return_weights: bool = False) -> Vector | tuple[Vector, Vector]"),
           "Scaled dot-product attention of one head: q, k, v are (T x head_size). One record whose\n"
           "outputs are the (T x head_size) result followed by the (T x T) attention weights.");
     m.def("multi_head_attention", &multi_head_attention, nb::arg("qkv"), nb::arg("heads"), nb::arg("causal") = true,
           nb::arg("scale") = nb::none(), nb::arg("return_weights") = false, nb::arg("sequences") = 1,
+          nb::sig("def multi_head_attention(qkv: VectorLike, heads: int, causal: bool = True, scale: float | None = None, "
+                  "return_weights: bool = False, sequences: int = 1) -> Vector | tuple[Vector, list[Vector]]"),
           "All heads of attention from a fused (T x 3C) q/k/v matrix in one record: the (T x C) output\n"
           "holds the heads side by side; return_weights=True also returns the H (T x T) weight matrices.\n"
           "sequences=S: the rows are S stacked sequences of T = rows / S; attention stays within each.");
-    m.def("vsum", [](nb::handle x) { return vsum(x, false); }, nb::arg("x"), "Sum of a vector, one record.");
-    m.def("vmean", [](nb::handle x) { return vsum(x, true); }, nb::arg("x"), "Mean of a vector, one record.");
-    m.def("dot", &vdot, nb::arg("x"), nb::arg("w"), "Inner product of two vectors, one record.");
+    m.def("vsum", [](nb::handle x) { return vsum(x, false); }, nb::arg("x"), nb::sig("def vsum(x: VectorLike) -> Value"), "Sum of a vector, one record.");
+    m.def("vmean", [](nb::handle x) { return vsum(x, true); }, nb::arg("x"), nb::sig("def vmean(x: VectorLike) -> Value"), "Mean of a vector, one record.");
+    m.def("dot", &vdot, nb::arg("x"), nb::arg("w"), nb::sig("def dot(x: VectorLike, w: VectorLike) -> Value"), "Inner product of two vectors, one record.");
 }
 
 }  // namespace btpy

@@ -554,14 +554,15 @@ void init_vector(nb::module_& m) {
         "Slicing, concatenation and embedding lookup make new views and copy nothing; range ops\n"
         "(linear, softmax, ...) take Vectors and append one record each.");
     V.def("__len__", [](const VectorBox& v) { return v.length(); })
-        .def("__getitem__", &getitem)
+        .def("__getitem__", &getitem, nb::sig("def __getitem__(self, key: int | slice, /) -> Value | Vector"))
         .def_prop_ro("size", [](const VectorBox& v) { return v.size; }, "Number of elements.")
         .def_prop_ro("shape", [](const VectorBox& v) {
             return v.rows ? nb::make_tuple(v.rows, v.cols) : nb::make_tuple(v.size);
         })
         .def_prop_ro("spans", [](const VectorBox& v) { return v.spans; }, "The (first slot, length) spans viewed.")
-        .def_prop_ro("arena", [](const VectorBox& v) { return v.owner; })
-        .def_prop_ro("dtype", [](const VectorBox& v) { return nb::borrow(g_dtype_objects[int(v.dtype())]); })
+        .def_prop_ro("arena", [](const VectorBox& v) { return v.owner; }, nb::sig("def arena(self) -> Arena"))
+        .def_prop_ro("dtype", [](const VectorBox& v) { return nb::borrow(g_dtype_objects[int(v.dtype())]); },
+                     nb::sig("def dtype(self) -> DType"))
         .def_prop_ro("alive", &VectorBox::alive)
         .def_prop_ro("contiguous", &VectorBox::contiguous)
         .def_prop_ro("data", [](const VectorBox& v) { return tolist(v, false); }, "The values as a list of floats.")
@@ -571,8 +572,10 @@ void init_vector(nb::module_& m) {
             return tolist(v, what == "grads");
         }, nb::arg("what") = "values")
         .def("set_data", [](const VectorBox& v, nb::handle d) { assign(v, d, false); }, nb::arg("values"),
+             nb::sig("def set_data(self, values: Sequence[float] | Sequence[Sequence[float]] | ArrayLike) -> None"),
              "Overwrites the values (e.g. to load weights): numbers, a nested list or an array.")
-        .def("set_grad", [](const VectorBox& v, nb::handle d) { assign(v, d, true); }, nb::arg("grads"))
+        .def("set_grad", [](const VectorBox& v, nb::handle d) { assign(v, d, true); }, nb::arg("grads"),
+             nb::sig("def set_grad(self, grads: Sequence[float] | Sequence[Sequence[float]] | ArrayLike) -> None"))
         .def("zero_grad", [](const VectorBox& v) { fill_grad(v, 0.0); })
         .def("scale_grad", &scale_grad, nb::arg("factor"))
         .def("numpy", &to_numpy, nb::arg("what") = "values", nb::arg("writable") = false,
@@ -598,20 +601,26 @@ void init_vector(nb::module_& m) {
         .def("backward", [](const VectorBox& v, nb::handle seed, nb::handle wrt) {
             only_value(v, "backward()").attr("backward")(seed.is_none() ? nb::float_(1.0) : nb::borrow(seed), wrt);
         }, nb::arg("seed") = nb::none(), nb::arg("wrt") = nb::none(),
+           nb::sig("def backward(self, seed: float | None = None, wrt: Sequence[Value] | None = None) -> None"),
            "Reverse sweep from the node of a one-element Vector (a model's scalar output).")
         .def("__repr__", &vector_repr);
     bind_vector_ops(V);
 
     m.def("leaves", &leaves, nb::arg("data") = nb::none(), nb::arg("shape") = nb::none(), nb::arg("dtype") = nb::none(),
           nb::arg("arena") = nb::none(),
+          nb::sig("def leaves(data: Sequence[float] | Sequence[Sequence[float]] | ArrayLike | None = None, "
+                  "shape: int | tuple[int] | tuple[int, int] | None = None, dtype: DType | str | None = None, "
+                  "arena: Arena | None = None) -> Vector"),
           "New contiguous leaf nodes from numbers -- a list, a nested list (rows) or a float/int array\n"
           "of one or two dimensions, whose shape is kept -- or zeros of a shape:\n"
           "leaves([1, 2, 3]), leaves([[1, 2], [3, 4]]), leaves(np.ones((4, 3))), leaves(shape=(4, 8)).");
-    m.def("vector", &vector_of, nb::arg("values"), "A view over existing Values (adjacent slots merge into spans).");
-    m.def("cat", &cat, nb::arg("vectors"), "Concatenation of vectors as a view (no copy).");
-    m.def("hcat", &hcat, nb::arg("matrices"),
+    m.def("vector", &vector_of, nb::arg("values"), nb::sig("def vector(values: Sequence[Value | float]) -> Vector"),
+          "A view over existing Values (adjacent slots merge into spans).");
+    m.def("cat", &cat, nb::arg("vectors"), nb::sig("def cat(vectors: Sequence[VectorLike]) -> Vector"), "Concatenation of vectors as a view (no copy).");
+    m.def("hcat", &hcat, nb::arg("matrices"), nb::sig("def hcat(matrices: Sequence[VectorLike]) -> Vector"),
           "Side-by-side concatenation of matrices with equal rows, as a view (no copy).");
     m.def("embedding", &embedding, nb::arg("table"), nb::arg("ids"),
+          nb::sig("def embedding(table: Vector, ids: int | Sequence[int] | ArrayLike) -> Vector"),
           "Rows `ids` (an int, a sequence or an integer array) of a (V x d) table as a (len(ids) x d)\n"
           "view: no copy, no record. Ids outside [0, V) raise IndexError.");
 }

@@ -22,7 +22,8 @@ site="$out/site"
 rm -rf "$site"
 python -m pip install -q --no-deps --target "$site" "$here" \
   -Ccmake.build-type=RelWithDebInfo -Cbuild-dir="$out/ext-build" \
-  -Ccmake.define.BURTORCH_SANITIZE=address,undefined -Ccmake.define.BURTORCH_NATIVE=OFF
+  -Ccmake.define.BURTORCH_SANITIZE=address,undefined -Ccmake.define.BURTORCH_NATIVE=OFF \
+  -Ccmake.define.BURTORCH_STUBS=OFF
 asan_rt="$("${CXX:-g++}" -print-file-name=libasan.so)"
 ubsan_rt="$("${CXX:-g++}" -print-file-name=libubsan.so)"
 # CPython is not instrumented and keeps memory until exit: leaks are not checked here (the core
