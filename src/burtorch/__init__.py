@@ -48,8 +48,10 @@ __version__ = "0.1.0"
 
 from .seeding import manual_seed  # noqa: E402,F401
 
-# Optional tools load on first use, so `import burtorch` stays light (no numpy, no matplotlib).
-_LAZY_MODULES = ("io", "viz", "views", "introspect", "nn", "optim", "data", "bench", "oracle", "trainer")
+# The library's packages load on first use, so `import burtorch` stays light (no numpy, no
+# matplotlib). The benchmarks (burtorch.bench) and the command line (burtorch.app) sit beside the
+# library and are never loaded by it.
+_LAZY_MODULES = ("io", "viz", "views", "introspect", "nn", "optim", "data", "oracle", "seeding")
 
 
 def __getattr__(name):

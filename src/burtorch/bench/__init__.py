@@ -1,4 +1,4 @@
-"""The paper's workloads (W1-W5 of BENCHMARKS.md) run in burtorch and in every installed peer.
+"""The paper's workloads (W1-W5) run in burtorch and in every installed peer.
 
 Each (framework, workload, configuration) runs in its own subprocess, pinned to one core where the
 OS allows, so that imports, threads and memory of different frameworks never mix. The parent

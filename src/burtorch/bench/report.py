@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from . import agreement, paper
-from .workloads import PAPER_ITERS, WORKLOAD_ORDER, WORKLOADS
+from .specs import PAPER_ITERS, WORKLOAD_ORDER, WORKLOADS
 
 SCHEMA = 1
 
@@ -320,7 +320,7 @@ def render_readme(doc: dict, png_names: dict, png_prefix: str = "") -> str:
         "",
         "```",
         meta["command"],
-        f"python -m burtorch.bench.report {meta.get('json_name', 'results.json')} --readme benchmarks/README.md",
+        f"python -m burtorch.bench.report {meta.get('json_name', 'results.json')} --readme docs/benchmarks/README.md",
         "```",
         "",
         f"Preset `{meta['preset']}`; started {meta['started']}, took {meta['elapsed_s']:.0f} s. "

@@ -14,7 +14,7 @@ class MultiHeadAttention(Module):
     queries of heads 0..H-1 in turn, then the keys, then the values."""
 
     def __init__(self, dim: int, heads: int, causal: bool = True, fused: bool = True, dtype=None):
-        super().__init__()
+        super().__init__(dtype)
         self.fused = fused
         if dim % heads:
             raise ValueError(f"dim {dim} is not divisible by heads {heads}")

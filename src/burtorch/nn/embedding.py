@@ -7,9 +7,7 @@ class Embedding(Module):
     """Rows initialised N(0, 1), as PyTorch's nn.Embedding."""
 
     def __init__(self, num: int, dim: int, dtype=None):
-        super().__init__()
-        if dtype is not None:
-            self.dtype = dtype
+        super().__init__(dtype)
         self.num, self.dim = num, dim
         self.param("weight", (num, dim), "normal", 0.0, 1.0)
 

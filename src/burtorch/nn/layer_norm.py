@@ -5,9 +5,7 @@ from .module import Module
 
 class LayerNorm(Module):
     def __init__(self, dim: int, eps: float = 1e-5, dtype=None):
-        super().__init__()
-        if dtype is not None:
-            self.dtype = dtype
+        super().__init__(dtype)
         self.dim, self.eps = dim, eps
         self.param("weight", dim, "ones")
         self.param("bias", dim)

@@ -9,9 +9,7 @@ class Linear(Module):
     """W is (out x in); init as PyTorch's nn.Linear: U(-1/sqrt(in), 1/sqrt(in)) for W and b."""
 
     def __init__(self, nin: int, nout: int, bias: bool = True, dtype=None):
-        super().__init__()
-        if dtype is not None:
-            self.dtype = dtype
+        super().__init__(dtype)
         self.nin, self.nout = nin, nout
         k = 1.0 / math.sqrt(nin)
         self.param("weight", (nout, nin), "uniform", -k, k)

@@ -8,7 +8,7 @@ class MLP(Module):
     """MLP(nin, [h1, ..., nout], act='relu'): the activation follows every layer but the last."""
 
     def __init__(self, nin: int, sizes, act: str | None = "relu", final_act: str | None = None, dtype=None):
-        super().__init__()
+        super().__init__(dtype)
         dims = [nin] + list(sizes)
         self.layers = [Linear(a, b, dtype=dtype) for a, b in zip(dims, dims[1:])]
         self._act = activation(act)

@@ -9,9 +9,7 @@ class Neuron(Module):
     """y = act(w . x + b) over scalar Values; w ~ U(-1, 1), b = 0 (micrograd's convention)."""
 
     def __init__(self, nin: int, act: str | None = "relu", init_range: float = 1.0, dtype=None):
-        super().__init__()
-        if dtype is not None:
-            self.dtype = dtype
+        super().__init__(dtype)
         self.nin = nin
         self.act_name = act
         self._act = activation(act)
@@ -32,7 +30,7 @@ class Layer(Module):
     """nout scalar Neurons over the same inputs; returns a list of Values."""
 
     def __init__(self, nin: int, nout: int, act: str | None = "relu", dtype=None):
-        super().__init__()
+        super().__init__(dtype)
         self.neurons = [Neuron(nin, act, dtype=dtype) for _ in range(nout)]
 
     def forward(self, x):

@@ -22,7 +22,8 @@ from __future__ import annotations
 import random
 
 from .. import _core
-from ..oracle import grad_oracle
+from ..seeding import next_seed
+from ..oracle import grad_oracle, mean_loss  # noqa: F401  (mean_loss: part of burtorch.optim)
 from .optimizer import _check_hyper
 
 
@@ -66,23 +67,6 @@ def _check_compressor(compressor, d, need):
     return compressor
 
 
-def mean_loss(model, data, loss_fn=None) -> float:
-    """Mean loss over ``data`` with forward passes only (nothing left in the arena, grads untouched)."""
-    _check_dataset("data", data)
-    arena = model.parameter_vector().arena
-    cp = arena.checkpoint()
-    total = 0.0
-    try:
-        for sample in data:
-            loss = loss_fn(model, sample) if loss_fn is not None else model.loss(*sample)
-            total += loss.data
-            arena.rewind(cp)
-    finally:
-        if arena.num_nodes != cp.nodes:
-            arena.rewind(cp)
-    return total / len(data)
-
-
 class GradientEstimator:
     """Base class; subclasses implement ``_initial_estimate()`` and ``_next_estimate(x_prev)``."""
 
@@ -96,7 +80,7 @@ class GradientEstimator:
         self.d = len(self.params)
         self.lr = _check_hyper("lr", lr, lo_open=True)
         self.loss_fn = loss_fn
-        self.rng = random.Random(seed)
+        self.rng = random.Random(next_seed() if seed is None else seed)
         self.g: list | None = None
         self.loss: float | None = None   # the mean loss seen by the last estimate's oracle calls
         self.steps = 0

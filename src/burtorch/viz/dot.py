@@ -12,7 +12,8 @@ the record index, which lets a run of leaves inside a span be skipped with a bin
 """
 from __future__ import annotations
 
-from .._core import Arena, StaleValueError, Value
+from .._core import StaleValueError
+from ..node_selection import select
 
 
 class GraphTooLargeError(ValueError):
@@ -23,7 +24,7 @@ def to_dot(root, max_nodes: int = 2000, show_grad: bool = True, rankdir: str = "
            precision: int = 6, max_scalar_args: int = 4, name: str = "burtorch") -> str:
     """DOT text of the graph that ``root`` depends on.
 
-    ``root``: a Value, a list of Values (of one arena), or a view with ``.arena`` and ``.spans``.
+    ``root``: a Value, a list of Values, an ``(arena, first, last)`` range or a Vector, of one arena.
     Raises :class:`GraphTooLargeError` when more than ``max_nodes`` DOT nodes would be drawn.
     """
     if rankdir not in ("LR", "RL", "TB", "BT"):
@@ -51,22 +52,10 @@ def to_dot(root, max_nodes: int = 2000, show_grad: bool = True, rankdir: str = "
 
 
 def _roots(root):
-    items = root if isinstance(root, (list, tuple)) else [root]
-    for item in items:  # a discarded root would draw whatever node now holds its slot
-        if getattr(item, "alive", True) is False:
-            raise StaleValueError("cannot draw the graph of a node or view discarded by a rewind")
-    if isinstance(root, Value):
-        return root.arena, [(root.index, root.index + 1)]
-    arena = getattr(root, "arena", None)
-    spans = getattr(root, "spans", None)
-    if isinstance(arena, Arena) and spans is not None:
-        return arena, [(first, first + length) for first, length in spans]
-    if isinstance(root, (list, tuple)) and root and all(isinstance(v, Value) for v in root):
-        arena = root[0].arena
-        if any(v.arena is not arena for v in root):
-            raise ValueError("to_dot() draws one arena's graph: the roots belong to different arenas")
-        return arena, [(v.index, v.index + 1) for v in root]
-    raise TypeError(f"to_dot() expects a Value, a list of Values or a view, got {type(root).__name__}")
+    try:
+        return select(root).single_arena("the roots")
+    except StaleValueError:  # a discarded root would draw whatever node now holds its slot
+        raise StaleValueError("cannot draw the graph of a node or view discarded by a rewind") from None
 
 
 def _quote(text: str) -> str:

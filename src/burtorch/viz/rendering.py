@@ -5,6 +5,7 @@ import os
 import shutil
 import subprocess
 
+from ..io.atomic import write_atomic
 from .dot import to_dot
 
 INSTALL_HINT = (
@@ -34,10 +35,7 @@ def render(root, path, engine: str = "dot", timeout: float = 60.0, **to_dot_args
         data = text.encode("utf-8")
     else:
         data = render_text(text, fmt, engine, timeout)
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
+    write_atomic(path, (data,), durable=False)  # a picture can be redrawn: no fsync
     return path
 
 

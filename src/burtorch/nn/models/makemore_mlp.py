@@ -13,9 +13,7 @@ class MakemoreMLP(Module):
     """
 
     def __init__(self, vocab: int = 27, block: int = 16, emb: int = 64, hidden: int = 64, dtype=None):
-        super().__init__()
-        if dtype is not None:
-            self.dtype = dtype
+        super().__init__(dtype)
         self.vocab, self.block, self.emb_dim, self.hidden = vocab, block, emb, hidden
         self.embed = Embedding(vocab, emb, dtype=dtype)
         self.fc1 = Linear(block * emb, hidden, dtype=dtype)
@@ -23,7 +21,7 @@ class MakemoreMLP(Module):
 
     @classmethod
     def paper(cls, hidden: int = 64, vocab: int = 27, dtype=None) -> "MakemoreMLP":
-        """BENCHMARKS.md W4: block 16, embedding 64, hidden e in {4, 16, ..., 1024}, FP32."""
+        """The paper's W4: block 16, embedding 64, hidden e in {4, 16, ..., 1024}, FP32."""
         return cls(vocab=vocab, block=16, emb=64, hidden=hidden, dtype=dtype)
 
     def forward(self, context):

@@ -11,7 +11,7 @@ class Block(Module):
     """Pre-norm transformer block: x + attn(ln1(x)), then x + ff(ln2(x)) with ff = Linear-ReLU-Linear."""
 
     def __init__(self, dim: int, heads: int, ff_mult: int = 4, dtype=None):
-        super().__init__()
+        super().__init__(dtype)
         self.ln1 = LayerNorm(dim, dtype=dtype)
         self.attn = MultiHeadAttention(dim, heads, causal=True, dtype=dtype)
         self.ln2 = LayerNorm(dim, dtype=dtype)
@@ -32,9 +32,7 @@ class MiniGPT(Module):
 
     def __init__(self, vocab: int = 65, block: int = 8, dim: int = 24, layers: int = 6, heads: int = 6,
                  dtype=None):
-        super().__init__()
-        if dtype is not None:
-            self.dtype = dtype
+        super().__init__(dtype)
         self.vocab, self.block, self.dim, self.n_layers, self.n_heads = vocab, block, dim, layers, heads
         self.tok = Embedding(vocab, dim, dtype=dtype)
         self.pos = Embedding(block, dim, dtype=dtype)

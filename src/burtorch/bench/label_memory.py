@@ -6,7 +6,7 @@ handles. Reported: the arena's own accounting (stats()["bytes"]["labels"], bytes
 growth of the process's resident memory while building (arena memory is reserved up front in
 both modes, so the difference is the labels' side table).
 
-    python benchmarks/label_memory.py [N ...]        (default: 10000 100000 1000000)
+    python -m burtorch.bench.label_memory [N ...]        (default: 10000 100000 1000000)
 """
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ def measure(n: int, mode: str) -> dict:
 
 def main(argv) -> None:
     sizes = [int(a) for a in argv] or [10_000, 100_000, 1_000_000]
-    print("command: python benchmarks/label_memory.py " + " ".join(str(s) for s in sizes))
+    print("command: python -m burtorch.bench.label_memory " + " ".join(str(s) for s in sizes))
     print("| nodes | labels | label bytes (arena) | bytes in use (arena) | RSS growth while building |")
     print("|---|---|---|---|---|")
     for n in sizes:

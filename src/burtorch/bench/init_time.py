@@ -1,6 +1,7 @@
 """Init time: process start to the end of one full W5 training step (and one W4 e=1024 step).
 
-Run: python benchmarks/init_time.py   (medians of 7 fresh processes, wall clock measured outside)
+    python -m burtorch.bench.init_time    (medians of 7 fresh processes, wall clock measured outside)
+
 Each process imports burtorch, builds the paper's model (FP32), takes one sample (b=1) through
 grad_oracle and one SGD step, and exits. `burtorch bench` reports init too, but its children also
 prepare the shared numpy data for every peer, which this measurement leaves out.

@@ -1,6 +1,6 @@
 """What one scalar op costs from Python, in nanoseconds, split into its parts.
 
-Run: python benchmarks/op_cost.py   (medians of 7 runs of 200,000 ops each)
+    python -m burtorch.bench.op_cost      (medians of 7 runs of 200,000 ops each)
 """
 import statistics
 import time
@@ -19,7 +19,6 @@ def median_ns(fn) -> float:
 
 
 def loop_only():
-    x = 1.0
     t = time.perf_counter()
     for _ in range(N):
         pass
