@@ -13,8 +13,15 @@ import pytest
 
 from burtorch.bench import agreement, child, compare, harness, report
 from burtorch.bench import frameworks as fw
-from burtorch.bench.specs import (W1_GOLDEN, W2_GOLDEN, W3_NAMES, gpt_param_count, mlp_param_count,
-                                  w1_reference, w2_values)
+from burtorch.bench.specs import (
+    W1_GOLDEN,
+    W2_GOLDEN,
+    W3_NAMES,
+    gpt_param_count,
+    mlp_param_count,
+    w1_reference,
+    w2_values,
+)
 
 
 def _require(entry):

@@ -4,7 +4,8 @@ import os
 import struct
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import burtorch as bt
 import burtorch.io as bio

@@ -1,6 +1,5 @@
 """Layers and models: the Module API, gradients (finite differences, PyTorch with the same weights),
 the per-sample oracle (mean gradient, constant memory) and the optimizers."""
-import math
 import random
 
 import pytest
@@ -263,7 +262,7 @@ def test_training_learns():
         model = nn.MiniGPT(vocab=ds.vocab_size, block=4, dim=12, layers=1, heads=2)
         opt = optim.AdamW(model.parameters(), lr=1e-2)
         first = None
-        for step in range(60):
+        for _ in range(60):
             loss = grad_oracle(model, ds.batch(8, rng))
             opt.step()
             first = first if first is not None else loss

@@ -131,6 +131,10 @@ def test_resume_refuses_damaged_or_edited_files(tmp_path, good_checkpoint, capsy
     (lambda m: m["run"].pop("seed"), "this version"),
     (lambda m: m.update(itos=["a", "a"]), "distinct"),
     (lambda m: m.update(format="other"), "format"),
+    (lambda m: m["run"].update(batch=0), "run settings"),
+    (lambda m: m["run"].update(preset="huge"), "run settings"),
+    (lambda m: m["run"].update(lr=-1.0), "run settings"),
+    (lambda m: m["data"].update(path=7), "data record"),
 ])
 def test_resume_refuses_checkpoints_that_make_no_sense(tmp_path, good_checkpoint, edit, message, capsys):
     bad = rewrite(good_checkpoint, tmp_path / "bad.ckpt", edit)

@@ -7,41 +7,73 @@ nodes and records, ``backward()`` sweeps the records once in reverse, and ``chec
 from __future__ import annotations
 
 from . import _core
-from ._core import (  # noqa: F401  (re-exported API)
+from ._core import (  # noqa: F401  (re-exported API)  # noqa: F401  scalar ops as functions
     Arena,
-    get_default_dtype,
-    set_default_dtype,
     Checkpoint,
     DType,
     StaleValueError,
     Value,
-    checkpoint,
-    current_arena,
     Vector,
+    abs,
+    add,
+    add_squares,
     attention,
     cat,
+    checkpoint,
+    cos,
     cross_entropy,
+    current_arena,
+    div,
     dot,
     embedding,
+    exp,
     float32,
     float64,
+    get_default_dtype,
     hcat,
+    inner_product,
+    inner_product_with_bias,
+    inv,
+    inv_sqrt,
     layer_norm,
+    leaky_relu,
     leaves,
     linear,
+    log,
+    mean,
+    mean_squares,
+    mul,
+    mul_by_constant,
     multi_head_attention,
+    neg,
+    neg_log,
+    negative_mean,
+    pow,
+    pow3,
+    reduce_mean,
+    reduce_mean_and_mean_squares,
+    reduce_mean_squares,
+    reduce_mul,
+    reduce_negative_mean,
+    reduce_sub,
+    reduce_sum,
+    reduce_sum_of_squares,
+    relu,
     rewind,
+    set_default_dtype,
+    sigmoid,
+    sin,
     softmax,
+    softplus,
+    sqr,
+    sqrt,
+    sub,
+    tanh,
+    variance,
+    variance_biased,
     vector,
     vmean,
     vsum,
-)
-from ._core import (  # noqa: F401  scalar ops as functions
-    abs, add, add_squares, cos, div, exp, inner_product, inner_product_with_bias, inv, inv_sqrt,
-    leaky_relu, log, mean, mean_squares, mul, mul_by_constant, neg, neg_log, negative_mean, pow,
-    pow3, reduce_mean, reduce_mean_and_mean_squares, reduce_mean_squares, reduce_mul,
-    reduce_negative_mean, reduce_sub, reduce_sum, reduce_sum_of_squares, relu, sigmoid, sin,
-    softplus, sqr, sqrt, sub, tanh, variance, variance_biased,
 )
 
 __version__ = "0.1.0"
@@ -126,7 +158,7 @@ class labels:
         self._previous = _core.labels_enabled()
         _core.set_labels(bool(enabled))
 
-    def __enter__(self) -> "labels":
+    def __enter__(self) -> labels:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -1,8 +1,9 @@
 """Zero-copy numpy arrays over nodes' values or grads, and bulk loading of numbers into nodes.
 
 ``numpy_view(x)`` accepts a Value, a list of Values, an ``(arena, first, last)`` range or a
-``bt.Vector`` (see :mod:`burtorch.node_selection`); stale Values and Vectors are refused. Contiguous nodes give a zero-copy array that
-keeps the arena alive; nodes in several spans need ``copy=True`` (a plain copy, not linked).
+``bt.Vector`` (see :mod:`burtorch.node_selection`); stale Values and Vectors are refused.
+Contiguous nodes give a zero-copy array that keeps the arena alive; nodes in several spans need
+``copy=True`` (a plain copy, not linked).
 
 When writing through a view is safe
 -----------------------------------

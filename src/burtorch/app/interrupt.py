@@ -28,7 +28,7 @@ class StopRequests:
             raise KeyboardInterrupt  # asked twice: stop now, without a checkpoint
         self.signal = signum
 
-    def __enter__(self) -> "StopRequests":
+    def __enter__(self) -> StopRequests:
         if threading.current_thread() is threading.main_thread():
             for name in self.SIGNALS:
                 signum = getattr(signal, name, None)

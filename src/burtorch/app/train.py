@@ -123,6 +123,7 @@ def _read_data(model: str, path):
 
 def _build(model: str, cfg: dict, vocab: int, dtype_name: str):
     import burtorch as bt
+
     from ..nn import MakemoreMLP, MiniGPT
 
     dtype = bt.float32 if dtype_name == "float32" else bt.float64
@@ -150,6 +151,21 @@ def _check_meta(meta: dict, path: str) -> None:
         bad(f"unknown format {meta['format']!r}")
     if meta["model"] not in ("mlp", "gpt") or set(meta["run"]) != set(RUN_KEYS):
         bad("it does not describe an mlp or gpt run of this version")
+    run = meta["run"]
+
+    def whole(x, low):
+        return isinstance(x, int) and not isinstance(x, bool) and x >= low
+
+    if (run["preset"] not in PRESETS or run["dtype"] not in ("float32", "float64")
+            or run["optimizer"] not in ("sgd", "adam", "adamw") or not whole(run["seed"], -(1 << 63))
+            or not (run["hidden"] is None or whole(run["hidden"], 1))
+            or not all(whole(run[k], 1) for k in ("batch", "chunk", "eval_every", "eval_samples"))
+            or not (isinstance(run["lr"], (int, float)) and not isinstance(run["lr"], bool)
+                    and 0 < run["lr"] < float("inf"))):
+        bad(f"its run settings are malformed: {run}")
+    path, sha = meta["data"].get("path"), meta["data"].get("sha256")
+    if not (path is None or isinstance(path, str)) or not isinstance(sha, str):
+        bad("its data record is malformed")
     if not 0 <= meta["step"] <= meta["steps"]:
         bad(f"step {meta['step']} is outside 0..{meta['steps']}")
     if meta["optimizer_steps"] != meta["step"]:
@@ -201,6 +217,7 @@ def main(args) -> int:
 
 def _main(args) -> int:
     import burtorch as bt
+
     from .. import data, io
     from ..io.format import FormatError
     from . import checkpoint

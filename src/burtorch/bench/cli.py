@@ -130,8 +130,8 @@ def _command_line(args) -> str:
 
 
 def run_suite(args) -> int:
-    from . import frameworks as fw
     from ..app import machine
+    from . import frameworks as fw
     from . import harness, report
 
     workloads = WORKLOAD_ORDER if args.what == "all" else (args.what,)

@@ -9,7 +9,6 @@ in place) next to the peers, side by side in one run, so what durability costs i
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import tempfile

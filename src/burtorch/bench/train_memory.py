@@ -7,7 +7,6 @@ Each configuration is a fresh `burtorch train ...` process; its peak RSS is read
 getrusage(RUSAGE_CHILDREN) after it exits (so it covers interpreter, imports, data and training).
 """
 import argparse
-import resource
 import subprocess
 import sys
 

@@ -6,8 +6,16 @@ import stat
 
 from ..node_selection import select
 from .atomic import write_all, write_atomic
-from .format import (FIXED_SIZE, FormatError, check_payload, check_what, decode_header, encode_header,
-                     payload_size, read_declared)
+from .format import (
+    FIXED_SIZE,
+    FormatError,
+    check_payload,
+    check_what,
+    decode_header,
+    encode_header,
+    payload_size,
+    read_declared,
+)
 from .payload import read_payload, write_payload
 from .regular_file import NotRegularFileError, open_regular
 

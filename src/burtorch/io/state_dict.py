@@ -15,8 +15,16 @@ import os
 
 from ..node_selection import select
 from .atomic import write_atomic
-from .format import (ITEMSIZE, NATIVE_BYTEORDER, FormatError, check_payload, decode_header, encode_header,
-                     encode_name_table, read_declared)
+from .format import (
+    ITEMSIZE,
+    NATIVE_BYTEORDER,
+    FormatError,
+    check_payload,
+    decode_header,
+    encode_header,
+    encode_name_table,
+    read_declared,
+)
 from .payload import read_payload, write_payload
 from .regular_file import open_regular
 

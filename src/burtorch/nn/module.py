@@ -86,7 +86,7 @@ class Module:
         for p in self.parameters():
             p.zero_grad()
 
-    def state_dict(self) -> "OrderedDict[str, _core.Vector]":
+    def state_dict(self) -> OrderedDict[str, _core.Vector]:
         """name -> Vector view of the parameter (like PyTorch, views, not copies)."""
         return OrderedDict(self.named_parameters())
 
@@ -120,13 +120,13 @@ class Module:
         for p, values in checked:
             p.set_data(values)
 
-    def train(self, mode: bool = True) -> "Module":
+    def train(self, mode: bool = True) -> Module:
         object.__setattr__(self, "training", mode)
         for _, c in self.children():
             c.train(mode)
         return self
 
-    def eval(self) -> "Module":
+    def eval(self) -> Module:
         return self.train(False)
 
     def __call__(self, *args, **kwargs):

@@ -22,8 +22,8 @@ from __future__ import annotations
 import random
 
 from .. import _core
-from ..seeding import next_seed
 from ..oracle import grad_oracle, mean_loss  # noqa: F401  (mean_loss: part of burtorch.optim)
+from ..seeding import next_seed
 from .optimizer import _check_hyper
 
 

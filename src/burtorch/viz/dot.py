@@ -40,7 +40,7 @@ def to_dot(root, max_nodes: int = 2000, show_grad: bool = True, rankdir: str = "
     walk.run()
     lines = [f"digraph {_quote(name)} {{", f"  rankdir={rankdir};",
              '  node [fontname="Helvetica", fontsize=10];', '  edge [fontname="Helvetica", fontsize=9];']
-    for sort_key, key, attrs in sorted(walk.nodes.values()):
+    for _, key, attrs in sorted(walk.nodes.values()):
         if key in root_keys:
             attrs += ", penwidth=2"
         lines.append(f"  {key} [{attrs}];")

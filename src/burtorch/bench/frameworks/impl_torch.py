@@ -1,12 +1,17 @@
 """PyTorch: eager, TorchScript (W1/W2) and torch.compile, on one CPU thread."""
 from __future__ import annotations
 
-
 import torch
 import torch.nn.functional as F
 
 from ..specs import (
-    GPT_DMODEL, GPT_HEAD_SIZE, GPT_HEADS, GPT_LAYERS, GPT_LR, LN_EPS, MLP_LR,
+    GPT_DMODEL,
+    GPT_HEAD_SIZE,
+    GPT_HEADS,
+    GPT_LAYERS,
+    GPT_LR,
+    LN_EPS,
+    MLP_LR,
 )
 from . import Unavailable
 from .file_runner import FileSaveLoadRunner

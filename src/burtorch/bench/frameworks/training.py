@@ -11,7 +11,13 @@ import math
 
 from .. import data as bdata
 from ..specs import (
-    GPT_BLOCK, GPT_DMODEL, GPT_FF, GPT_LAYERS, MLP_BLOCK, MLP_EMBED_DIM, gpt_param_count,
+    GPT_BLOCK,
+    GPT_DMODEL,
+    GPT_FF,
+    GPT_LAYERS,
+    MLP_BLOCK,
+    MLP_EMBED_DIM,
+    gpt_param_count,
     mlp_param_count,
 )
 
