@@ -106,6 +106,9 @@ class scope:
 
     Nodes created before the block (parameters, inputs) survive; handles to nodes created inside
     become stale.
+
+    Args:
+        arena: the arena to scope (default: the thread's current one of the default dtype).
     """
 
     __slots__ = ("_arena", "_cp")
@@ -123,26 +126,39 @@ class scope:
 
 
 def backward(root: Value, seed: float = 1.0, wrt=None) -> None:
-    """Reverse sweep from ``root``; same as ``root.backward(seed, wrt)``."""
+    """Reverse sweep from ``root``; the same as ``root.backward(seed, wrt)``.
+
+    Args:
+        root: the Value to differentiate.
+        seed: d root / d root (default 1.0; must be finite).
+        wrt: Values whose grads are wanted; the sweep stops below the lowest of them.
+
+    Raises:
+        TypeError: ``root`` is not a Value.
+    """
     if not isinstance(root, Value):
         raise TypeError(f"backward() expects a Value, got {type(root).__name__}")
     root.backward(seed, wrt)
 
 
 def reserve(nodes: int, dtype=None) -> None:
-    """Commits memory for ``nodes`` nodes in the thread's current arena of ``dtype`` up front."""
+    """Commits memory for ``nodes`` nodes in the thread's current arena of ``dtype`` up front.
+
+    Raises:
+        ValueError: ``nodes`` is not a non-negative int.
+    """
     if not isinstance(nodes, int) or nodes < 0:
         raise ValueError(f"reserve() expects a non-negative int, got {nodes!r}")
     current_arena(dtype).reserve(nodes)
 
 
 def stats(dtype=None) -> dict:
-    """Nodes, records and bytes by category of the thread's current arena of ``dtype``."""
+    """Nodes, records and bytes by category of the thread's current arena of ``dtype`` (a dict)."""
     return current_arena(dtype).stats()
 
 
 def zero_grad(values) -> None:
-    """Sets the grad of every Value in ``values`` to 0."""
+    """Sets the grad of every Value in ``values`` (any iterable of Values) to 0."""
     for v in values:
         v.grad = 0.0
 

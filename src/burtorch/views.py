@@ -33,8 +33,18 @@ def _check_what(what):
 def numpy_view(x, what: str = "values", writable: bool = False, copy: bool = False):
     """A 1-D numpy array over the values (or grads) of the nodes of ``x``.
 
-    Zero-copy when the nodes are one contiguous span; with several spans, raises ValueError
-    unless ``copy=True``, which returns a fresh array (writes to it do not reach the arena).
+    Args:
+        x: a Value, a list of Values, an ``(arena, first, last)`` range or a Vector, of one arena.
+        what: ``"values"`` or ``"grads"``.
+        writable: allow writing through the array (see the module docstring for when it is safe).
+        copy: for nodes in several spans, return a fresh array (writes do not reach the arena).
+
+    Returns:
+        A zero-copy array that keeps the arena alive (one contiguous span), or a copy.
+
+    Raises:
+        ValueError: several spans without ``copy=True``, nodes of several arenas, or a bad ``what``.
+        StaleValueError: a Value or Vector discarded by a rewind.
     """
     _check_what(what)
     arena, spans = select(x).single_arena()
@@ -50,10 +60,19 @@ def numpy_view(x, what: str = "values", writable: bool = False, copy: bool = Fal
 
 
 def load_array(x, data, what: str = "values") -> None:
-    """Copies numbers (a numpy array, a list, any buffer) into the values or grads of ``x`` in bulk.
+    """Copies numbers into the values or grads of the nodes of ``x`` in bulk.
 
-    The length must equal the number of nodes; numbers are converted to the arena's dtype. Checks
-    everything before writing anything. The same safety rules as writable views apply.
+    Numbers are converted to the arena's dtype; everything is checked before anything is
+    written. The same safety rules as writable views apply.
+
+    Args:
+        x: the nodes, in the forms :func:`numpy_view` takes.
+        data: a numpy array, a list, or any buffer of as many numbers as there are nodes.
+        what: ``"values"`` or ``"grads"``.
+
+    Raises:
+        ValueError: a count mismatch, nodes of several arenas, or a bad ``what``.
+        StaleValueError: a Value or Vector discarded by a rewind.
     """
     import numpy as np
 

@@ -5,16 +5,8 @@ import argparse
 import json
 import sys
 
-DESCRIPTION = """\
-Scalar-level reverse-mode autodiff on the CPU with a C++20 core (BurTorch).
-
-commands:
-  train    train the paper's character MLP (W4) or miniature GPT (W5)
-  demo     the paper's Figure 1 and 2 graphs: values, gradients and timings
-  bench    the paper's benchmark workloads against every installed peer framework
-  info     this machine, interpreter and burtorch build
-
-Run 'burtorch COMMAND --help' for the options of a command."""
+DESCRIPTION = "Scalar-level reverse-mode autodiff on the CPU with a C++20 core (BurTorch)."
+EPILOG = "Run 'burtorch COMMAND --help' for the options of a command."
 
 
 def _info(args) -> int:
@@ -44,10 +36,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .arguments import positive_int
     from .train import register as register_train
 
-    p = argparse.ArgumentParser(prog="burtorch", description=DESCRIPTION,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(prog="burtorch", description=DESCRIPTION, epilog=EPILOG)
     p.add_argument("--version", action="version", version=f"burtorch {__version__}")
-    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND", title="commands")
     register_train(sub)
     demo = sub.add_parser("demo", help="the paper's Figure 1 and 2 graphs: values, gradients, timings",
                           description="Builds the paper's Figure 1 (W1) and Figure 2 (W2) graphs, prints "

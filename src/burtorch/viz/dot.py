@@ -24,8 +24,22 @@ def to_dot(root, max_nodes: int = 2000, show_grad: bool = True, rankdir: str = "
            precision: int = 6, max_scalar_args: int = 4, name: str = "burtorch") -> str:
     """DOT text of the graph that ``root`` depends on.
 
-    ``root``: a Value, a list of Values, an ``(arena, first, last)`` range or a Vector, of one arena.
-    Raises :class:`GraphTooLargeError` when more than ``max_nodes`` DOT nodes would be drawn.
+    Args:
+        root: a Value, a list of Values, an ``(arena, first, last)`` range or a Vector, of one arena.
+        max_nodes: the most DOT nodes to draw.
+        show_grad: show each value's grad beside its data.
+        rankdir: ``"LR"``, ``"RL"``, ``"TB"`` or ``"BT"``.
+        precision: significant digits of the numbers shown.
+        max_scalar_args: a record with more arguments is drawn as one box.
+        name: the graph's name in the DOT text.
+
+    Returns:
+        The DOT text.
+
+    Raises:
+        GraphTooLargeError: more than ``max_nodes`` nodes would be drawn.
+        StaleValueError: a root discarded by a rewind.
+        ValueError, TypeError: bad arguments or roots of several arenas.
     """
     if rankdir not in ("LR", "RL", "TB", "BT"):
         raise ValueError(f"rankdir must be one of LR, RL, TB, BT, got {rankdir!r}")

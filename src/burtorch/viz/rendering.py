@@ -24,7 +24,21 @@ def render(root, path, engine: str = "dot", timeout: float = 60.0, **to_dot_args
 
     ``.dot``/``.gv`` write the DOT text itself (no Graphviz needed); ``.svg``, ``.png``, ``.pdf``
     and other Graphviz formats are rendered by the ``graphviz`` Python package when installed, else
-    by running the ``dot`` binary. Extra keyword arguments go to :func:`to_dot`. Returns ``path``.
+    by running the ``dot`` binary. The file is written atomically.
+
+    Args:
+        root: as :func:`to_dot`.
+        path: the image file.
+        engine: the Graphviz layout program.
+        timeout: seconds the ``dot`` binary may take.
+        **to_dot_args: passed to :func:`to_dot`.
+
+    Returns:
+        ``path``.
+
+    Raises:
+        GraphvizMissingError: an image format was asked for and Graphviz is not installed.
+        ValueError: no extension, or Graphviz failed.
     """
     path = os.fspath(path)
     fmt = os.path.splitext(path)[1].lstrip(".").lower()

@@ -6,10 +6,18 @@ from ..module import Module
 
 
 class MakemoreMLP(Module):
-    """context of `block` token ids -> embed each (V x emb table) -> concatenate (a view) ->
-    Linear(block*emb, hidden) -> tanh -> Linear(hidden, V) -> logits.
+    """The character MLP of Bengio et al. (2003) as makemore builds it (the paper's W4).
 
-    Parameters: V*emb + block*emb*hidden + hidden + hidden*V + V.
+    A context of ``block`` token ids -> each embedded (a V x emb table) -> concatenated (a view)
+    -> Linear(block*emb, hidden) -> tanh -> Linear(hidden, V) -> logits. Parameters:
+    V*emb + block*emb*hidden + hidden + hidden*V + V.
+
+    Args:
+        vocab: V, the vocabulary size.
+        block: the context length.
+        emb: the embedding size.
+        hidden: the hidden width e.
+        dtype: ``bt.float32`` (default) or ``bt.float64``.
     """
 
     def __init__(self, vocab: int = 27, block: int = 16, emb: int = 64, hidden: int = 64, dtype=None):
