@@ -155,9 +155,9 @@ def test_orphans_of_dead_writers_are_removed_and_live_ones_kept(tmp_path):
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
                           text=True, check=True)
     dead_pid = int(dead.stdout)
-    orphan = tmp_path / f".model.bt.{dead_pid}.k2j4h1{SUFFIX}"
+    orphan = tmp_path / f".model.bt.{dead_pid}.0f3a9c2b7d41{SUFFIX}"
     orphan.write_bytes(b"x" * 1000)
-    live = tmp_path / f".model.bt.{os.getppid()}.a8d7f6{SUFFIX}"  # our parent runs: not an orphan
+    live = tmp_path / f".model.bt.{os.getppid()}.9e8d7c6b5a43{SUFFIX}"  # our parent runs: not an orphan
     live.write_bytes(b"y")
     unrelated = tmp_path / "notes.txt"
     unrelated.write_text("mine")

@@ -14,13 +14,15 @@ from __future__ import annotations
 
 import os
 import re
-import tempfile
 import threading
 
 SUFFIX = ".burtorch-tmp"
-_ORPHAN = re.compile(r"^\..*\.(\d+)\.[^.]+" + re.escape(SUFFIX) + "$")
+_ORPHAN = re.compile(r"^\..*\.(\d+)\.[0-9a-f]{12}" + re.escape(SUFFIX) + "$")
 _MAX_NAME_IN_TEMP = 96  # keeps temp names under NAME_MAX whatever the destination's name
 
+_TEMP_FLAGS = (os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
+               | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0))
+_TEMP_MODE = 0o600
 _swept: set = set()
 _swept_lock = threading.Lock()
 
@@ -43,13 +45,13 @@ def write_atomic(path, chunks, *, durable: bool = True) -> None:
     directory, name = os.path.split(os.path.abspath(path))
     remove_orphans(directory, once=True)
     mode = _mode_for(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{name[:_MAX_NAME_IN_TEMP]}.{os.getpid()}.", suffix=SUFFIX,
-                               dir=directory)
+    fd, tmp = _create_temp(directory, name)
     try:
         try:
             for chunk in chunks:
                 write_all(fd, chunk)
-            os.fchmod(fd, mode)
+            if mode != _TEMP_MODE:
+                os.fchmod(fd, mode)
             if durable:
                 os.fsync(fd)
         finally:
@@ -63,6 +65,19 @@ def write_atomic(path, chunks, *, durable: bool = True) -> None:
         raise
     if durable:
         _fsync_directory(directory)
+
+
+def _create_temp(directory: str, name: str):
+    """Creates a new temporary file as ``tempfile.mkstemp`` does (exclusive, not through a link,
+    mode 0600, a random name), named so that :func:`remove_orphans` can tell whose it is."""
+    prefix = os.path.join(directory, f".{name[:_MAX_NAME_IN_TEMP]}.{os.getpid()}.")
+    for _ in range(100):
+        tmp = prefix + os.urandom(6).hex() + SUFFIX
+        try:
+            return os.open(tmp, _TEMP_FLAGS, _TEMP_MODE), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free temporary name in {directory}")
 
 
 def remove_orphans(directory: str, once: bool = False) -> list:

@@ -39,8 +39,7 @@ def open_regular(path) -> tuple:
         if not stat.S_ISREG(st.st_mode):
             kind = next((name for test, name in _KINDS if test(st.st_mode)), "not a regular file")
             raise NotRegularFileError(f"{os.fspath(path)} is {kind}, not a regular file")
-        if hasattr(os, "set_blocking"):
-            os.set_blocking(fd, True)
+        # O_NONBLOCK stays: it changes nothing for a regular file (reads never wait on one).
     except BaseException:
         os.close(fd)
         raise
