@@ -190,6 +190,8 @@ def _tuplify(x):
 
 def plot_history(history: History, path: str, title: str) -> bool:
     """Draws the training and validation losses to ``path``; False when matplotlib is missing."""
+    from ..viz.plots import save_figure
+
     try:
         from matplotlib.figure import Figure
     except ImportError:
@@ -202,7 +204,7 @@ def plot_history(history: History, path: str, title: str) -> bool:
     ax.set(title=title, xlabel="step", ylabel="cross-entropy (nats)")
     ax.grid(True, alpha=0.3)
     ax.legend()
-    fig.savefig(path)
+    save_figure(fig, path)
     return True
 
 

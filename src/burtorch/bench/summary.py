@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from .report import _fmt, _md_table, annotate, groups, load, unit_label
+from .report import _fmt, _md_table, annotate, groups, load, unit_label, write_text
 from .specs import WORKLOADS
 
 START = "<!-- bench-summary:start -->"
@@ -67,7 +67,7 @@ def splice(readme: Path, text: str) -> None:
         raise SystemExit(f"{readme} has no {START} ... {END} markers")
     head, rest = content.split(START, 1)
     _, tail = rest.split(END, 1)
-    readme.write_text(head + START + "\n" + text + "\n" + END + tail)
+    write_text(readme, head + START + "\n" + text + "\n" + END + tail)
 
 
 def main(argv=None) -> int:
