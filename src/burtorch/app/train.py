@@ -215,6 +215,9 @@ def main(args) -> int:
     except UsageError as e:
         print(f"burtorch train: error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # before training started (or a second Ctrl-C): nothing to save yet
+        print("\nburtorch train: interrupted; no checkpoint written", file=sys.stderr)
+        return 130
 
 
 def _main(args) -> int:

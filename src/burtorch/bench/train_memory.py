@@ -24,13 +24,13 @@ def peak_rss_mb(cmd) -> float:
     return int(out.stdout.strip()) / 1024
 
 
-def main():
+def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m burtorch.bench.train_memory",
                                  description=__doc__.splitlines()[0])
     ap.add_argument("--data", metavar="DIR", help="directory with names.txt and tinyshakespeare.txt "
                                                   "(default: $BURTORCH_DATA)")
     ap.add_argument("--steps", type=positive_int, default=20, help="training steps per process")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     shakespeare = find_data_file("tinyshakespeare.txt", args.data)
     names = find_data_file("names.txt", args.data)
     if shakespeare is None or names is None:

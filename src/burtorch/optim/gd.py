@@ -9,6 +9,16 @@ class GD(GradientEstimator):
     """n workers each send their full local gradient (d floats) every step; g = their mean.
 
     With one shard this is plain full-batch gradient descent.
+
+    Args:
+        model: a :class:`burtorch.nn.Module`.
+        shards: one dataset (a sequence of samples) per worker.
+        lr: the step size.
+        loss_fn: ``loss_fn(model, sample) -> Value``; default ``model.loss(*sample)``.
+        float_bits: bits counted per float sent.
+
+    Raises:
+        ValueError, TypeError: an empty shard, a bad step size or bit count.
     """
 
     def __init__(self, model, shards, lr: float, loss_fn=None, float_bits: int = 32):

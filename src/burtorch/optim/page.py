@@ -14,7 +14,21 @@ from .estimator import GradientEstimator, _check_dataset, _check_probability
 
 
 class PAGE(GradientEstimator):
-    """PAGE on a data set (a sequence of samples for ``model.loss(*sample)`` or ``loss_fn``)."""
+    """PAGE on a data set (see the module docstring for the recursion).
+
+    Args:
+        model: a :class:`burtorch.nn.Module`.
+        data: a sequence of samples.
+        lr: the step size.
+        batch_size: b, the small minibatch.
+        large_batch: B, the large minibatch (default: the whole data set).
+        p: the probability of a large-batch step (default b / (B + b)).
+        loss_fn: ``loss_fn(model, sample) -> Value``; default ``model.loss(*sample)``.
+        seed: the sampler's seed; default :func:`burtorch.seeding.next_seed`.
+
+    Raises:
+        ValueError, TypeError: sizes or probabilities out of range, empty data.
+    """
 
     def __init__(self, model, data, lr: float, batch_size: int, large_batch: int | None = None,
                  p: float | None = None, loss_fn=None, seed: int | None = None):
