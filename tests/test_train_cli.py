@@ -128,6 +128,8 @@ def test_resume_refuses_damaged_or_edited_files(tmp_path, good_checkpoint, capsy
     (lambda m: m.update(optimizer_steps=5), "optimizer took"),
     (lambda m: m["history"]["train_loss"].pop(), "history"),
     (lambda m: m.update(rng=[3, [1, 2], None]), "random state"),
+    (lambda m: m.update(rng=[]), "random state"),  # found by the fuzzer: an IndexError escaped
+    (lambda m: m.update(rng=[3, [2**70] * 625, None]), "random state"),
     (lambda m: m["run"].pop("seed"), "this version"),
     (lambda m: m.update(itos=["a", "a"]), "distinct"),
     (lambda m: m.update(format="other"), "format"),

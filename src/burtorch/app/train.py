@@ -178,9 +178,12 @@ def _check_meta(meta: dict, path: str) -> None:
     if h["steps"] != list(range(1, meta["step"] + 1)) or len(h["train_loss"]) != meta["step"] \
             or len(h["val_steps"]) != len(h["val_loss"]) or any(not 1 <= s <= meta["step"] for s in h["val_steps"]):
         bad("its history does not match its step")
+    rng = meta["rng"]  # random.Random.getstate(): (version, 625 words, gauss_next)
+    if len(rng) != 3 or not isinstance(rng[1], list) or len(rng[1]) != 625:
+        bad("its random state is malformed")
     try:
-        random.Random().setstate(_tuplify(meta["rng"]))
-    except (TypeError, ValueError):
+        random.Random().setstate(_tuplify(rng))
+    except (TypeError, ValueError, IndexError, OverflowError):
         bad("its random state is malformed")
 
 
