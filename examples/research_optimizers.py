@@ -164,7 +164,7 @@ def main(argv=None):
     for name in ("GD", "PAGE"):
         row = [value_at(curves[name], 2, f * budget_samples) for f in fractions]
         print(f"{name:<22}" + "".join(f"{r[4]:>12.3e}" if r else f"{'-':>12}" for r in row))
-    print(f"\nfinal loss: " + ", ".join(f"{name} {c[-1][3]:.6f}" for name, c in curves.items())
+    print("\nfinal loss: " + ", ".join(f"{name} {c[-1][3]:.6f}" for name, c in curves.items())
           + f"   ({elapsed:.1f} s)")
 
     if args.plot:

@@ -26,7 +26,9 @@ class _ArrayLike(Protocol):
     def __array__(self, *args: Any, **kwargs: Any) -> Any: ...
 
 ArrayLike: TypeAlias = _ArrayLike
-VectorLike: TypeAlias = "Vector | Value | Sequence[float] | Sequence[Value | float] | Sequence[Sequence[float]] | ArrayLike"
+VectorLike: TypeAlias = (
+    "Vector | Value | Sequence[float] | Sequence[Value | float] | Sequence[Sequence[float]] | ArrayLike"
+)
 Number: TypeAlias = "Value | float"
 """
 
@@ -112,7 +114,8 @@ def patterns(core) -> str:
     text += pattern(f"({'|'.join(REDUCTIONS)})", [r"def \1(xs: Sequence[Number], /) -> Value:", r"\doc"])
     text += pattern("reduce_mean_and_mean_squares",
                     ["def reduce_mean_and_mean_squares(xs: Sequence[Number], /) -> tuple[Value, Value]:", r"\doc"])
-    text += pattern("inner_product", ["def inner_product(x: Sequence[Number], w: Sequence[Number], /) -> Value:", r"\doc"])
+    text += pattern("inner_product",
+                    ["def inner_product(x: Sequence[Number], w: Sequence[Number], /) -> Value:", r"\doc"])
     text += pattern("inner_product_with_bias", [
         "def inner_product_with_bias(x: Sequence[Number], w: Sequence[Number], b: Number, /) -> Value:", r"\doc"])
     text += pattern("leaky_relu", ["def leaky_relu(x: Value, slope: float = 0.01, /) -> Value:", r"\doc"])

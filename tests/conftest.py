@@ -1,8 +1,21 @@
 import random
+from pathlib import Path
 
 import pytest
+
+# The canonical data sets live beside a checkout (../shared/data), not in the repository: tests
+# that need them ask for this directory and skip cleanly where it is absent (a lone clone).
+SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 
 @pytest.fixture
 def rng():
     return random.Random(1234)
+
+
+@pytest.fixture
+def shared_data():
+    """The directory holding names.txt and tinyshakespeare.txt; skips the test without it."""
+    if not (SHARED_DATA / "names.txt").is_file() or not (SHARED_DATA / "tinyshakespeare.txt").is_file():
+        pytest.skip(f"the shared data sets are not at {SHARED_DATA}")
+    return SHARED_DATA

@@ -13,7 +13,15 @@ import pytest
 
 from burtorch.bench import agreement, child, compare, harness, report
 from burtorch.bench import frameworks as fw
-from burtorch.bench.workloads import W1_GOLDEN, W2_GOLDEN, W3_NAMES, w1_reference, w2_values
+from burtorch.bench.specs import (
+    W1_GOLDEN,
+    W2_GOLDEN,
+    W3_NAMES,
+    gpt_param_count,
+    mlp_param_count,
+    w1_reference,
+    w2_values,
+)
 
 
 def _require(entry):
@@ -50,11 +58,7 @@ def test_plain_float_references_match_the_paper():
 
 @pytest.mark.parametrize("name", ["burtorch", "torch-eager", "numpy"])
 def test_saveload_round_trips_the_seven_values(name):
-    try:
-        r = _runner(name, "saveload", n=2, reps=1, warmup=0)
-    except fw.Unavailable as exc:
-        assert name == "burtorch" and "burtorch.io not available yet" in str(exc)
-        pytest.skip(str(exc))
+    r = _runner(name, "saveload", n=2, reps=1, warmup=0)
     try:
         r.run("save", 2)
         r.run("load", 2)
@@ -70,8 +74,8 @@ def test_saveload_round_trips_the_seven_values(name):
 TRAIN_PEERS = ["burtorch", "torch-eager", "jax-jit", "mlx-eager", "mlx-compile"]
 
 
-@pytest.mark.parametrize("workload,config", [("mlp", {"e": 4, "b": 2}), ("gpt", {"b": 2})])
-def test_training_peers_agree_from_the_same_weights(workload, config):
+def _train_peers_agree(workload, config):
+    """Runs every installed training peer two steps from the same weights; returns their rows."""
     results = {}
     for name in TRAIN_PEERS:
         entry = fw.BY_NAME[name]
@@ -82,18 +86,34 @@ def test_training_peers_agree_from_the_same_weights(workload, config):
         r.run("step", 1)
         r.after_first_step()
         r.run("step", 1)
-        results[name] = r.numbers()
-        assert r.info["parameters"] == (5963 if workload == "mlp" else 46337)
+        results[name] = (r.numbers(), r.info)
     if not results:
         pytest.skip("no training peer installed")
     rows = [{"name": n, "entry": n, "workload": workload, "status": "ok", "numbers": v}
-            for n, v in results.items()]
+            for n, (v, _) in results.items()]
     agreement.check(workload, rows)
     for row in rows:
         nums = row["numbers"]
         assert abs(nums["loss before"] - nums["ln V"]) < 0.7
         assert nums["loss after"] < nums["loss before"]
         assert row["agrees"], row["agreement"]
+    return [info for _, info in results.values()]
+
+
+@pytest.mark.parametrize("workload,config", [("mlp", {"e": 4, "b": 2}), ("gpt", {"b": 2})])
+def test_training_peers_agree_from_the_same_weights(workload, config):
+    """On whatever data is found (the embedded corpus in a lone clone): counts follow the vocab."""
+    for info in _train_peers_agree(workload, config):
+        vocab = info["vocab"]
+        expected = mlp_param_count(vocab, config["e"]) if workload == "mlp" else gpt_param_count(vocab)
+        assert info["parameters"] == expected
+
+
+@pytest.mark.parametrize("workload,config", [("mlp", {"e": 4, "b": 2}), ("gpt", {"b": 2})])
+def test_training_peers_on_the_papers_data_have_the_papers_sizes(workload, config, shared_data):
+    for info in _train_peers_agree(workload, {**config, "data": str(shared_data)}):
+        assert info["parameters"] == (5963 if workload == "mlp" else 46337)
+        assert info["vocab"] == (27 if workload == "mlp" else 65)
 
 
 def test_agreement_flags_a_wrong_answer():
@@ -196,7 +216,7 @@ def argparse_error():
 def test_summary_is_spliced_between_markers(tmp_path):
     from burtorch.bench import summary
 
-    results = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "results.json"
+    results = Path(__file__).resolve().parents[1] / "docs" / "benchmarks" / "results" / "results.json"
     readme = tmp_path / "README.md"
     readme.write_text(f"# title\n\nbefore\n{summary.START}\nold text\n{summary.END}\nafter\n")
     assert summary.main([str(results), str(readme)]) == 0

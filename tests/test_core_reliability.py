@@ -331,7 +331,7 @@ def test_ordering_comparisons_compare_data_and_equality_stays_identity():
     assert (a == bt.Value(1.0)) is False and a == a and len({a, b, a}) == 2
     assert bool(bt.Value(0.0)) is False and bool(b) is True
     with pytest.raises(TypeError):
-        a < "x"
+        assert a < "x"
 
 
 def test_leaves_keep_the_shape_of_nested_lists_and_2d_arrays():

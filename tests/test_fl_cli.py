@@ -5,8 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from burtorch.cli import main
-from burtorch.data.corpus import shared_data
+from burtorch.app.cli import main
 from burtorch.fl import splits
 from burtorch.fl.libsvm import read_libsvm
 
@@ -35,7 +34,8 @@ def test_same_seed_same_json(tmp_path):
     a, b = tmp_path / "a.json", tmp_path / "b.json"
     main(args + ["--json", str(a)])
     main(args + ["--json", str(b)])
-    strip = lambda doc: [[{k: v for k, v in r.items() if k != "seconds"} for r in run["records"]] for run in doc["runs"]]
+    def strip(doc):
+        return [[{k: v for k, v in r.items() if k != "seconds"} for r in run["records"]] for run in doc["runs"]]
     assert strip(json.loads(a.read_text())) == strip(json.loads(b.read_text()))
 
 
@@ -88,7 +88,8 @@ def test_splits():
     for parts in (splits.iid(90, 7, 1), splits.dirichlet(labels, 7, 0.3, 1), splits.by_label(labels, 7)):
         joined = np.sort(np.concatenate(parts))
         assert np.array_equal(joined, np.arange(90)) and all(len(p) > 0 for p in parts)
-    assert all(np.array_equal(a, b) for a, b in zip(splits.dirichlet(labels, 5, 0.3, 2), splits.dirichlet(labels, 5, 0.3, 2)))
+    first, again = splits.dirichlet(labels, 5, 0.3, 2), splits.dirichlet(labels, 5, 0.3, 2)
+    assert all(np.array_equal(a, b) for a, b in zip(first, again))
     with pytest.raises(ValueError, match="more clients"):
         splits.iid(3, 4, 0)
     with pytest.raises(ValueError, match="concentration"):
@@ -96,8 +97,10 @@ def test_splits():
 
 
 def test_names_per_client(tmp_path):
-    path = shared_data("names.txt")
-    if path is None:
+    from conftest import SHARED_DATA
+
+    path = SHARED_DATA / "names.txt"
+    if not path.is_file():
         words = ["emma", "olivia", "ava", "isabella", "sophia", "mia", "amelia", "harper", "evelyn", "abigail"] * 5
         path = tmp_path / "names.txt"
         path.write_text("\n".join(words))

@@ -1,4 +1,6 @@
 """burtorch.introspect: the memory report, and labels costing nothing while off."""
+import pytest
+
 import burtorch as bt
 from burtorch.introspect import format_stats, human_bytes, memory_report
 
@@ -50,4 +52,42 @@ def test_tool_modules_import_nothing_heavy():
             "print(sorted(m for m in ('numpy', 'matplotlib', 'graphviz', 'torch') if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "[]"
+    assert done.stdout.strip().splitlines()[-1] == "[]"  # (an editable install may print a rebuild line first)
+
+
+@pytest.mark.parametrize("skip, heavy_roots, least", [
+    # the library without the federated package and the research methods built on it: no numpy,
+    # no matplotlib
+    (("burtorch.bench", "burtorch.app", "burtorch.__main__", "burtorch.fl")
+     + tuple(f"burtorch.optim.{m}" for m in ("estimator", "gd", "page", "ef21", "marina", "compressors")),
+     ("numpy", "matplotlib"), 30),
+    # burtorch.fl works on numpy arrays (its extra installs numpy), but still without matplotlib
+    (("burtorch.bench", "burtorch.app", "burtorch.__main__"), ("matplotlib",), 40),
+])
+def test_the_library_imports_neither_the_benchmarks_nor_the_app_nor_heavy_packages(skip, heavy_roots, least):
+    """Every module of the library (the engine, nn, optim, data, io, viz, fl) imported in a fresh
+    interpreter leaves burtorch.bench, burtorch.app and the heavy packages unimported."""
+    import subprocess
+    import sys
+
+    code = (
+        "import importlib, pkgutil, sys, burtorch\n"
+        "names = []\n"
+        f"skip = {skip!r}\n"
+        "def walk(package):\n"
+        "    for m in pkgutil.iter_modules(package.__path__, package.__name__ + '.'):\n"
+        "        if m.name in skip:\n"
+        "            continue\n"
+        "        names.append(m.name)\n"
+        "        module = importlib.import_module(m.name)\n"
+        "        if m.ispkg:\n"
+        "            walk(module)\n"
+        "walk(burtorch)\n"
+        f"heavy = sorted(m for m in sys.modules if m.split('.')[0] in {heavy_roots!r}\n"
+        "               or m.startswith(('burtorch.bench', 'burtorch.app')))\n"
+        "print(len(names), heavy)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    count, heavy = done.stdout.strip().splitlines()[-1].split(" ", 1)
+    assert int(count) >= least and heavy == "[]"

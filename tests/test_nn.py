@@ -1,6 +1,5 @@
 """Layers and models: the Module API, gradients (finite differences, PyTorch with the same weights),
 the per-sample oracle (mean gradient, constant memory) and the optimizers."""
-import math
 import random
 
 import pytest
@@ -263,7 +262,7 @@ def test_training_learns():
         model = nn.MiniGPT(vocab=ds.vocab_size, block=4, dim=12, layers=1, heads=2)
         opt = optim.AdamW(model.parameters(), lr=1e-2)
         first = None
-        for step in range(60):
+        for _ in range(60):
             loss = grad_oracle(model, ds.batch(8, rng))
             opt.step()
             first = first if first is not None else loss
@@ -288,3 +287,35 @@ def test_chunked_oracle_equals_per_sample(arena64, chunk):
         grad_oracle(mlp, mlp_batch, chunk=0)
     with pytest.raises(ValueError):
         grad_oracle(nn.MLP(2, [1], dtype=bt.float64), [([0.0, 1.0],)], chunk=2)
+
+
+def test_load_state_dict_is_all_or_nothing():
+    from burtorch import nn
+
+    model = nn.MLP(3, [4, 2])
+    before = {name: p.data for name, p in model.state_dict().items()}
+    good = {name: [0.5] * p.size for name, p in model.state_dict().items()}
+    for bad_entry in ([0.5] * 3, ["x"] * 8, None):  # the LAST layer's bias is bad each time
+        state = dict(good)
+        state["layers.1.bias"] = bad_entry
+        with pytest.raises((ValueError, TypeError)):
+            model.load_state_dict(state)
+        assert {name: p.data for name, p in model.state_dict().items()} == before  # nothing applied
+    with pytest.raises(KeyError):
+        model.load_state_dict({**good, "extra": [1.0]})
+    with pytest.raises(TypeError):
+        model.load_state_dict([1.0, 2.0])
+    model.load_state_dict(good)
+    assert all(v == 0.5 for p in model.parameters() for v in p.data)
+
+
+def test_module_dtype_comes_from_the_base_class():
+    from burtorch import nn
+
+    for module in (nn.Linear(2, 3, dtype=bt.float64), nn.MLP(2, [3], dtype=bt.float64),
+                   nn.MiniGPT(vocab=5, block=4, dim=4, layers=1, heads=2, dtype=bt.float64)):
+        assert module.dtype is bt.float64
+        assert all(p.dtype is bt.float64 for p in module.parameters())
+    assert nn.Linear(2, 3).dtype is bt.float32
+    with pytest.raises(TypeError):
+        nn.Linear(2, 3, dtype="float64")

@@ -2,7 +2,6 @@
 (FP64) through every kind of operand (contiguous, sliced, concatenated, column views), and against
 PyTorch when it is installed."""
 import math
-import random
 
 import pytest
 

@@ -8,8 +8,7 @@ import pytest
 
 import burtorch as bt
 from burtorch.nn import Module
-from burtorch.optim import (EF21, GD, MARINA, PAGE, SGD, Identity, RandK, RandomDithering, Scaled, TopK,
-                            mean_loss)
+from burtorch.optim import EF21, GD, MARINA, PAGE, SGD, Identity, RandK, RandomDithering, TopK, mean_loss
 
 D = 5
 W_STAR = [1.0, -2.0, 0.5, 3.0, -1.0]

@@ -7,52 +7,87 @@ nodes and records, ``backward()`` sweeps the records once in reverse, and ``chec
 from __future__ import annotations
 
 from . import _core
-from ._core import (  # noqa: F401  (re-exported API)
-    Arena,
-    get_default_dtype,
-    set_default_dtype,
+from ._core import (  # noqa: F401  (re-exported API: the engine, its types and every op)
     AnomalyError,
+    Arena,
     Checkpoint,
     DType,
     StaleValueError,
     Value,
-    checkpoint,
-    current_arena,
     Vector,
+    abs,
+    add,
+    add_squares,
     attention,
     cat,
+    checkpoint,
+    cos,
     cross_entropy,
+    current_arena,
+    div,
     dot,
     embedding,
+    exp,
     float32,
     float64,
+    get_default_dtype,
     hcat,
+    inner_product,
+    inner_product_with_bias,
+    inv,
+    inv_sqrt,
     is_anomaly_enabled,
     is_grad_enabled,
     layer_norm,
+    leaky_relu,
     leaves,
     linear,
+    log,
+    mean,
+    mean_squares,
+    mul,
+    mul_by_constant,
     multi_head_attention,
+    neg,
+    neg_log,
+    negative_mean,
+    pow,
+    pow3,
+    reduce_mean,
+    reduce_mean_and_mean_squares,
+    reduce_mean_squares,
+    reduce_mul,
+    reduce_negative_mean,
+    reduce_sub,
+    reduce_sum,
+    reduce_sum_of_squares,
+    relu,
     rewind,
+    set_default_dtype,
+    sigmoid,
+    sin,
     softmax,
+    softplus,
+    sqr,
+    sqrt,
+    sub,
+    tanh,
+    variance,
+    variance_biased,
     vector,
     vmean,
     vsum,
 )
-from ._core import (  # noqa: F401  scalar ops as functions
-    abs, add, add_squares, cos, div, exp, inner_product, inner_product_with_bias, inv, inv_sqrt,
-    leaky_relu, log, mean, mean_squares, mul, mul_by_constant, neg, neg_log, negative_mean, pow,
-    pow3, reduce_mean, reduce_mean_and_mean_squares, reduce_mean_squares, reduce_mul,
-    reduce_negative_mean, reduce_sub, reduce_sum, reduce_sum_of_squares, relu, sigmoid, sin,
-    softplus, sqr, sqrt, sub, tanh, variance, variance_biased,
-)
 
 __version__ = "0.1.0"
 
+from .modes import detect_anomaly, no_grad  # noqa: E402,F401
 from .seeding import manual_seed  # noqa: E402,F401
 
-# Optional tools load on first use, so `import burtorch` stays light (no numpy, no matplotlib).
-_LAZY_MODULES = ("io", "viz", "views", "introspect", "nn", "optim", "data", "bench", "oracle", "trainer")
+# The library's packages load on first use, so `import burtorch` stays light (no numpy, no
+# matplotlib). The benchmarks (burtorch.bench) and the command line (burtorch.app) sit beside the
+# library and are never loaded by it.
+_LAZY_MODULES = ("io", "viz", "views", "introspect", "nn", "optim", "data", "oracle", "seeding")
 
 
 def __getattr__(name):
@@ -75,6 +110,9 @@ class scope:
 
     Nodes created before the block (parameters, inputs) survive; handles to nodes created inside
     become stale.
+
+    Args:
+        arena: the arena to scope (default: the thread's current one of the default dtype).
     """
 
     __slots__ = ("_arena", "_cp")
@@ -91,73 +129,40 @@ class scope:
         rewind(self._cp)
 
 
-class _ThreadMode:
-    """A per-thread mode of the core, entered as a context manager or used as a decorator."""
-
-    _name = ""
-
-    def __enter__(self):
-        _core._push_mode(self._name, 1)
-        return self
-
-    def __exit__(self, *exc) -> None:
-        _core._push_mode(self._name, -1)
-
-    def __call__(self, fn):
-        import functools
-
-        @functools.wraps(fn)
-        def wrapper(*args, **kwargs):
-            with type(self)():
-                return fn(*args, **kwargs)
-
-        return wrapper
-
-
-class no_grad(_ThreadMode):
-    """``with bt.no_grad():`` ops compute values but append no records (PyTorch's name).
-
-    Inside the block every op writes its result into a fresh leaf node: nothing can be swept
-    backward through it and no argument lists are stored, so validation passes and sampling
-    cost values only. Per thread; nests; also usable as a decorator (``@bt.no_grad()``).
-    """
-
-    _name = "no_grad"
-
-
-class detect_anomaly(_ThreadMode):
-    """``with bt.detect_anomaly():`` the first non-finite number raises :class:`AnomalyError`.
-
-    Checked: the outputs of every op appended inside the block, and during a backward pass
-    inside it, the grads each record contributes to its arguments. The error names the op, its
-    record index and the node (with its label when labels are on). Off (the default) it costs
-    nothing per record. Per thread; nests; also usable as a decorator.
-    """
-
-    _name = "anomaly"
-
-
 def backward(root: Value, seed: float = 1.0, wrt=None) -> None:
-    """Reverse sweep from ``root``; same as ``root.backward(seed, wrt)``."""
+    """Reverse sweep from ``root``; the same as ``root.backward(seed, wrt)``.
+
+    Args:
+        root: the Value to differentiate.
+        seed: d root / d root (default 1.0; must be finite).
+        wrt: Values whose grads are wanted; the sweep stops below the lowest of them.
+
+    Raises:
+        TypeError: ``root`` is not a Value.
+    """
     if not isinstance(root, Value):
         raise TypeError(f"backward() expects a Value, got {type(root).__name__}")
     root.backward(seed, wrt)
 
 
 def reserve(nodes: int, dtype=None) -> None:
-    """Commits memory for ``nodes`` nodes in the thread's current arena of ``dtype`` up front."""
+    """Commits memory for ``nodes`` nodes in the thread's current arena of ``dtype`` up front.
+
+    Raises:
+        ValueError: ``nodes`` is not a non-negative int.
+    """
     if not isinstance(nodes, int) or nodes < 0:
         raise ValueError(f"reserve() expects a non-negative int, got {nodes!r}")
     current_arena(dtype).reserve(nodes)
 
 
 def stats(dtype=None) -> dict:
-    """Nodes, records and bytes by category of the thread's current arena of ``dtype``."""
+    """Nodes, records and bytes by category of the thread's current arena of ``dtype`` (a dict)."""
     return current_arena(dtype).stats()
 
 
 def zero_grad(values) -> None:
-    """Sets the grad of every Value in ``values`` to 0."""
+    """Sets the grad of every Value in ``values`` (any iterable of Values) to 0."""
     for v in values:
         v.grad = 0.0
 
@@ -173,7 +178,7 @@ class labels:
         self._previous = _core.labels_enabled()
         _core.set_labels(bool(enabled))
 
-    def __enter__(self) -> "labels":
+    def __enter__(self) -> labels:
         return self
 
     def __exit__(self, *exc) -> None:

@@ -1,5 +1,6 @@
+"""``python -m burtorch``: the same as the ``burtorch`` command."""
 import sys
 
-from .cli import main
+from .app.cli import main
 
 sys.exit(main())

@@ -1,23 +1,33 @@
-"""The paper's per-sample gradient oracle (its serialized batch).
+"""The paper's per-sample gradient oracle (its serialized batch), and its forward-only twin.
 
 Parameters live below a checkpoint; for each sample the graph is built, swept backward with seed
 1/b (so the parameter grads accumulate the gradient of the MEAN loss) and rewound. Peak memory is
-that of one sample's graph, whatever the batch size.
+that of one sample's graph, whatever the batch size. :func:`mean_loss` is the same loop without
+backward: the one evaluation loop of the trainer, the research estimators and the benchmarks.
 """
 from . import _core
+from .modes import no_grad
 
 
 def grad_oracle(model, batch, loss_fn=None, zero_grad: bool = True, chunk: int = 1) -> float:
-    """Accumulates d mean_loss / d params over `batch` into the parameters' grads.
+    """Accumulates the gradient of the mean loss over ``batch`` into the parameters' grads.
 
-    batch: a sequence of samples; loss_fn(model, sample) -> scalar Value (default:
-    model.loss(*sample)). Returns the mean loss. Parameter grads are zeroed first unless
-    zero_grad=False (then the mean gradient is added to what is there).
+    Args:
+        model: a module with ``parameter_vector()`` (and ``loss(*sample)`` unless ``loss_fn``).
+        batch: a non-empty sequence of samples.
+        loss_fn: ``loss_fn(model, sample) -> Value``; default ``model.loss(*sample)``.
+        zero_grad: zero the parameter grads first; False adds the mean gradient to them.
+        chunk: k > 1 (models with ``loss_batch``) builds k samples at a time as one graph, so
+            each layer is one record over k rows and reads its weights once per chunk; memory is
+            that of one chunk. 1 is the paper's per-sample oracle.
 
-    chunk=k > 1 (models with ``loss_batch``): k samples at a time form one graph, so each layer is
-    one record over k rows and its weights are read once per chunk instead of once per sample.
-    Memory is that of one chunk, still independent of the batch size; chunk=1 is the paper's
-    per-sample oracle.
+    Returns:
+        The mean loss over ``batch``.
+
+    Raises:
+        ValueError: an empty batch, a bad ``chunk``, or ``chunk > 1`` without ``loss_batch``.
+        TypeError: a loss is not a scalar Value.
+        FloatingPointError: a sample's loss is inf or nan.
     """
     if not isinstance(chunk, int) or chunk < 1:
         raise ValueError(f"chunk must be a positive int, got {chunk!r}")
@@ -55,6 +65,44 @@ def _sweep(model, items, n, loss_of, weight, zero_grad) -> float:
             total += v * w
             loss.backward(w / n)
             arena.rewind(cp)
+    finally:
+        if arena.num_nodes != cp.nodes:
+            arena.rewind(cp)
+    return total / n
+
+
+def mean_loss(model, samples, loss_fn=None) -> float:
+    """The mean loss over ``samples`` from forward passes only.
+
+    Each sample's graph is discarded as soon as its loss is read, so memory is that of one sample;
+    parameter grads are untouched and nothing is left in the arena.
+
+    Args:
+        model: a module with ``parameter_vector()`` (and ``loss(*sample)`` unless ``loss_fn``).
+        samples: a non-empty sequence of samples.
+        loss_fn: ``loss_fn(model, sample) -> Value``; default ``model.loss(*sample)``.
+
+    Returns:
+        The mean of the samples' losses, as a float.
+
+    Raises:
+        ValueError: ``samples`` is empty.
+        TypeError: a loss is not a scalar Value.
+    """
+    n = len(samples)
+    if n == 0:
+        raise ValueError("mean_loss(): no samples")
+    arena = model.parameter_vector().arena
+    cp = arena.checkpoint()
+    total = 0.0
+    try:
+        with no_grad():  # values only: no records, no args
+            for sample in samples:
+                loss = loss_fn(model, sample) if loss_fn is not None else model.loss(*sample)
+                if not isinstance(loss, _core.Value):
+                    raise TypeError(f"the loss must be a scalar Value, got {type(loss).__name__}")
+                total += loss.data
+                arena.rewind(cp)
     finally:
         if arena.num_nodes != cp.nodes:
             arena.rewind(cp)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 
-from .workloads import W1_GOLDEN, W2_GOLDEN, W3_NAMES, close, w1_reference, w2_values
+from .specs import W1_GOLDEN, W2_GOLDEN, W3_NAMES, close, w1_reference, w2_values
 
 GRAD_KEYS = ("g", "dg/da", "dg/db")
 

@@ -70,7 +70,7 @@ def fit_budget(n: int, per_unit: float, budget_s: float, floor: int = 100) -> in
 
 def run(spec: dict) -> dict:
     from . import frameworks as fw
-    from .workloads import WORKLOADS
+    from .specs import WORKLOADS
 
     affinity = pin(spec.get("cpu"))
     entry = fw.BY_NAME[spec["entry"]]

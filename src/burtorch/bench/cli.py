@@ -1,9 +1,4 @@
-"""``burtorch bench ...``: argparse wiring. ``register(subparsers)`` adds the ``bench`` command.
-
-    burtorch bench {tiny,small,saveload,mlp,gpt,all} [--quick|--paper] [--frameworks ...]
-    burtorch bench report RESULTS.json [--readme PATH]
-    burtorch bench compare OLD.json NEW.json
-"""
+"""``burtorch bench``: the command line of the benchmark suite (also ``python -m burtorch.bench``)."""
 from __future__ import annotations
 
 import argparse
@@ -13,16 +8,31 @@ import sys
 import time
 from pathlib import Path
 
-from .workloads import WORKLOAD_ORDER
+from ..app.arguments import int_list, non_negative_float, non_negative_int, positive_float, positive_int
+from .specs import WORKLOAD_ORDER
 
 WORKLOAD_CHOICES = (*WORKLOAD_ORDER, "all")
 
+DESCRIPTION = """\
+Runs the paper's workloads in burtorch and in every installed peer framework (PyTorch eager,
+TorchScript and torch.compile, JAX eager and jit, micrograd, autograd, MLX), each (framework,
+workload, configuration) in its own process pinned to one core, and cross-checks the numbers every
+framework computes. Writes a terminal table, results.json, results.md and PNG charts to --out.
 
-def _int_list(text: str) -> list:
-    try:
-        return [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+workloads:
+  tiny      W1: the paper's Figure 1 graph, build + backward + discard, 100,000 times (FP64)
+  small     W2: the Figure 2 graph (micrograd's README example), 20,000 times (FP64)
+  saveload  W3: save and load the 7 node values of W2's graph, 5,000 times each
+  mlp       W4: one training step of the character MLP (makemore), hidden e x batch b (FP32)
+  gpt       W5: one training step of the miniature GPT, batch b (FP32)
+  all       every workload above, in that order
+
+other actions:
+  burtorch bench report RESULTS.json [--readme PAGE.md]   tables (and a Markdown page) of a run
+  burtorch bench compare OLD.json NEW.json                 per-row ratios of two runs
+
+W4/W5 train on names.txt / tinyshakespeare.txt from --data (or the directory $BURTORCH_DATA), else
+on the embedded corpus (Python's own pydoc text)."""
 
 
 def _against(text: str) -> tuple:
@@ -36,8 +46,8 @@ def _cpu(text: str):
     if text.lower() == "none":
         return "none"
     try:
-        return int(text)
-    except ValueError:
+        return non_negative_int(text)
+    except argparse.ArgumentTypeError:
         raise argparse.ArgumentTypeError(f"expected a CPU number or 'none', got {text!r}") from None
 
 
@@ -55,15 +65,17 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--frameworks", "-f", type=lambda s: [x for x in s.split(",") if x],
                    help="comma list of frameworks or families (burtorch,torch,jax-jit,...); "
                         "default: all")
-    p.add_argument("--iters", type=int, help="W1/W2/W3: iterations per run for everyone")
-    p.add_argument("--budget", type=float,
+    p.add_argument("--iters", type=positive_int, help="W1/W2/W3: iterations per run for everyone")
+    p.add_argument("--budget", type=non_negative_float,
                    help="W1/W2/W3: seconds one run may take before a peer measures fewer "
                         "iterations (0 = never reduce)")
-    p.add_argument("--reps", type=int, help="timed repetitions (W4/W5: timed steps)")
-    p.add_argument("--warmup", type=int, help="untimed warm-up iterations / steps")
-    p.add_argument("--embed", type=_int_list, help="W4 hidden sizes e, e.g. 4,64,1024")
-    p.add_argument("--batch", type=_int_list, help="W4/W5 batch sizes b, e.g. 1,64")
-    p.add_argument("--data", help="directory with names.txt / tinyshakespeare.txt, or one file")
+    p.add_argument("--reps", type=positive_int, help="timed repetitions (W4/W5: timed steps)")
+    p.add_argument("--warmup", type=non_negative_int, help="untimed warm-up iterations / steps")
+    p.add_argument("--embed", type=int_list, help="W4 hidden sizes e, e.g. 4,64,1024")
+    p.add_argument("--batch", type=int_list, help="W4/W5 batch sizes b, e.g. 1,64")
+    p.add_argument("--data", metavar="PATH",
+                   help="a directory with names.txt / tinyshakespeare.txt, or one file for "
+                        "W4/W5 (default: $BURTORCH_DATA, else the embedded corpus)")
     p.add_argument("--cpu", type=_cpu, help="core to pin each run to (default: the last allowed "
                                             "core; 'none' to not pin)")
     p.add_argument("--against", type=_against, action="append", default=[],
@@ -71,29 +83,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "venv / build with burtorch.bench) and show it beside this one")
     p.add_argument("--out", default="bench-results",
                    help="directory for results.json, results.md and PNG charts")
-    p.add_argument("--timeout", type=float, default=900.0, help="seconds before a run is killed")
+    p.add_argument("--timeout", type=positive_float, default=900.0, help="seconds before a run is killed")
     p.add_argument("--readme", help="report: write the benchmarks README page here")
 
 
 def register(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser("bench", help="the paper's workloads against installed peers",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+                              description=DESCRIPTION,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
     add_arguments(p)
     p.set_defaults(func=handle)
     return p
 
 
 def _validate(args) -> None:
-    for name in ("iters", "reps", "warmup"):
-        v = getattr(args, name)
-        if v is not None and v < (0 if name == "warmup" else 1):
-            raise SystemExit(f"burtorch bench: --{name} must be positive, got {v}")
     if args.data is not None and not Path(args.data).exists():
         raise SystemExit(f"burtorch bench: --data {args.data!r} does not exist")
-    for name in ("embed", "batch"):
-        v = getattr(args, name)
-        if v is not None and (not v or min(v) < 1):
-            raise SystemExit(f"burtorch bench: --{name} needs positive integers")
 
 
 def handle(args) -> int:
@@ -125,8 +130,9 @@ def _command_line(args) -> str:
 
 
 def run_suite(args) -> int:
+    from ..app import machine
     from . import frameworks as fw
-    from . import harness, machine, report
+    from . import harness, report
 
     workloads = WORKLOAD_ORDER if args.what == "all" else (args.what,)
     try:
@@ -165,7 +171,7 @@ def run_suite(args) -> int:
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    ap = argparse.ArgumentParser(prog="python -m burtorch.bench", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m burtorch.bench", description=DESCRIPTION,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     add_arguments(ap)
     args = ap.parse_args(argv)

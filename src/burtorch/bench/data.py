@@ -6,62 +6,26 @@ the timed region.
 """
 from __future__ import annotations
 
-import os
-from pathlib import Path
+from ..data import corpus
+from ..data.locate import find_data_file
 
 SEED = 1234
 
 
-def find_data_file(filename: str, data: str | None = None) -> Path | None:
-    """``--data`` (a file or a directory), $BURTORCH_DATA, then shared/data beside the checkout."""
-    candidates = []
-    if data:
-        p = Path(data)
-        if p.is_file():
-            return p
-        if not p.is_dir():
-            raise ValueError(f"--data {data!r} is neither a file nor a directory")
-        candidates.append(p / filename)
-    if os.environ.get("BURTORCH_DATA"):
-        candidates.append(Path(os.environ["BURTORCH_DATA"]) / filename)
-    here = Path(__file__).resolve()
-    for root in (Path.cwd(), *here.parents):
-        candidates.append(root / "shared" / "data" / filename)
-        candidates.append(root.parent / "shared" / "data" / filename)
-    for c in candidates:
-        if c.is_file():
-            return c
-    return None
-
-
-def _fallback_text() -> str:
-    # The embedded corpus every Python has (ARCHITECTURE.md section 6).
-    from pydoc_data.topics import topics
-    return "\n".join(topics[k] for k in sorted(topics))
-
-
 def load_words(data: str | None = None):
-    """(words, source): names.txt if found, else lowercase words of the embedded corpus."""
+    """(words, source): names.txt from ``--data`` or $BURTORCH_DATA, else the embedded corpus's words."""
     path = find_data_file("names.txt", data)
-    if path is not None:
-        text = path.read_text(encoding="utf-8")
-        source = str(path)
-    else:
-        import re
-        text = "\n".join(sorted(set(re.findall(r"\b[a-z]{2,12}\b", _fallback_text()))))
-        source = "embedded corpus (pydoc_data.topics words; names.txt not found)"
-    words = [w.strip() for w in text.splitlines() if w.strip()]
-    if not words:
-        raise ValueError(f"no words in {source}")
-    return words, source
+    if path is None:
+        return corpus.default_words(), "embedded corpus (pydoc_data.topics words; names.txt not found)"
+    return corpus.read_words(str(path)), str(path)
 
 
 def load_text(data: str | None = None):
-    """(text, source): tinyshakespeare.txt if found, else the embedded corpus."""
+    """(text, source): tinyshakespeare.txt from ``--data`` or $BURTORCH_DATA, else the embedded corpus."""
     path = find_data_file("tinyshakespeare.txt", data)
-    if path is not None:
-        return path.read_text(encoding="utf-8"), str(path)
-    return _fallback_text(), "embedded corpus (pydoc_data.topics; tinyshakespeare.txt not found)"
+    if path is None:
+        return corpus.default_text(), "embedded corpus (pydoc_data.topics; tinyshakespeare.txt not found)"
+    return corpus.read_text(str(path)), str(path)
 
 
 def mlp_dataset(block: int, data: str | None = None):

@@ -18,14 +18,15 @@ import sys
 import time
 
 
-def _names_problem(clients: int, hidden: int, max_samples: int):
-    from ..data.corpus import default_words, read_words, shared_data
+def _names_problem(clients: int, hidden: int, max_samples: int, data=None):
+    from ..data.corpus import default_words, read_words
+    from ..data.locate import find_data_file
     from ..fl.names import NamesProblem
 
-    path = shared_data("names.txt")
-    words = read_words(path) if path else default_words()
+    path = find_data_file("names.txt", data)
+    words = read_words(str(path)) if path else default_words()
     return NamesProblem(words, clients, hidden=hidden, max_samples=max_samples, split="iid", seed=0,
-                        source=path or "embedded words")
+                        source=str(path) if path else "embedded words")
 
 
 def time_rounds(problem, make_method, executor: str, workers, rounds: int, repeats: int) -> dict:
@@ -79,12 +80,14 @@ def main(argv=None) -> int:
     ap.add_argument("--memory-clients", type=int, default=1000)
     ap.add_argument("--no-ray", action="store_true", help="skip the Ray rows")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--data", metavar="PATH", default=None,
+                    help="names.txt or a directory holding it (default: $BURTORCH_DATA, else the embedded words)")
     args = ap.parse_args(argv)
 
     from ..fl import EF21, TopK
 
     results = {"settings": vars(args), "mlp": [], "tiny": []}
-    problem = _names_problem(args.clients, args.hidden, args.max_samples)
+    problem = _names_problem(args.clients, args.hidden, args.max_samples, args.data)
     d = len(problem.initial_point(1))
     make = lambda: EF21(0.1, TopK(d, args.k))  # noqa: E731
     print(f"makemore MLP e={args.hidden} ({d:,} parameters) on {args.clients} clients x {args.max_samples} samples, "

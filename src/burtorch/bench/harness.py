@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from . import frameworks as fw
 from .child import PREFIX
-from .workloads import PAPER_ITERS, W4_BATCH, W4_EMBED, W5_BATCH, WORKLOAD_ORDER, WORKLOADS
+from .specs import PAPER_ITERS, W4_BATCH, W4_EMBED, W5_BATCH, WORKLOAD_ORDER, WORKLOADS
 
 # One thread per library, whatever the library: the process is pinned to one core.
 THREAD_ENV = {

@@ -1,10 +1,10 @@
-"""The paper's own figures (as collected in /shared/BENCHMARKS.md), shown beside ours for context.
+"""The paper's own figures, shown beside ours for context.
 
 These are quoted, not measured here; the report labels them as the paper's and never mixes them
 into our tables or ratios.
 """
 
-SOURCE = ("Burlachenko & Richtarik (2025), BurTorch, as quoted in BENCHMARKS.md (AMD EPYC, AVX2, "
+SOURCE = ("Burlachenko & Richtarik (2025), BurTorch, its benchmark tables (AMD EPYC, AVX2, "
           "one core pinned; medians of 3-9 runs)")
 
 COLUMNS = ("workload", "BurTorch C++ (authors')", "PyTorch eager", "micrograd")

@@ -11,8 +11,15 @@ import statistics
 import sys
 from pathlib import Path
 
+from ..io.atomic import write_atomic
+from ..viz.plots import save_figure
 from . import agreement, paper
-from .workloads import PAPER_ITERS, WORKLOAD_ORDER, WORKLOADS
+from .specs import PAPER_ITERS, WORKLOAD_ORDER, WORKLOADS
+
+
+def write_text(path, text: str) -> None:
+    """Writes a UTF-8 text file through the atomic writer (a report is whole or not there)."""
+    write_atomic(path, (text.encode("utf-8"),), durable=False)
 
 SCHEMA = 1
 
@@ -255,7 +262,7 @@ def render_png(doc: dict, out_dir: Path) -> dict:
         axes[0, 0].legend(fontsize=7, ncol=3)
         fig.tight_layout()
         path = out_dir / f"{workload}.png"
-        fig.savefig(path, dpi=100)
+        save_figure(fig, path, dpi=100)
         plt.close(fig)
         written[workload] = path.name
     return written
@@ -320,7 +327,7 @@ def render_readme(doc: dict, png_names: dict, png_prefix: str = "") -> str:
         "",
         "```",
         meta["command"],
-        f"python -m burtorch.bench.report {meta.get('json_name', 'results.json')} --readme benchmarks/README.md",
+        f"python -m burtorch.bench.report {meta.get('json_name', 'results.json')} --readme docs/benchmarks/README.md",
         "```",
         "",
         f"Preset `{meta['preset']}`; started {meta['started']}, took {meta['elapsed_s']:.0f} s. "
@@ -389,10 +396,10 @@ def write_outputs(doc: dict, out_dir: Path, stem: str = "results") -> dict:
     doc["meta"]["json_name"] = json_path.name
     raw = {**doc, "runs": [{k: v for k, v in r.items() if k not in ("summary", "agrees", "agreement")}
                            for r in doc["runs"]]}
-    json_path.write_text(json.dumps(raw, indent=1) + "\n", encoding="utf-8")
+    write_text(json_path, json.dumps(raw, indent=1) + "\n")
     pngs = render_png(doc, out_dir)
     md_path = out_dir / f"{stem}.md"
-    md_path.write_text(render_markdown(doc, pngs), encoding="utf-8")
+    write_text(md_path, render_markdown(doc, pngs))
     return {"json": json_path, "markdown": md_path, "png": [out_dir / p for p in pngs.values()]}
 
 
@@ -407,7 +414,7 @@ def main(argv=None) -> int:
     doc = load(args.json)
     sys.stdout.write(render_terminal(doc))
     if args.markdown:
-        Path(args.markdown).write_text(render_markdown(doc), encoding="utf-8")
+        write_text(args.markdown, render_markdown(doc))
     if args.readme:
         readme = Path(args.readme)
         png_dir = Path(args.png_dir) if args.png_dir else Path(args.json).resolve().parent
@@ -418,7 +425,7 @@ def main(argv=None) -> int:
         except ValueError:
             prefix = str(png_dir.resolve()) + "/"
         doc["meta"]["json_name"] = args.json
-        readme.write_text(render_readme(doc, pngs, prefix), encoding="utf-8")
+        write_text(readme, render_readme(doc, pngs, prefix))
         print(f"wrote {readme}")
     return 0
 

@@ -1,15 +1,15 @@
 """A compact summary of a bench JSON (one pivot table per workload) spliced into a README between
 markers, so the project README shows measured figures without anyone typing them.
 
-    python -m burtorch.bench.summary benchmarks/results/results.json README.md
+    python -m burtorch.bench.summary docs/benchmarks/results/results.json README.md
 """
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
-from .report import _fmt, _md_table, annotate, groups, load, unit_label
-from .workloads import WORKLOADS
+from .report import _fmt, _md_table, annotate, groups, load, unit_label, write_text
+from .specs import WORKLOADS
 
 START = "<!-- bench-summary:start -->"
 END = "<!-- bench-summary:end -->"
@@ -24,7 +24,7 @@ def render_summary(doc: dict, json_name: str) -> str:
            f"{doc.get('meta', {}).get('started', 'an unknown date')} (preset "
            f"`{doc.get('meta', {}).get('preset', '?')}`); medians, each framework in its own process "
            "pinned to one core. Full tables with min/max, peak RSS, init time and the numbers each "
-           "framework computed: [benchmarks/README.md](benchmarks/README.md).\n"]
+           "framework computed: [docs/benchmarks/README.md](docs/benchmarks/README.md).\n"]
     for workload, groups_ in by_workload.items():
         names = []
         for _, rows in groups_:
@@ -67,7 +67,7 @@ def splice(readme: Path, text: str) -> None:
         raise SystemExit(f"{readme} has no {START} ... {END} markers")
     head, rest = content.split(START, 1)
     _, tail = rest.split(END, 1)
-    readme.write_text(head + START + "\n" + text + "\n" + END + tail)
+    write_text(readme, head + START + "\n" + text + "\n" + END + tail)
 
 
 def main(argv=None) -> int:

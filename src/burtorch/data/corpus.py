@@ -4,8 +4,9 @@ The default corpus is the standard library's own documentation text (`pydoc_data
 every Python installation carries, so training works offline with no download. Its words (lower-
 case letters only, 3-12 long, distinct) are the default word list for the name-generation MLP.
 """
-import os
 import re
+
+from ..io.regular_file import read_regular
 
 _TEXT_LIMIT = 2_000_000
 
@@ -25,16 +26,26 @@ def default_words() -> list:
 
 
 def read_text(path: str, limit: int = 50_000_000) -> str:
-    """Reads a UTF-8 text file with clear errors for missing, empty, binary or huge files."""
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"no such data file: {path}")
-    size = os.path.getsize(path)
-    if size == 0:
+    """Reads a UTF-8 text file.
+
+    Args:
+        path: a regular file.
+        limit: the largest size accepted, in bytes.
+
+    Returns:
+        The text.
+
+    Raises:
+        FileNotFoundError: no such file.
+        NotRegularFileError: a directory, FIFO, device or socket (never read, so never a hang).
+        ValueError: empty, larger than ``limit``, binary (NUL bytes) or not UTF-8.
+    """
+    try:
+        raw = read_regular(path, limit)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"no such data file: {path}") from None
+    if not raw:
         raise ValueError(f"{path} is empty")
-    if size > limit:
-        raise ValueError(f"{path} is {size} bytes; the limit is {limit}")
-    with open(path, "rb") as f:
-        raw = f.read()
     if b"\x00" in raw[:65536]:
         raise ValueError(f"{path} looks binary (it has NUL bytes), not text")
     try:
@@ -44,18 +55,12 @@ def read_text(path: str, limit: int = 50_000_000) -> str:
 
 
 def read_words(path: str) -> list:
-    """One word per line (names.txt); blank lines skipped."""
+    """One word per line (names.txt), blank lines skipped; checks as :func:`read_text`.
+
+    Raises:
+        As :func:`read_text`, and ValueError when the file has no words.
+    """
     words = [w.strip() for w in read_text(path).splitlines() if w.strip()]
     if not words:
         raise ValueError(f"{path} has no words")
     return words
-
-
-def shared_data(name: str):
-    """Path of a canonical data set beside a burtorch checkout (../shared/data), or None."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    for up in (4, 5):
-        p = os.path.join(here, *[".."] * up, "shared", "data", name)
-        if os.path.isfile(p):
-            return os.path.abspath(p)
-    return None

@@ -2,22 +2,31 @@
 import random
 from array import array
 
+from ..seeding import next_seed
 from .tokenizer import CharTokenizer
 
 
 class WordDataset:
-    """makemore's examples: for each word, each next character given the `block` previous ones.
+    """makemore's examples: for each word, each next character given the ``block`` previous ones.
 
     '.' (id 0) pads the start and marks the end of a word, so V = letters + 1 (27 for names.txt).
+
+    Args:
+        words: the words (no '.' in them).
+        block: the context length.
+        tokenizer: default one built from the words, with '.' first.
+        seed: the seed of :meth:`batch`'s default random stream; default
+            :func:`burtorch.seeding.next_seed`.
     """
 
-    def __init__(self, words, block: int = 16, tokenizer: CharTokenizer | None = None):
+    def __init__(self, words, block: int = 16, tokenizer: CharTokenizer | None = None, seed: int | None = None):
         words = [w for w in words if w]
         if not words:
             raise ValueError("WordDataset needs at least one non-empty word")
         if any("." in w for w in words):
             raise ValueError("words may not contain '.', the boundary token")
         self.block = block
+        self.rng = random.Random(next_seed() if seed is None else seed)
         self.tokenizer = tokenizer or CharTokenizer("".join(words), specials=".")
         self.words = words
         # Contexts and targets packed one byte per token (names.txt: 3.5 MB instead of ~40 MB of
@@ -45,19 +54,32 @@ class WordDataset:
         i %= len(self)
         return (tuple(self._ctx[i * self.block:(i + 1) * self.block]), self._tgt[i])
 
-    def batch(self, b: int, rng: random.Random) -> list:
-        """b examples drawn uniformly with replacement."""
-        n = len(self)
-        return [self[rng.randrange(n)] for _ in range(b)]
+    def batch(self, b: int, rng: random.Random | None = None) -> list:
+        """``b`` examples drawn uniformly with replacement.
+
+        Args:
+            b: the number of examples.
+            rng: the random stream; default the dataset's own, seeded from
+                :func:`burtorch.seeding.next_seed` when the dataset was made.
+        """
+        return _draw(self, b, rng if rng is not None else self.rng)
 
 
 class TextDataset:
-    """Windows of `block` + 1 characters of a text: (ids[:-1], ids[1:]) pairs."""
+    """Windows of ``block`` + 1 characters of a text: ``(ids[:-1], ids[1:])`` pairs.
 
-    def __init__(self, text: str, block: int = 8, tokenizer: CharTokenizer | None = None):
+    Args:
+        text: at least ``block + 1`` characters.
+        block: the context length.
+        tokenizer: default one built from the text.
+        seed: as in :class:`WordDataset`.
+    """
+
+    def __init__(self, text: str, block: int = 8, tokenizer: CharTokenizer | None = None, seed: int | None = None):
         if len(text) < block + 1:
             raise ValueError(f"the text has {len(text)} characters; a block of {block} needs at least {block + 1}")
         self.block = block
+        self.rng = random.Random(next_seed() if seed is None else seed)
         self.tokenizer = tokenizer or CharTokenizer(text)
         # One byte per token when the vocabulary allows: 1 MB for tiny Shakespeare instead of the
         # ~8 MB of a list of Python ints (this is most of a training process's own memory).
@@ -75,18 +97,37 @@ class TextDataset:
         w = self.ids[i:i + self.block + 1].tolist()
         return (w[:-1], w[1:])
 
-    def batch(self, b: int, rng: random.Random) -> list:
-        n = len(self)
-        return [self[rng.randrange(n)] for _ in range(b)]
+    def batch(self, b: int, rng: random.Random | None = None) -> list:
+        """``b`` windows drawn uniformly with replacement (``rng`` as in :meth:`WordDataset.batch`)."""
+        return _draw(self, b, rng if rng is not None else self.rng)
 
 
-def split(items, val_fraction: float = 0.1, seed: int = 0):
-    """Deterministic shuffled split into (train, val) lists."""
+def _draw(dataset, b: int, rng: random.Random) -> list:
+    if isinstance(b, bool) or not isinstance(b, int) or b < 1:
+        raise ValueError(f"a batch needs a positive number of samples, got {b!r}")
+    n = len(dataset)
+    return [dataset[rng.randrange(n)] for _ in range(b)]
+
+
+def split(items, val_fraction: float = 0.1, seed: int | None = None):
+    """A shuffled split into (train, val) lists.
+
+    Args:
+        items: at least two items.
+        val_fraction: the share of validation items (at least one).
+        seed: the shuffle's seed; default :func:`burtorch.seeding.next_seed`, so
+            ``bt.manual_seed`` makes the split reproducible.
+
+    Raises:
+        ValueError: fewer than two items, or ``val_fraction`` outside (0, 1).
+    """
     items = list(items)
-    random.Random(seed).shuffle(items)
-    k = max(1, int(len(items) * val_fraction))
     if len(items) < 2:
         raise ValueError("need at least two items to split into train and validation")
+    if not 0.0 < val_fraction < 1.0:
+        raise ValueError(f"val_fraction must be in (0, 1), got {val_fraction!r}")
+    random.Random(next_seed() if seed is None else seed).shuffle(items)
+    k = max(1, int(len(items) * val_fraction))
     return items[k:], items[:k]
 
 

@@ -2,7 +2,15 @@
 
 
 class CharTokenizer:
-    """Maps each distinct character of a text to an id (sorted order; `specials` come first)."""
+    """Maps each distinct character of a text to an id: ``specials`` first, then sorted.
+
+    Args:
+        text: the characters to know (any iterable of characters).
+        specials: characters that come first (e.g. ``"."`` for word boundaries).
+
+    Raises:
+        ValueError: an empty vocabulary.
+    """
 
     def __init__(self, text: str, specials: str = ""):
         chars = sorted(set(text) - set(specials))
@@ -16,6 +24,7 @@ class CharTokenizer:
         return len(self.itos)
 
     def encode(self, text: str) -> list:
+        """The ids of the characters of ``text``; ValueError names an unknown character."""
         try:
             return [self.stoi[c] for c in text]
         except KeyError as e:
@@ -31,6 +40,7 @@ class CharTokenizer:
             raise ValueError(f"character {e.args[0]!r} is not in the tokenizer's vocabulary") from None
 
     def decode(self, ids) -> str:
+        """The text of ``ids``; IndexError for an id outside the vocabulary."""
         n = len(self.itos)
         out = []
         for i in ids:

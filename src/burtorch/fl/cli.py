@@ -83,7 +83,8 @@ def parse_specs(args) -> list:
             # @x16: sixteen times the theory step; @0.5: that step
             lr = ("x", float(lr[1:])) if lr.startswith("x") else float(lr) if lr else args.lr
         except ValueError:
-            raise ValueError(f"--compare: {item!r}: after @ comes a step (0.5) or a multiple of the theory step (x16)") from None
+            raise ValueError(f"--compare: {item!r}: after @ comes a step (0.5) or a multiple of the "
+                             "theory step (x16)") from None
         specs.append((item, name, comp or args.compressor, lr))
     return specs
 
@@ -108,8 +109,8 @@ def build_method(args, name: str, compressor_name: str, lr, problem, d: int):
 
 
 def main(args) -> int:
+    from ..app.progress import Progress
     from ..seeding import next_seed
-    from ..trainer import Progress
     from .executors import make_executor
     from .federation import Federation, check_participation
 

@@ -47,7 +47,7 @@ class Reply:
 class Oracle:
     """One client's gradients in one round; full local gradients at x are computed once."""
 
-    def __init__(self, group: "ClientGroup", client: int, ctx: Round):
+    def __init__(self, group: ClientGroup, client: int, ctx: Round):
         self.group, self.client, self.ctx = group, client, ctx
         self.seed, self.round = ctx.seed, ctx.t
         self.samples = 0

@@ -67,7 +67,7 @@ class Message:
         else:
             acc[self.indices] += self.values if scale == 1.0 else scale * self.values
 
-    def scaled(self, factor: float) -> "Message":
+    def scaled(self, factor: float) -> Message:
         return Message(self.d, self.values * factor, self.bits, self.indices)
 
     def __repr__(self):

@@ -112,7 +112,8 @@ class Federation:
         grad /= self.n
         norm = float(np.sqrt(grad @ grad))
         if not (math.isfinite(loss) and math.isfinite(norm)):
-            raise FloatingPointError(f"round {self.t}: the loss is {loss}, the gradient norm {norm}; lower the step size")
+            raise FloatingPointError(f"round {self.t}: the loss is {loss}, the gradient norm {norm}; "
+                                     "lower the step size")
         return {"loss": loss, "grad_norm": norm}
 
     def run(self, rounds: int, progress=None) -> list:

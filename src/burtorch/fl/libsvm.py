@@ -21,7 +21,7 @@ def read_libsvm(path: str, max_features: int = 1_000_000) -> tuple:
     if not os.path.isfile(path):
         raise FileNotFoundError(f"LibSVM file not found: {path}")
     rows, labels, width = [], [], 0
-    with open(path, "r", encoding="utf-8", errors="strict") as f:
+    with open(path, encoding="utf-8", errors="strict") as f:
         try:
             lines = f.read().splitlines()
         except UnicodeDecodeError as e:

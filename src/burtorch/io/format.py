@@ -156,6 +156,77 @@ def decode_header(buf, total_size: int) -> Header:
     return Header(dtype, what, count, payload_bytes, payload_crc, header_size, byteorder, names)
 
 
+def declared_size(head) -> int:
+    """The file size the fixed header ``head`` declares (header, name table and payload).
+
+    Checks the magic and version first, so that a file that is not burtorch's says so.
+    """
+    (magic, version, _, _, _, _, _, header_size, _, payload_bytes, _, _) = FIXED_HEADER.unpack_from(head, 0)
+    if magic != MAGIC:
+        raise FormatError(f"not a burtorch file: starts with {bytes(magic)!r}, expected {MAGIC!r}")
+    if version != VERSION:
+        raise FormatError(f"unsupported burtorch format version {version} (this reader knows {VERSION})")
+    if header_size < FIXED_SIZE:
+        raise FormatError(f"corrupt header: header size {header_size}")
+    return header_size + payload_bytes
+
+
+def read_declared(read, size: int | None = None, limit: int | None = None) -> bytes:
+    """Reads one burtorch file through ``read(n)``, never past what its header declares.
+
+    Args:
+        read: returns up to n bytes, fewer only at the end (``os.read`` on a descriptor, a binary
+            file's ``read``).
+        size: the file's size when known (a regular file): checked against the header before the
+            payload is read.
+        limit: the most bytes the caller can use (e.g. what fits its targets).
+
+    Raises:
+        FormatError: not a burtorch file, or its size disagrees with its header or the limit.
+    """
+    if size is not None and (limit is None or size <= limit):
+        # A regular file of known size: one read call, asking one byte more to notice growth; a
+        # shorter read than the size is continued (a short read at the size is the end).
+        data = read(size + 1)
+        if len(data) < size:
+            data += _read_n(read, size + 1 - len(data))
+        if len(data) < FIXED_SIZE:
+            decode_header(data, len(data))  # raises: truncated, or not a burtorch file
+        total = declared_size(data)
+        if len(data) != total:
+            _raise_size_mismatch(len(data), total)
+        return data
+    head = _read_n(read, FIXED_SIZE)
+    if len(head) < FIXED_SIZE:
+        decode_header(head, len(head))  # raises: truncated, or not a burtorch file
+    total = declared_size(head)
+    if size is not None and size != total:
+        _raise_size_mismatch(size, total)
+    if limit is not None and total > limit:
+        raise FormatError(f"the file declares {total:,} bytes; at most {limit:,} can match the targets")
+    data = head + _read_n(read, total - FIXED_SIZE + 1)  # one byte more shows trailing data
+    if len(data) != total:
+        _raise_size_mismatch(len(data), total)
+    return data
+
+
+def _raise_size_mismatch(actual: int, declared: int):
+    if actual < declared:
+        raise FormatError(f"truncated burtorch file: {actual:,} bytes, the header declares {declared:,}")
+    raise FormatError(f"corrupt burtorch file: bytes after the payload (the header declares {declared:,})")
+
+
+def _read_n(read, n: int) -> bytes:
+    chunks, remaining = [], n
+    while remaining > 0:
+        chunk = read(min(remaining, 1 << 24))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        remaining -= len(chunk)
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
 def _decode_name_table(table: memoryview, count: int):
     try:
         (n,) = _TABLE_LEN.unpack_from(table, 0)

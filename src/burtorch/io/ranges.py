@@ -2,18 +2,40 @@
 from __future__ import annotations
 
 import os
-import threading
+import stat
 
-from .format import (FormatError, check_payload, check_what, decode_header, encode_header)
-from .targets import check_alive, read_payload, resolve, write_payload
-
-#: Files larger than this are memory-mapped by ``load(..., mmap=None)`` instead of read.
-MMAP_THRESHOLD = 1 << 20
+from ..node_selection import select
+from .atomic import write_all, write_atomic
+from .format import (
+    FIXED_SIZE,
+    FormatError,
+    check_payload,
+    check_what,
+    decode_header,
+    encode_header,
+    payload_size,
+    read_declared,
+)
+from .payload import read_payload, write_payload
+from .regular_file import NotRegularFileError, open_regular
 
 
 def dumps(values, what: str = "values") -> bytes:
-    """The header and payload of ``values`` (see :mod:`burtorch.io.format`) as bytes."""
-    t = resolve(values)
+    """The header and payload of ``values`` as bytes (the layout of :mod:`burtorch.io.format`).
+
+    Args:
+        values: a Value, a list of Values, an ``(arena, first, last)`` range, a Vector, or a list
+            of those.
+        what: ``"values"``, ``"grads"`` or ``"both"``.
+
+    Returns:
+        The bytes a file written by :func:`save` would hold.
+
+    Raises:
+        TypeError, ValueError, IndexError: ``values`` or ``what`` is not one of the accepted forms.
+        StaleValueError: a Value or Vector was discarded by a rewind.
+    """
+    t = select(values)
     payload = read_payload(t, check_what(what))
     return encode_header(t.dtype, what, t.count, payload) + payload
 
@@ -21,24 +43,40 @@ def dumps(values, what: str = "values") -> bytes:
 def loads(data, values, what: str | None = "values") -> None:
     """Loads bytes made by :func:`dumps` (or a file's content) into ``values``.
 
-    ``what``: 'values', 'grads' or 'both' (the file must hold it; 'values' and 'grads' may be
-    taken from a file that holds both), or None for whatever the file holds. Everything is checked
-    before anything is written: on any error the arena is unchanged.
+    Args:
+        data: a bytes-like object.
+        values: the targets, in the forms :func:`dumps` takes; same count and dtype as the data.
+        what: ``"values"``, ``"grads"`` or ``"both"`` (the data must hold it; ``"values"`` and
+            ``"grads"`` may be taken from data that holds both), or None for whatever it holds.
+
+    Raises:
+        FormatError: the data is not a burtorch file, is corrupt, or does not match the targets.
+            Everything is checked before anything is written: on any error the arena is unchanged.
+        StaleValueError: a target was discarded by a rewind.
     """
     mv = memoryview(data).cast("B") if not isinstance(data, bytes) else data
-    _load_from_buffer(mv, len(mv), values, what)
+    _load_from_buffer(mv, len(mv), select(values), what)
 
 
-def save(file, values, what: str = "values", *, atomic: bool = True) -> None:
-    """Saves the values and/or grads of ``values`` to ``file`` (a path or a binary file object).
+def save(file, values, what: str = "values", *, atomic: bool = True, durable: bool = True) -> None:
+    """Saves the values and/or grads of ``values`` to ``file``.
 
-    With a path and ``atomic=True`` (the default) the data goes to a temporary file beside the
-    target that is then renamed over it, so a crash never leaves a half-written file. On some
-    filesystems (ext4) the rename costs far more than the write; ``atomic=False`` overwrites the
-    file in place (a crash mid-write can leave a torn file, which ``load`` then rejects by its
-    checksum).
+    Args:
+        file: a path, or a binary file object (written at its position, nothing else done).
+        values: a Value, a list of Values, an ``(arena, first, last)`` range, a Vector, or a list
+            of those.
+        what: ``"values"``, ``"grads"`` or ``"both"``.
+        atomic: write a temporary file beside the target and rename it over the target (see
+            :mod:`burtorch.io.atomic`), so a crash leaves the old file or the new one, never a torn
+            one. ``atomic=False`` overwrites in place: faster on filesystems where a rename is
+            costly, and a torn file is then rejected by :func:`load` through its checksums.
+        durable: with ``atomic``, fsync before the rename, so the new file survives a power loss.
+
+    Raises:
+        TypeError, ValueError, IndexError, StaleValueError: as :func:`dumps`.
+        OSError: the file cannot be written (the old file is then left as it was).
     """
-    t = resolve(values)
+    t = select(values)
     payload = read_payload(t, check_what(what))
     header = encode_header(t.dtype, what, t.count, payload)
     if hasattr(file, "write"):
@@ -46,69 +84,42 @@ def save(file, values, what: str = "values", *, atomic: bool = True) -> None:
         file.write(payload)
         return
     path = os.fspath(file)
-    if not atomic:
+    if atomic:
+        write_atomic(path, (header, payload), durable=durable)
+    else:
         _write_in_place(path, header, payload)
-        return
-    write_atomic(path, header, payload)
 
 
-def write_atomic(path: str, header: bytes, payload) -> None:
-    """Writes header + payload to a temporary file beside `path`, then renames it over `path`."""
-    tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_BINARY", 0), 0o644)
-    try:
-        try:
-            _write_all(fd, header)
-            _write_all(fd, payload)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-
-
-def load(file, values, what: str | None = "values", *, mmap: bool | None = None) -> None:
+def load(file, values, what: str | None = "values") -> None:
     """Loads a file made by :func:`save` into ``values`` (same positions, same count and dtype).
 
-    ``file`` is a path or a binary file object. ``mmap=True`` maps the file instead of reading it
-    (``None``: map files above ``MMAP_THRESHOLD`` bytes). All checks pass before a byte is written.
+    Args:
+        file: a path to a regular file, or a binary file object.
+        values: the targets, in the forms :func:`save` takes.
+        what: as in :func:`loads`.
+
+    Raises:
+        FileNotFoundError: no such file.
+        NotRegularFileError: the path is a directory, FIFO, device or socket.
+        FormatError: not a burtorch file, corrupt, or not matching the targets. No more than the
+            header declares (and the targets can hold) is ever read, and nothing is written into
+            the arena unless every check passes.
+        StaleValueError: a target was discarded by a rewind.
     """
+    t = select(values)
+    limit = FIXED_SIZE + payload_size(t.dtype, "both", t.count)  # a range file has no name table
     if hasattr(file, "read"):
-        loads(file.read(), values, what)
-        return
-    path = os.fspath(file)
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_BINARY", 0))
-    try:
-        size = os.fstat(fd).st_size
-        if mmap or (mmap is None and size > MMAP_THRESHOLD):
-            if size == 0:
-                raise FormatError(f"not a burtorch file: {path} is empty")
-            _load_mapped(fd, size, values, what)
-            return
-        data = _read_all(fd, size)
-    finally:
-        os.close(fd)
-    _load_from_buffer(data, len(data), values, what)
-
-
-def _load_mapped(fd: int, size: int, values, what) -> None:
-    import mmap as mmap_module
-
-    mapped = mmap_module.mmap(fd, size, access=mmap_module.ACCESS_READ)
-    try:
-        _load_from_buffer(mapped, size, values, what)
-    finally:
+        data = read_declared(file.read, None, limit)
+    else:
+        fd, size = open_regular(file)
         try:
-            mapped.close()
-        except BufferError:  # an exception's traceback still holds a slice; the GC unmaps it later
-            pass
+            data = read_declared(lambda n: os.read(fd, n), size, limit)
+        finally:
+            os.close(fd)
+    _load_from_buffer(data, len(data), t, what)
 
 
-def _load_from_buffer(buf, size: int, values, what) -> None:
+def _load_from_buffer(buf, size: int, t, what) -> None:
     header = decode_header(buf, size)
     if what is None:
         what = header.what
@@ -118,45 +129,29 @@ def _load_from_buffer(buf, size: int, values, what) -> None:
             raise FormatError(f"the file holds {header.what}, not {what}")
     if header.names is not None:
         raise FormatError("this file is a state dict; load it with burtorch.io.load_state_dict")
-    t = resolve(values)
     if header.dtype != t.dtype:
         raise FormatError(f"the file holds {header.dtype} numbers, the targets are {t.dtype}")
     if header.count != t.count:
         raise FormatError(f"the file holds {header.count} nodes, the targets have {t.count}")
     payload = memoryview(buf)[header.header_size:header.header_size + header.payload_bytes]
     check_payload(header, payload)
-    check_alive(t)
+    t.check_alive()
     if what != header.what:  # one block out of a values-then-grads file
         block = header.payload_bytes // 2
         payload = payload[block:] if what == "grads" else payload[:block]
     write_payload(t, payload, what, header.byteorder)
 
 
-def _write_all(fd: int, data) -> None:
-    mv = memoryview(data)
-    while mv:
-        n = os.write(fd, mv)
-        mv = mv[n:]
-
-
 def _write_in_place(path: str, header: bytes, payload: bytes) -> None:
     # No O_TRUNC: truncating to zero makes ext4 flush on close; shrink (if needed) after writing.
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | getattr(os, "O_BINARY", 0), 0o644)
+    # O_NONBLOCK: a FIFO without a reader fails at once instead of blocking the save.
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0), 0o666)
     try:
-        _write_all(fd, header)
-        _write_all(fd, payload)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise NotRegularFileError(f"{path} is not a regular file; not overwriting it in place")
+        os.set_blocking(fd, True)
+        write_all(fd, header)
+        write_all(fd, payload)
         os.ftruncate(fd, len(header) + len(payload))
     finally:
         os.close(fd)
-
-
-def _read_all(fd: int, size: int) -> bytes:
-    data = os.read(fd, size + 1)  # one extra byte tells us if the file grew since fstat
-    if len(data) == size:
-        return data
-    chunks = [data]
-    while True:
-        chunk = os.read(fd, 1 << 20)
-        if not chunk:
-            return b"".join(chunks)
-        chunks.append(chunk)

@@ -3,19 +3,30 @@
 Format choice: the same header as node ranges plus a name table (``flags`` bit 0), rather than
 safetensors. Reasons: no extra dependency for a package whose core has none; one reader and one
 set of corruption checks (both CRCs, sizes, counts) for every file burtorch writes; and the
-payload is the concatenation of the parameters' slot ranges, so a load is a few memcpys. A
-state dict maps names to 1-D runs of numbers (burtorch has no shapes), so the only thing
-safetensors would add is interchange, which ``numpy`` / ``torch`` users get from
-:func:`load_state_dict` returning buffers (``numpy.asarray`` over them copies nothing).
+payload is the concatenation of the parameters' slot ranges, so a load is a few memcpys. The
+file stores each parameter as a flat run of numbers under its name; shapes are the model's (a
+load into a module checks each parameter's element count), and :func:`load_state_dict` without a
+target returns flat buffers (``numpy.asarray`` over them copies nothing).
 """
 from __future__ import annotations
 
 import array
 import os
 
-from .format import (FormatError, check_payload, decode_header, encode_header, encode_name_table)
-from .ranges import _read_all, write_atomic
-from .targets import ITEMSIZE, NATIVE_BYTEORDER, check_alive, read_payload, resolve, write_payload
+from ..node_selection import select
+from .atomic import write_atomic
+from .format import (
+    ITEMSIZE,
+    NATIVE_BYTEORDER,
+    FormatError,
+    check_payload,
+    decode_header,
+    encode_header,
+    encode_name_table,
+    read_declared,
+)
+from .payload import read_payload, write_payload
+from .regular_file import open_regular
 
 
 def _named_targets(module_or_mapping):
@@ -27,7 +38,7 @@ def _named_targets(module_or_mapping):
     for name, target in sd.items():
         if not isinstance(name, str):
             raise TypeError(f"state dict names must be str, got {name!r}")
-        named.append((name, resolve(target)))
+        named.append((name, select(target)))
     if not named:
         raise ValueError("the state dict is empty")
     dtype = named[0][1].dtype
@@ -37,28 +48,65 @@ def _named_targets(module_or_mapping):
     return named, dtype
 
 
-def save_state_dict(module_or_mapping, path) -> None:
-    """Saves every parameter's values under its name to ``path`` (temp file, then rename)."""
+def state_dict_bytes(module_or_mapping) -> bytes:
+    """The bytes :func:`save_state_dict` writes: header, name table and every parameter's values.
+
+    Args:
+        module_or_mapping: a module with ``state_dict()``, or a mapping name -> Value, list of
+            Values, range or Vector.
+
+    Raises:
+        TypeError, ValueError: not a state dict, an empty one, or one of mixed dtypes.
+        StaleValueError: a parameter was discarded by a rewind.
+    """
     named, dtype = _named_targets(module_or_mapping)
     payload = b"".join([read_payload(t, "values") for _, t in named])
     table = encode_name_table([(name, t.count) for name, t in named])
-    header = encode_header(dtype, "values", sum(t.count for _, t in named), payload, table)
-    write_atomic(os.fspath(path), header, payload)
+    return encode_header(dtype, "values", sum(t.count for _, t in named), payload, table) + payload
+
+
+def save_state_dict(module_or_mapping, path, *, durable: bool = True) -> None:
+    """Saves every parameter's values under its name to ``path``, atomically.
+
+    Args:
+        module_or_mapping: as :func:`state_dict_bytes`.
+        path: the file; written through a temporary file and a rename (:mod:`burtorch.io.atomic`).
+        durable: fsync before the rename.
+
+    Raises:
+        As :func:`state_dict_bytes`, and OSError when the file cannot be written.
+    """
+    write_atomic(os.fspath(path), (state_dict_bytes(module_or_mapping),), durable=durable)
 
 
 def load_state_dict(path, into=None, *, strict: bool = True):
     """Reads a state dict file.
 
-    Without ``into``: returns ``{name: array.array}`` ('f' for float32, 'd' for float64).
-    With ``into`` (a module with ``state_dict()`` or a mapping name -> Value/list/view): checks
-    names (all of them when ``strict``), counts, dtype and liveness, then writes the values into
-    the targets and returns ``into``. Nothing is written if any check fails.
+    Args:
+        path: a regular file written by :func:`save_state_dict`.
+        into: a module with ``state_dict()`` or a mapping name -> Value/list/range/Vector, or None.
+        strict: with ``into``, every name must be in both the file and the targets.
+
+    Returns:
+        ``into`` after writing the values into it; without ``into``, ``{name: array.array}``
+        ('f' for float32, 'd' for float64).
+
+    Raises:
+        FileNotFoundError, NotRegularFileError: no such regular file.
+        FormatError: not a state dict file, corrupt, or not matching ``into`` (names, counts,
+            dtype). Nothing is written unless every check passes.
+        StaleValueError: a target was discarded by a rewind.
     """
-    fd = os.open(os.fspath(path), os.O_RDONLY | getattr(os, "O_BINARY", 0))
+    fd, size = open_regular(path)
     try:
-        data = _read_all(fd, os.fstat(fd).st_size)
+        data = read_declared(lambda n: os.read(fd, n), size)
     finally:
         os.close(fd)
+    return load_state_dict_bytes(data, into, strict=strict)
+
+
+def load_state_dict_bytes(data, into=None, *, strict: bool = True):
+    """:func:`load_state_dict` from the bytes :func:`state_dict_bytes` made."""
     header = decode_header(data, len(data))
     if header.names is None:
         raise FormatError("this file holds a node range, not a state dict; load it with burtorch.io.load")
@@ -94,7 +142,7 @@ def load_state_dict(path, into=None, *, strict: bool = True):
             raise FormatError(f"{name!r}: the file holds {len(blocks[name]) // itemsize} numbers, "
                               f"the target has {t.count}")
     for _, t in named:
-        check_alive(t)
+        t.check_alive()
     for name, t in named:
         if name in blocks:
             write_payload(t, blocks[name], "values", header.byteorder)

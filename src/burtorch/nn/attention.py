@@ -10,11 +10,24 @@ from .module import Module
 
 
 class MultiHeadAttention(Module):
-    """x (T x C) -> (T x C). q/k/v weights are one (3C x C) block without bias: rows [0, C) are the
-    queries of heads 0..H-1 in turn, then the keys, then the values."""
+    """Multi-head self-attention of a (T x C) sequence, returning (T x C).
+
+    The q/k/v weights are one (3C x C) block without bias: rows [0, C) are the queries of heads
+    0..H-1 in turn, then the keys, then the values; an output projection (with bias) follows.
+
+    Args:
+        dim: C, the model width.
+        heads: the number of heads (``dim`` must be a multiple of it).
+        causal: each position attends only to itself and earlier ones (default True).
+        fused: all heads in one record (default); False builds each head from column views.
+        dtype: ``bt.float32`` (default) or ``bt.float64``.
+
+    Raises:
+        ValueError: ``dim`` is not a multiple of ``heads``.
+    """
 
     def __init__(self, dim: int, heads: int, causal: bool = True, fused: bool = True, dtype=None):
-        super().__init__()
+        super().__init__(dtype)
         self.fused = fused
         if dim % heads:
             raise ValueError(f"dim {dim} is not divisible by heads {heads}")
@@ -53,5 +66,7 @@ class MultiHeadAttention(Module):
 
 
 class CausalSelfAttention(MultiHeadAttention):
+    """:class:`MultiHeadAttention` with ``causal=True`` (GPT's attention)."""
+
     def __init__(self, dim: int, heads: int, dtype=None):
         super().__init__(dim, heads, causal=True, dtype=dtype)

@@ -4,12 +4,18 @@ from .module import Module
 
 
 class Embedding(Module):
-    """Rows initialised N(0, 1), as PyTorch's nn.Embedding."""
+    """A (num x dim) table whose lookup is a view of its rows (no copy, no record).
+
+    Rows are drawn from N(0, 1), as PyTorch's ``nn.Embedding`` draws them.
+
+    Args:
+        num: the number of rows (ids ``0 .. num - 1``).
+        dim: the row size.
+        dtype: ``bt.float32`` (default) or ``bt.float64``.
+    """
 
     def __init__(self, num: int, dim: int, dtype=None):
-        super().__init__()
-        if dtype is not None:
-            self.dtype = dtype
+        super().__init__(dtype)
         self.num, self.dim = num, dim
         self.param("weight", (num, dim), "normal", 0.0, 1.0)
 

@@ -6,12 +6,20 @@ from .module import Module
 
 
 class Linear(Module):
-    """W is (out x in); init as PyTorch's nn.Linear: U(-1/sqrt(in), 1/sqrt(in)) for W and b."""
+    """Applies ``y = W x + b`` as one range record (a vector, or each row of a matrix).
+
+    ``W`` is (nout x nin); both ``W`` and ``b`` are drawn from U(-1/sqrt(nin), 1/sqrt(nin)) as
+    PyTorch's ``nn.Linear`` draws them.
+
+    Args:
+        nin: the input size.
+        nout: the output size.
+        bias: add the bias ``b`` (default True).
+        dtype: ``bt.float32`` (default) or ``bt.float64``.
+    """
 
     def __init__(self, nin: int, nout: int, bias: bool = True, dtype=None):
-        super().__init__()
-        if dtype is not None:
-            self.dtype = dtype
+        super().__init__(dtype)
         self.nin, self.nout = nin, nout
         k = 1.0 / math.sqrt(nin)
         self.param("weight", (nout, nin), "uniform", -k, k)

@@ -5,10 +5,22 @@ from .module import Module
 
 
 class MLP(Module):
-    """MLP(nin, [h1, ..., nout], act='relu'): the activation follows every layer but the last."""
+    """A stack of :class:`Linear` layers with an activation after every layer but the last.
+
+    Args:
+        nin: the input size.
+        sizes: the output sizes of the layers, e.g. ``[16, 16, 1]``.
+        act: the activation between layers (``"relu"``, ``"tanh"``, ``"sigmoid"``, ``"softplus"``
+            or None).
+        final_act: the activation after the last layer (default None).
+        dtype: ``bt.float32`` (default) or ``bt.float64``.
+
+    Raises:
+        ValueError: an unknown activation.
+    """
 
     def __init__(self, nin: int, sizes, act: str | None = "relu", final_act: str | None = None, dtype=None):
-        super().__init__()
+        super().__init__(dtype)
         dims = [nin] + list(sizes)
         self.layers = [Linear(a, b, dtype=dtype) for a, b in zip(dims, dims[1:])]
         self._act = activation(act)

@@ -18,9 +18,17 @@ class Module:
 
     dtype = _core.float32
 
-    def __init__(self):
+    def __init__(self, dtype=None):
+        """Args:
+            dtype: ``bt.float32`` (the default of every module) or ``bt.float64``: the dtype of
+                the parameters this module creates with :meth:`param`.
+        """
         object.__setattr__(self, "_params", OrderedDict())
         object.__setattr__(self, "training", True)
+        if dtype is not None:
+            if not isinstance(dtype, _core.DType):
+                raise TypeError(f"dtype must be bt.float32 or bt.float64, got {dtype!r}")
+            object.__setattr__(self, "dtype", dtype)
 
     # ---- creating parameters ----
     def param(self, name: str, shape, init: str = "zeros", a: float = 0.0, b: float = 1.0,
@@ -78,37 +86,47 @@ class Module:
         for p in self.parameters():
             p.zero_grad()
 
-    def state_dict(self) -> "OrderedDict[str, _core.Vector]":
+    def state_dict(self) -> OrderedDict[str, _core.Vector]:
         """name -> Vector view of the parameter (like PyTorch, views, not copies)."""
         return OrderedDict(self.named_parameters())
 
     def load_state_dict(self, state, strict: bool = True) -> None:
-        """Copies values into the parameters. Values: Vectors, numpy arrays or sequences of numbers."""
+        """Copies values into the parameters: all of them, or none if any entry is bad.
+
+        Args:
+            state: a mapping name -> Vector, numpy array or sequence of numbers (e.g. what
+                ``state_dict()`` or ``burtorch.io.load_state_dict(path)`` returns).
+            strict: every parameter must be in ``state`` and every entry of ``state`` must be a
+                parameter.
+
+        Raises:
+            KeyError: with ``strict``, missing or unexpected names.
+            ValueError: an entry's element count differs from its parameter's, or it holds
+                something that is not a number.
+            TypeError: an entry is not a sequence of numbers.
+            StaleValueError: a Vector entry was discarded by a rewind.
+        """
+        if not hasattr(state, "items"):
+            raise TypeError(f"load_state_dict() expects a mapping name -> values, got {type(state).__name__}")
         own = self.state_dict()
         missing = [k for k in own if k not in state]
         unexpected = [k for k in state if k not in own]
         if strict and (missing or unexpected):
             raise KeyError(f"state_dict mismatch: missing {missing}, unexpected {unexpected}")
+        checked = []  # every entry is converted and checked before any parameter changes
         for name, p in own.items():
-            if name not in state:
-                continue
-            src = state[name]
-            if isinstance(src, _core.Vector):
-                src = src.data
-            elif hasattr(src, "reshape") and hasattr(src, "tolist"):
-                src = src.reshape(-1).tolist()
-            src = list(src)
-            if len(src) != p.size:
-                raise ValueError(f"{name}: {len(src)} values for a parameter of shape {p.shape}")
-            p.set_data(src)
+            if name in state:
+                checked.append((p, _as_floats(name, state[name], p)))
+        for p, values in checked:
+            p.set_data(values)
 
-    def train(self, mode: bool = True) -> "Module":
+    def train(self, mode: bool = True) -> Module:
         object.__setattr__(self, "training", mode)
         for _, c in self.children():
             c.train(mode)
         return self
 
-    def eval(self) -> "Module":
+    def eval(self) -> Module:
         return self.train(False)
 
     def __call__(self, *args, **kwargs):
@@ -125,3 +143,20 @@ class Module:
 
     def extra_repr(self) -> str:
         return ""
+
+
+def _as_floats(name: str, src, p) -> list:
+    """``src`` as a list of floats for parameter ``p`` (checked: count and type)."""
+    if isinstance(src, _core.Vector):
+        src = src.data
+    elif hasattr(src, "reshape") and hasattr(src, "tolist"):
+        src = src.reshape(-1).tolist()
+    try:
+        values = [float(x) for x in src]
+    except TypeError:
+        raise TypeError(f"{name}: expected a sequence of numbers, got {type(src).__name__}") from None
+    except ValueError as e:
+        raise ValueError(f"{name}: {e}") from None
+    if len(values) != p.size:
+        raise ValueError(f"{name}: {len(values)} values for a parameter of shape {p.shape}")
+    return values

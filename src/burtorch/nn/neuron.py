@@ -6,12 +6,19 @@ from .module import Module
 
 
 class Neuron(Module):
-    """y = act(w . x + b) over scalar Values; w ~ U(-1, 1), b = 0 (micrograd's convention)."""
+    """The paper's scalar neuron: ``act(w . x + b)`` over scalar Values, one inner-product record.
+
+    ``w`` is drawn from U(-init_range, init_range), ``b`` is 0 (micrograd's convention).
+
+    Args:
+        nin: the number of inputs.
+        act: the activation (``"relu"``, ``"tanh"``, ``"sigmoid"``, ``"softplus"`` or None).
+        init_range: the half-width of the weights' uniform draw.
+        dtype: ``bt.float32`` (default) or ``bt.float64``.
+    """
 
     def __init__(self, nin: int, act: str | None = "relu", init_range: float = 1.0, dtype=None):
-        super().__init__()
-        if dtype is not None:
-            self.dtype = dtype
+        super().__init__(dtype)
         self.nin = nin
         self.act_name = act
         self._act = activation(act)
@@ -29,10 +36,17 @@ class Neuron(Module):
 
 
 class Layer(Module):
-    """nout scalar Neurons over the same inputs; returns a list of Values."""
+    """``nout`` scalar :class:`Neuron` s over the same inputs; a call returns a list of Values.
+
+    Args:
+        nin: the number of inputs.
+        nout: the number of neurons.
+        act: the activation of every neuron.
+        dtype: ``bt.float32`` (default) or ``bt.float64``.
+    """
 
     def __init__(self, nin: int, nout: int, act: str | None = "relu", dtype=None):
-        super().__init__()
+        super().__init__(dtype)
         self.neurons = [Neuron(nin, act, dtype=dtype) for _ in range(nout)]
 
     def forward(self, x):

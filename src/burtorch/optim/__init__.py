@@ -1,15 +1,26 @@
 """Optimizers: native in-place steps (SGD, Adam, AdamW) and gradient-estimator methods of
-optimization research (GD, PAGE, EF21, MARINA) with gradient compressors."""
+optimization research (GD, PAGE, EF21, MARINA) with gradient compressors.
+
+The research methods and compressors run on burtorch.fl (which works on numpy arrays): they load
+on first use, so that training with SGD or Adam needs neither numpy nor fl.
+"""
+import importlib
+
+from ..oracle import mean_loss
 from .adam import Adam, AdamW
-from .compressors import Compressor, Identity, Natural, RandK, RandomDithering, RandSeqK, Scaled, TopK
-from .ef21 import EF21
-from .estimator import GradientEstimator, mean_loss
-from .gd import GD
-from .marina import MARINA
 from .optimizer import Optimizer
-from .page import PAGE
 from .sgd import SGD
 
-__all__ = ["Optimizer", "SGD", "Adam", "AdamW",
-           "GradientEstimator", "GD", "PAGE", "EF21", "MARINA", "mean_loss",
-           "Compressor", "Identity", "RandK", "TopK", "RandSeqK", "Natural", "RandomDithering", "Scaled"]
+_LAZY = {
+    "GradientEstimator": ".estimator", "GD": ".gd", "PAGE": ".page", "EF21": ".ef21", "MARINA": ".marina",
+    **{name: ".compressors" for name in ("Compressor", "Identity", "Natural", "RandK", "RandomDithering",
+                                          "RandSeqK", "Scaled", "TopK")},
+}
+
+__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "mean_loss", *_LAZY]
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name], __name__), name)
+    raise AttributeError(f"module 'burtorch.optim' has no attribute {name!r}")

@@ -3,7 +3,19 @@ from .optimizer import Optimizer, _check_hyper
 
 
 class Adam(Optimizer):
-    """Adam (L2 weight decay added to the gradient), as torch.optim.Adam."""
+    """Adam with L2 weight decay added to the gradient, as ``torch.optim.Adam``.
+
+    Args:
+        params: a module, a list of parameter Vectors, or one Vector.
+        lr: the learning rate.
+        betas: the decay rates of the first and second moment estimates, each in [0, 1).
+        eps: added to the denominator.
+        weight_decay: L2 penalty added to the gradient.
+
+    Raises:
+        ValueError: a hyperparameter out of range.
+        TypeError: parameters that are not Vectors.
+    """
 
     buffers = 2
     decoupled = False
@@ -22,7 +34,11 @@ class Adam(Optimizer):
 
 
 class AdamW(Adam):
-    """Adam with decoupled weight decay, as torch.optim.AdamW (default weight_decay 0.01)."""
+    """Adam with decoupled weight decay, as ``torch.optim.AdamW``.
+
+    Args: as :class:`Adam`, with ``weight_decay`` (default 0.01) applied to the parameters
+    directly instead of the gradient.
+    """
 
     decoupled = True
 

@@ -1,3 +1,13 @@
 """The compressors of burtorch.fl (native, O(d)), under their burtorch.optim names."""
-from ..fl.compressors import (Compressor, Identity, Message, Natural, RandK, RandomDithering, RandSeqK,  # noqa: F401
-                              Scaled, TopK, make_compressor)
+from ..fl.compressors import (  # noqa: F401
+                              Compressor,
+                              Identity,
+                              Message,
+                              Natural,
+                              RandK,
+                              RandomDithering,
+                              RandSeqK,
+                              Scaled,
+                              TopK,
+                              make_compressor,
+)

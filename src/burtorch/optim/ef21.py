@@ -6,6 +6,20 @@ from .estimator import GradientEstimator
 
 
 class EF21(GradientEstimator):
+    """EF21 over per-worker shards (see the module docstring for the recursion).
+
+    Args:
+        model: a :class:`burtorch.nn.Module`.
+        shards: one dataset (a sequence of samples) per worker.
+        lr: the step size.
+        compressor: a contractive compressor (TopK, Identity, Scaled(...)) built for the model's d.
+        loss_fn: ``loss_fn(model, sample) -> Value``; default ``model.loss(*sample)``.
+        init: ``"full"`` (g_i^0 sent uncompressed) or ``"compressed"``.
+
+    Raises:
+        ValueError, TypeError: an empty shard, a compressor of another kind or size, a bad init.
+    """
+
     def __init__(self, model, shards, lr: float, compressor, loss_fn=None, init: str = "full"):
         super().__init__(model, shards, methods.EF21(lr, compressor, init=init), loss_fn)
 

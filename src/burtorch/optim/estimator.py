@@ -15,24 +15,8 @@ worker, cumulative, the initial message included).
 from __future__ import annotations
 
 from ..fl.federation import Federation
-from ..fl.problem import ModelProblem, check_shards
-
-
-def mean_loss(model, data, loss_fn=None) -> float:
-    """Mean loss over ``data`` with forward passes only (nothing left in the arena, grads untouched)."""
-    check_shards([data])
-    arena = model.parameter_vector().arena
-    cp = arena.checkpoint()
-    total = 0.0
-    try:
-        for sample in data:
-            loss = loss_fn(model, sample) if loss_fn is not None else model.loss(*sample)
-            total += loss.data
-            arena.rewind(cp)
-    finally:
-        if arena.num_nodes != cp.nodes:
-            arena.rewind(cp)
-    return total / len(data)
+from ..fl.problem import ModelProblem
+from ..oracle import mean_loss  # noqa: F401  (part of burtorch.optim's API)
 
 
 class GradientEstimator:

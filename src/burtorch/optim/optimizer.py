@@ -25,7 +25,17 @@ def _check_hyper(name, value, lo=0.0, hi=None, lo_open=False):
 
 
 class Optimizer:
-    """Holds the parameters as one view and a native state; subclasses implement step()."""
+    """The base of the native optimizers: the parameters as one view, the state in native code.
+
+    Subclasses implement :meth:`step`.
+
+    Args:
+        params: a module, a list of parameter Vectors, or one Vector.
+
+    Raises:
+        ValueError: no parameters.
+        TypeError: parameters that are not Vectors.
+    """
 
     buffers = 0
 
@@ -40,7 +50,9 @@ class Optimizer:
         raise NotImplementedError
 
     def state_dict(self) -> dict:
+        """``{"steps": int, "buffers": list of floats}``: everything :meth:`load_state_dict` needs."""
         return {"steps": self.state.steps, "buffers": self.state.state()}
 
     def load_state_dict(self, d: dict) -> None:
+        """Restores what :meth:`state_dict` returned (the buffer count must match)."""
         self.state.load_state(list(d["buffers"]), int(d["steps"]))

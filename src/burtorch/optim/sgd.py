@@ -3,7 +3,20 @@ from .optimizer import Optimizer, _check_hyper
 
 
 class SGD(Optimizer):
-    """SGD with momentum, dampening, Nesterov and (L2) weight decay, as torch.optim.SGD."""
+    """SGD with momentum, dampening, Nesterov and (L2) weight decay, as ``torch.optim.SGD``.
+
+    Args:
+        params: a module, a list of parameter Vectors, or one Vector.
+        lr: the learning rate.
+        momentum: the momentum factor (0: none).
+        weight_decay: L2 penalty added to the gradient.
+        dampening: dampening of the momentum.
+        nesterov: Nesterov momentum (needs momentum > 0 and dampening 0).
+
+    Raises:
+        ValueError: a negative or non-numeric hyperparameter, or Nesterov without momentum.
+        TypeError: parameters that are not Vectors.
+    """
 
     def __init__(self, params, lr: float = 0.1, momentum: float = 0.0, weight_decay: float = 0.0,
                  dampening: float = 0.0, nesterov: bool = False):

@@ -12,7 +12,8 @@ the record index, which lets a run of leaves inside a span be skipped with a bin
 """
 from __future__ import annotations
 
-from .._core import Arena, StaleValueError, Value
+from .._core import StaleValueError
+from ..node_selection import select
 
 
 class GraphTooLargeError(ValueError):
@@ -23,8 +24,22 @@ def to_dot(root, max_nodes: int = 2000, show_grad: bool = True, rankdir: str = "
            precision: int = 6, max_scalar_args: int = 4, name: str = "burtorch") -> str:
     """DOT text of the graph that ``root`` depends on.
 
-    ``root``: a Value, a list of Values (of one arena), or a view with ``.arena`` and ``.spans``.
-    Raises :class:`GraphTooLargeError` when more than ``max_nodes`` DOT nodes would be drawn.
+    Args:
+        root: a Value, a list of Values, an ``(arena, first, last)`` range or a Vector, of one arena.
+        max_nodes: the most DOT nodes to draw.
+        show_grad: show each value's grad beside its data.
+        rankdir: ``"LR"``, ``"RL"``, ``"TB"`` or ``"BT"``.
+        precision: significant digits of the numbers shown.
+        max_scalar_args: a record with more arguments is drawn as one box.
+        name: the graph's name in the DOT text.
+
+    Returns:
+        The DOT text.
+
+    Raises:
+        GraphTooLargeError: more than ``max_nodes`` nodes would be drawn.
+        StaleValueError: a root discarded by a rewind.
+        ValueError, TypeError: bad arguments or roots of several arenas.
     """
     if rankdir not in ("LR", "RL", "TB", "BT"):
         raise ValueError(f"rankdir must be one of LR, RL, TB, BT, got {rankdir!r}")
@@ -39,7 +54,7 @@ def to_dot(root, max_nodes: int = 2000, show_grad: bool = True, rankdir: str = "
     walk.run()
     lines = [f"digraph {_quote(name)} {{", f"  rankdir={rankdir};",
              '  node [fontname="Helvetica", fontsize=10];', '  edge [fontname="Helvetica", fontsize=9];']
-    for sort_key, key, attrs in sorted(walk.nodes.values()):
+    for _, key, attrs in sorted(walk.nodes.values()):
         if key in root_keys:
             attrs += ", penwidth=2"
         lines.append(f"  {key} [{attrs}];")
@@ -51,22 +66,10 @@ def to_dot(root, max_nodes: int = 2000, show_grad: bool = True, rankdir: str = "
 
 
 def _roots(root):
-    items = root if isinstance(root, (list, tuple)) else [root]
-    for item in items:  # a discarded root would draw whatever node now holds its slot
-        if getattr(item, "alive", True) is False:
-            raise StaleValueError("cannot draw the graph of a node or view discarded by a rewind")
-    if isinstance(root, Value):
-        return root.arena, [(root.index, root.index + 1)]
-    arena = getattr(root, "arena", None)
-    spans = getattr(root, "spans", None)
-    if isinstance(arena, Arena) and spans is not None:
-        return arena, [(first, first + length) for first, length in spans]
-    if isinstance(root, (list, tuple)) and root and all(isinstance(v, Value) for v in root):
-        arena = root[0].arena
-        if any(v.arena is not arena for v in root):
-            raise ValueError("to_dot() draws one arena's graph: the roots belong to different arenas")
-        return arena, [(v.index, v.index + 1) for v in root]
-    raise TypeError(f"to_dot() expects a Value, a list of Values or a view, got {type(root).__name__}")
+    try:
+        return select(root).single_arena("the roots")
+    except StaleValueError:  # a discarded root would draw whatever node now holds its slot
+        raise StaleValueError("cannot draw the graph of a node or view discarded by a rewind") from None
 
 
 def _quote(text: str) -> str:

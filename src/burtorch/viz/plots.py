@@ -9,8 +9,11 @@ and does not import burtorch.
 """
 from __future__ import annotations
 
+import io
 import math
 import os
+
+from ..io.atomic import write_atomic
 
 INSTALL_HINT = "matplotlib is not installed: pip install matplotlib (or pip install 'burtorch[plot]')"
 
@@ -21,6 +24,16 @@ def _matplotlib_figure():
     except ImportError:
         raise ImportError(INSTALL_HINT) from None
     return Figure
+
+
+def save_figure(fig, path, **savefig_args) -> None:
+    """Saves a matplotlib Figure to ``path`` through the atomic writer (the format from the
+    extension, PNG without one), so a crash never leaves half a picture."""
+    path = os.fspath(path)
+    fmt = os.path.splitext(path)[1].lstrip(".").lower() or "png"
+    buf = io.BytesIO()
+    fig.savefig(buf, format=fmt, **savefig_args)
+    write_atomic(path, (buf.getbuffer(),), durable=False)
 
 
 def _floats(values, what: str) -> list:
@@ -71,7 +84,7 @@ def loss_curve(values, path, title: str = "loss", xlabel: str = "step", ylabel: 
         ax.set_yscale("log")
     ax.set(title=title, xlabel=xlabel, ylabel=ylabel)
     ax.grid(True, alpha=0.3)
-    fig.savefig(os.fspath(path))
+    save_figure(fig, path)
     return fig
 
 
@@ -101,7 +114,7 @@ def heatmap(matrix, path, annotate: bool = False, fmt: str = ".2f", title: str =
     if ylabels is not None:
         ax.set_yticks(range(n_rows), [str(s) for s in ylabels])
     ax.set_title(title)
-    fig.savefig(os.fspath(path))
+    save_figure(fig, path)
     return fig
 
 

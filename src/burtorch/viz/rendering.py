@@ -5,6 +5,7 @@ import os
 import shutil
 import subprocess
 
+from ..io.atomic import write_atomic
 from .dot import to_dot
 
 INSTALL_HINT = (
@@ -23,7 +24,21 @@ def render(root, path, engine: str = "dot", timeout: float = 60.0, **to_dot_args
 
     ``.dot``/``.gv`` write the DOT text itself (no Graphviz needed); ``.svg``, ``.png``, ``.pdf``
     and other Graphviz formats are rendered by the ``graphviz`` Python package when installed, else
-    by running the ``dot`` binary. Extra keyword arguments go to :func:`to_dot`. Returns ``path``.
+    by running the ``dot`` binary. The file is written atomically.
+
+    Args:
+        root: as :func:`to_dot`.
+        path: the image file.
+        engine: the Graphviz layout program.
+        timeout: seconds the ``dot`` binary may take.
+        **to_dot_args: passed to :func:`to_dot`.
+
+    Returns:
+        ``path``.
+
+    Raises:
+        GraphvizMissingError: an image format was asked for and Graphviz is not installed.
+        ValueError: no extension, or Graphviz failed.
     """
     path = os.fspath(path)
     fmt = os.path.splitext(path)[1].lstrip(".").lower()
@@ -34,10 +49,7 @@ def render(root, path, engine: str = "dot", timeout: float = 60.0, **to_dot_args
         data = text.encode("utf-8")
     else:
         data = render_text(text, fmt, engine, timeout)
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
+    write_atomic(path, (data,), durable=False)  # a picture can be redrawn: no fsync
     return path
 
 

@@ -5,16 +5,16 @@ from __future__ import annotations
 import os
 import tempfile
 
-from ..workloads import W3_NAMES
+from ..specs import W3_NAMES
 
 
 class FileSaveLoadRunner:
     """n saves of one 7-value payload to one file, then n loads of it."""
 
-    def __init__(self, payload, save, load, suffix: str, timed_region: str):
+    def __init__(self, payload, save, load, suffix: str, timed_region: str, directory: str | None = None):
         self.timed_region = timed_region
         self._payload, self._save, self._load = payload, save, load
-        fd, self.path = tempfile.mkstemp(prefix="w3-", suffix=suffix)
+        fd, self.path = tempfile.mkstemp(prefix="w3-", suffix=suffix, dir=directory)
         os.close(fd)
         save(self.path, payload)
         self._loaded = None

@@ -4,7 +4,7 @@ from __future__ import annotations
 import autograd
 import autograd.numpy as anp
 
-from ...workloads import w1_expr, w2_expr
+from ...app.paper_graphs import w1_expr, w2_expr
 from . import Unavailable
 
 

@@ -9,8 +9,8 @@ os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false intra_op_
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
-from ...workloads import w1_expr, w2_expr  # noqa: E402
-from ..workloads import GPT_DMODEL, GPT_HEAD_SIZE, GPT_HEADS, GPT_LAYERS, GPT_LR, LN_EPS, MLP_LR  # noqa: E402
+from ...app.paper_graphs import w1_expr, w2_expr  # noqa: E402
+from ..specs import GPT_DMODEL, GPT_HEAD_SIZE, GPT_HEADS, GPT_LAYERS, GPT_LR, LN_EPS, MLP_LR  # noqa: E402
 from . import Unavailable  # noqa: E402
 from .training import TrainRunner  # noqa: E402
 

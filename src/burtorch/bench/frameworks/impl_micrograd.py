@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from micrograd.engine import Value
 
-from ...workloads import w1_graph, w2_graph
+from ...app.paper_graphs import w1_graph, w2_graph
 from . import Unavailable
 
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 import mlx.core as mx
 from mlx.utils import tree_map
 
-from ...workloads import w1_expr, w2_expr
-from ..workloads import GPT_DMODEL, GPT_HEAD_SIZE, GPT_HEADS, GPT_LAYERS, GPT_LR, LN_EPS, MLP_LR
+from ...app.paper_graphs import w1_expr, w2_expr
+from ..specs import GPT_DMODEL, GPT_HEAD_SIZE, GPT_HEADS, GPT_LAYERS, GPT_LR, LN_EPS, MLP_LR
 from . import Unavailable
 from .training import TrainRunner
 

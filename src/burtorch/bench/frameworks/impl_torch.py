@@ -1,12 +1,17 @@
 """PyTorch: eager, TorchScript (W1/W2) and torch.compile, on one CPU thread."""
 from __future__ import annotations
 
-
 import torch
 import torch.nn.functional as F
 
-from ..workloads import (
-    GPT_DMODEL, GPT_HEAD_SIZE, GPT_HEADS, GPT_LAYERS, GPT_LR, LN_EPS, MLP_LR,
+from ..specs import (
+    GPT_DMODEL,
+    GPT_HEAD_SIZE,
+    GPT_HEADS,
+    GPT_LAYERS,
+    GPT_LR,
+    LN_EPS,
+    MLP_LR,
 )
 from . import Unavailable
 from .file_runner import FileSaveLoadRunner
@@ -81,12 +86,12 @@ class GraphRunner:
 
 # --- W3 ---------------------------------------------------------------------------------------
 
-def _save_load_runner() -> FileSaveLoadRunner:
+def _save_load_runner(directory: str | None) -> FileSaveLoadRunner:
     a = torch.tensor(-4.0, dtype=F64, requires_grad=True)
     b = torch.tensor(2.0, dtype=F64, requires_grad=True)
     tensor = torch.stack([t.detach() for t in w2_nodes(a, b)])  # torch's own W2 graph gives the 7 values
     return FileSaveLoadRunner(tensor, lambda path, t: torch.save(t, path), torch.load, ".pt",
-                              "torch.save(tensor of 7 FP64, path) / torch.load(path)")
+                              "torch.save(tensor of 7 FP64, path) / torch.load(path)", directory)
 
 
 # --- W4 / W5 ----------------------------------------------------------------------------------
@@ -156,7 +161,7 @@ def make_runner(workload: str, variant: str, config: dict):
     if workload == "small":
         return GraphRunner(w2_forward, (-4.0, 2.0), variant)
     if workload == "saveload":
-        return _save_load_runner()
+        return _save_load_runner(config.get("dir"))
     if workload in ("mlp", "gpt"):
         if variant == "script":
             raise Unavailable("TorchScript variant implemented for W1/W2 only")

@@ -10,8 +10,14 @@ from __future__ import annotations
 import math
 
 from .. import data as bdata
-from ..workloads import (
-    GPT_BLOCK, GPT_DMODEL, GPT_FF, GPT_LAYERS, MLP_BLOCK, MLP_EMBED_DIM, gpt_param_count,
+from ..specs import (
+    GPT_BLOCK,
+    GPT_DMODEL,
+    GPT_FF,
+    GPT_LAYERS,
+    MLP_BLOCK,
+    MLP_EMBED_DIM,
+    gpt_param_count,
     mlp_param_count,
 )
 
@@ -37,7 +43,7 @@ class TrainRunner:
             raise ValueError(f"not a training workload: {workload!r}")
         n_params = sum(int(p.size) for p in np_params.values())
         if n_params != expected:
-            raise AssertionError(f"{workload}: {n_params} parameters, BENCHMARKS.md says {expected}")
+            raise AssertionError(f"{workload}: {n_params} parameters, the paper's configuration has {expected}")
         self.workload, self.vocab = workload, vocab
         self.info = {"parameters": n_params, "vocab": vocab, "data": source}
         self.params = self.to_params(np_params)

@@ -16,8 +16,8 @@ import math
 
 import numpy as np
 
-from ..compressors import Compressor, Message, full_message
 from .. import streams
+from ..compressors import Compressor, Message, full_message
 
 
 def check_lr(lr, name="lr"):
@@ -90,7 +90,8 @@ class Method:
             raise ValueError(f"{self.name} runs with full participation only (participation=1); "
                              f"ef21-pp, dcgd, gd and fedavg sample clients")
         if self.batch is not None and self.batch > min(shard_sizes):
-            raise ValueError(f"batch={self.batch} is larger than the smallest client shard ({min(shard_sizes)} samples)")
+            raise ValueError(f"batch={self.batch} is larger than the smallest client shard "
+                             f"({min(shard_sizes)} samples)")
         self._bind_defaults(n, participation, shard_sizes)
         if self.lr is None:
             lr = self.theory_lr(smoothness, n, participation) if smoothness is not None else None

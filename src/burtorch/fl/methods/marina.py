@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import math
 
-from ..compressors import Identity, full_message
 from .. import streams
+from ..compressors import Identity, full_message
 from .base import Method, check_probability, mean_of
 
 

@@ -6,16 +6,22 @@ from ..module import Module
 
 
 class MakemoreMLP(Module):
-    """context of `block` token ids -> embed each (V x emb table) -> concatenate (a view) ->
-    Linear(block*emb, hidden) -> tanh -> Linear(hidden, V) -> logits.
+    """The character MLP of Bengio et al. (2003) as makemore builds it (the paper's W4).
 
-    Parameters: V*emb + block*emb*hidden + hidden + hidden*V + V.
+    A context of ``block`` token ids -> each embedded (a V x emb table) -> concatenated (a view)
+    -> Linear(block*emb, hidden) -> tanh -> Linear(hidden, V) -> logits. Parameters:
+    V*emb + block*emb*hidden + hidden + hidden*V + V.
+
+    Args:
+        vocab: V, the vocabulary size.
+        block: the context length.
+        emb: the embedding size.
+        hidden: the hidden width e.
+        dtype: ``bt.float32`` (default) or ``bt.float64``.
     """
 
     def __init__(self, vocab: int = 27, block: int = 16, emb: int = 64, hidden: int = 64, dtype=None):
-        super().__init__()
-        if dtype is not None:
-            self.dtype = dtype
+        super().__init__(dtype)
         self.vocab, self.block, self.emb_dim, self.hidden = vocab, block, emb, hidden
         self.embed = Embedding(vocab, emb, dtype=dtype)
         self.fc1 = Linear(block * emb, hidden, dtype=dtype)
@@ -23,7 +29,7 @@ class MakemoreMLP(Module):
 
     @classmethod
     def paper(cls, hidden: int = 64, vocab: int = 27, dtype=None) -> "MakemoreMLP":
-        """BENCHMARKS.md W4: block 16, embedding 64, hidden e in {4, 16, ..., 1024}, FP32."""
+        """The paper's W4: block 16, embedding 64, hidden e in {4, 16, ..., 1024}, FP32."""
         return cls(vocab=vocab, block=16, emb=64, hidden=hidden, dtype=dtype)
 
     def forward(self, context):

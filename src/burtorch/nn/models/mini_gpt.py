@@ -8,10 +8,17 @@ from ..module import Module
 
 
 class Block(Module):
-    """Pre-norm transformer block: x + attn(ln1(x)), then x + ff(ln2(x)) with ff = Linear-ReLU-Linear."""
+    """A pre-norm transformer block: ``x + attn(ln1(x))``, then ``x + ff(ln2(x))``.
+
+    Args:
+        dim: the model width.
+        heads: the attention heads.
+        ff_mult: the feed-forward width as a multiple of ``dim`` (Linear-ReLU-Linear).
+        dtype: ``bt.float32`` (default) or ``bt.float64``.
+    """
 
     def __init__(self, dim: int, heads: int, ff_mult: int = 4, dtype=None):
-        super().__init__()
+        super().__init__(dtype)
         self.ln1 = LayerNorm(dim, dtype=dtype)
         self.attn = MultiHeadAttention(dim, heads, causal=True, dtype=dtype)
         self.ln2 = LayerNorm(dim, dtype=dtype)
@@ -24,17 +31,23 @@ class Block(Module):
 
 
 class MiniGPT(Module):
-    """Token + position embeddings, `layers` Blocks, a final LayerNorm and an LM head.
+    """A miniature GPT: token + position embeddings, ``layers`` Blocks, a LayerNorm, an LM head.
 
-    The paper's configuration (MiniGPT.paper()): vocab 65, block 8, d_model 24, 6 layers of 6 heads
-    (head size 4), feed-forward 96: 46,337 parameters.
+    The paper's configuration (``MiniGPT.paper()``, W5): vocab 65, block 8, width 24, 6 layers of
+    6 heads (head size 4), feed-forward 96: 46,337 parameters.
+
+    Args:
+        vocab: the vocabulary size.
+        block: the longest context.
+        dim: the model width.
+        layers: the number of blocks.
+        heads: attention heads per block.
+        dtype: ``bt.float32`` (default) or ``bt.float64``.
     """
 
     def __init__(self, vocab: int = 65, block: int = 8, dim: int = 24, layers: int = 6, heads: int = 6,
                  dtype=None):
-        super().__init__()
-        if dtype is not None:
-            self.dtype = dtype
+        super().__init__(dtype)
         self.vocab, self.block, self.dim, self.n_layers, self.n_heads = vocab, block, dim, layers, heads
         self.tok = Embedding(vocab, dim, dtype=dtype)
         self.pos = Embedding(block, dim, dtype=dtype)

@@ -6,14 +6,17 @@ handles. Reported: the arena's own accounting (stats()["bytes"]["labels"], bytes
 growth of the process's resident memory while building (arena memory is reserved up front in
 both modes, so the difference is the labels' side table).
 
-    python benchmarks/label_memory.py [N ...]        (default: 10000 100000 1000000)
+    python -m burtorch.bench.label_memory [N ...]        (default: 10000 100000 1000000)
 """
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
 import sys
+
+from ..app.arguments import positive_int
 
 CHILD = r"""
 import json, os, sys
@@ -47,9 +50,15 @@ def measure(n: int, mode: str) -> dict:
     return json.loads(done.stdout)
 
 
-def main(argv) -> None:
-    sizes = [int(a) for a in argv] or [10_000, 100_000, 1_000_000]
-    print("command: python benchmarks/label_memory.py " + " ".join(str(s) for s in sizes))
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(prog="python -m burtorch.bench.label_memory",
+                                description="Memory of node labels: the same graph of N labelled leaves and "
+                                            "N labelled products built with labels off and on, each in a "
+                                            "fresh interpreter (Linux: reads /proc/self/statm).")
+    p.add_argument("sizes", nargs="*", type=positive_int, metavar="N",
+                   help="graph sizes (default: 10000 100000 1000000)")
+    sizes = p.parse_args(argv).sizes or [10_000, 100_000, 1_000_000]
+    print("command: python -m burtorch.bench.label_memory " + " ".join(str(s) for s in sizes))
     print("| nodes | labels | label bytes (arena) | bytes in use (arena) | RSS growth while building |")
     print("|---|---|---|---|---|")
     for n in sizes:
@@ -63,4 +72,4 @@ def main(argv) -> None:
 if __name__ == "__main__":
     if not sys.platform.startswith("linux") or not os.path.exists("/proc/self/statm"):
         sys.exit("this measurement reads /proc/self/statm (Linux)")
-    main(sys.argv[1:])
+    main()

@@ -3,7 +3,8 @@ import statistics
 import time
 
 import burtorch as bt
-from burtorch.workloads import w1_graph, w2_graph
+
+from .paper_graphs import w1_graph, w2_graph
 
 
 def time_loop(graph, iterations: int) -> float:

@@ -1,14 +1,18 @@
 """Init time: process start to the end of one full W5 training step (and one W4 e=1024 step).
 
-Run: python benchmarks/init_time.py   (medians of 7 fresh processes, wall clock measured outside)
+    python -m burtorch.bench.init_time    (medians of 7 fresh processes, wall clock measured outside)
+
 Each process imports burtorch, builds the paper's model (FP32), takes one sample (b=1) through
 grad_oracle and one SGD step, and exits. `burtorch bench` reports init too, but its children also
 prepare the shared numpy data for every peer, which this measurement leaves out.
 """
+import argparse
 import statistics
 import subprocess
 import sys
 import time
+
+from ..app.arguments import positive_int
 
 PROGRAMS = {
     "W5 MiniGPT.paper(), b=1": (
@@ -23,7 +27,12 @@ PROGRAMS = {
 }
 
 
-def main(runs: int = 7):
+def main(argv=None):
+    p = argparse.ArgumentParser(prog="python -m burtorch.bench.init_time",
+                                description="Wall clock from process start to the end of one W5 (and one "
+                                            "W4 e=1024) training step, in fresh processes.")
+    p.add_argument("--runs", type=positive_int, default=7, help="processes per program (default: 7)")
+    runs = p.parse_args(argv).runs
     print(f"{'process start to end of first step':40s} {'median s':>9s} {'min':>7s} {'max':>7s}")
     for name, code in PROGRAMS.items():
         times = []

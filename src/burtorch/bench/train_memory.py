@@ -1,14 +1,17 @@
 """Peak resident memory of whole `burtorch train` processes (W5 at every b; W4 e=1024), from the OS.
 
-Run: python benchmarks/train_memory.py [--data-dir ../shared/data]
+    python -m burtorch.bench.train_memory --data DIR      (DIR: names.txt and tinyshakespeare.txt;
+                                                          default $BURTORCH_DATA)
+
 Each configuration is a fresh `burtorch train ...` process; its peak RSS is read with
 getrusage(RUSAGE_CHILDREN) after it exits (so it covers interpreter, imports, data and training).
 """
 import argparse
-import os
-import resource
 import subprocess
 import sys
+
+from ..app.arguments import positive_int
+from ..data.locate import find_data_file
 
 
 def peak_rss_mb(cmd) -> float:
@@ -21,13 +24,18 @@ def peak_rss_mb(cmd) -> float:
     return int(out.stdout.strip()) / 1024
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data-dir", default=os.path.join(os.path.dirname(__file__), "..", "..", "shared", "data"))
-    ap.add_argument("--steps", type=int, default=20)
-    args = ap.parse_args()
-    shakespeare = os.path.join(args.data_dir, "tinyshakespeare.txt")
-    names = os.path.join(args.data_dir, "names.txt")
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="python -m burtorch.bench.train_memory",
+                                 description=__doc__.splitlines()[0])
+    ap.add_argument("--data", metavar="DIR", help="directory with names.txt and tinyshakespeare.txt "
+                                                  "(default: $BURTORCH_DATA)")
+    ap.add_argument("--steps", type=positive_int, default=20, help="training steps per process")
+    args = ap.parse_args(argv)
+    shakespeare = find_data_file("tinyshakespeare.txt", args.data)
+    names = find_data_file("names.txt", args.data)
+    if shakespeare is None or names is None:
+        ap.error("give --data DIR (or set $BURTORCH_DATA) with names.txt and tinyshakespeare.txt")
+    shakespeare, names = str(shakespeare), str(names)
     base = [sys.executable, "-m", "burtorch", "train"]
     rows = []
     for b in (1, 2, 4, 8, 16, 32, 64):

@@ -1,4 +1,5 @@
-"""The paper's small graphs, written once and shared by the demo, the tests and the benchmarks.
+"""The paper's Figure 1 (W1) and Figure 2 (W2) graphs, written once for the demo, the tests and the
+benchmarks.
 
 Each builder takes a leaf constructor (``bt.Value``, ``torch.tensor(..., requires_grad=True)``, a
 micrograd ``Value``, ...) so the very same expression runs in every framework.

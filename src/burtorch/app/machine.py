@@ -1,4 +1,4 @@
-"""A description of the machine the suite ran on: CPU, flags, memory, OS, Python, compiler."""
+"""What machine and build this is: shown by `burtorch info`, recorded with every benchmark result."""
 from __future__ import annotations
 
 import os
@@ -43,19 +43,34 @@ def _compiler() -> str:
     return "unknown"
 
 
-def describe() -> dict:
+def describe(compiler: bool = True) -> dict:
+    """The machine, the interpreter and this burtorch build as a flat dict.
+
+    Args:
+        compiler: also ask the system C++ compiler for its version (spawns a process).
+
+    Returns:
+        ``burtorch``, ``build``, ``cpu``, ``cpu_flags`` (the flags of :data:`INTERESTING_FLAGS`
+        the CPU has), ``virtualized``, ``logical_cpus``, ``memory_gib``, ``os``, ``python``,
+        ``python_impl`` and, with ``compiler``, ``compiler``.
+    """
+    import burtorch
+
     info = _cpuinfo()
     flags = set((info.get("flags") or info.get("Features") or "").split())
-    hyper = "hypervisor" in flags
     mem = _memory_bytes()
-    return {
+    out = {
+        "burtorch": burtorch.__version__,
+        "build": burtorch.build_info,
         "cpu": info.get("model name") or platform.processor() or platform.machine(),
         "cpu_flags": [f for f in INTERESTING_FLAGS if f in flags],
-        "virtualized": hyper,
+        "virtualized": "hypervisor" in flags,
         "logical_cpus": os.cpu_count(),
         "memory_gib": round(mem / 2 ** 30, 1) if mem else None,
         "os": platform.platform(),
         "python": sys.version.split()[0],
         "python_impl": platform.python_implementation(),
-        "compiler": _compiler(),
     }
+    if compiler:
+        out["compiler"] = _compiler()
+    return out

@@ -1,6 +1,7 @@
 """What each workload is: its configurations, unit, timed region and expected numbers.
 
-The definitions follow /shared/BENCHMARKS.md; every framework module implements exactly these.
+The workloads W1-W5 are the paper's (Burlachenko & Richtarik, 2025, section 5); every framework
+module implements exactly these.
 The plain-float references below are the golden numbers the agreement check compares against.
 """
 from __future__ import annotations
@@ -18,7 +19,7 @@ W4_EMBED = (4, 16, 32, 64, 128, 512, 1024)
 W4_BATCH = (1, 64)
 W5_BATCH = (1, 2, 4, 8, 16, 32, 64)
 
-# W4 / W5 model shapes (BENCHMARKS.md).
+# W4 / W5 model shapes, as in the paper.
 MLP_BLOCK, MLP_EMBED_DIM, MLP_LR = 16, 64, 0.1
 GPT_BLOCK, GPT_DMODEL, GPT_LAYERS, GPT_HEADS, GPT_HEAD_SIZE, GPT_FF, GPT_LR = 8, 24, 6, 6, 4, 96, 3e-4
 LN_EPS = 1e-5
@@ -91,7 +92,7 @@ def w1_reference() -> dict:
 
 
 W1_GOLDEN = {"g": 612.5, "dg/da": -35.0, "dg/db": 1050.0}
-W2_GOLDEN = {"g": 24.7041, "dg/da": 138.8338, "dg/db": 645.5773}  # 4 decimals, BENCHMARKS.md
+W2_GOLDEN = {"g": 24.7041, "dg/da": 138.8338, "dg/db": 645.5773}  # 4 decimals, as the paper prints them
 
 
 def w2_values() -> dict:
