@@ -1,11 +1,13 @@
 // The native share of one scalar op: append (value + record) and the backward sweep, no Python.
-// Build and run: g++ -std=c++20 -O3 -march=native benchmarks/core_append.cpp -o /tmp/core_append && /tmp/core_append
+// Build and run (with the C++ tests):
+//   cmake -S . -B build/cpp -DBURTORCH_PYTHON=OFF -DBURTORCH_BUILD_TESTS=ON && cmake --build build/cpp
+//   build/cpp/core_append
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <vector>
 
-#include "../csrc/backward.hpp"
+#include "burtorch.hpp"
 
 int main() {
     const int N = 1'000'000, R = 7;
