@@ -28,6 +28,9 @@ workloads:
   all       every workload above, in that order
 
 other actions:
+  burtorch bench fl                 federated scale: 64 clients (makemore MLP), EF21 + TopK, rounds/s
+                                    serially, on local processes and on Ray (1 and 2 workers); its
+                                    knobs: python -m burtorch.bench.fl_scale --help
   burtorch bench report RESULTS.json [--readme PAGE.md]   tables (and a Markdown page) of a run
   burtorch bench compare OLD.json NEW.json                 per-row ratios of two runs
 
@@ -52,9 +55,9 @@ def _cpu(text: str):
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("what", choices=(*WORKLOAD_CHOICES, "report", "compare"),
+    p.add_argument("what", choices=(*WORKLOAD_CHOICES, "fl", "report", "compare"),
                    help="a workload (W1 tiny, W2 small, W3 saveload, W4 mlp, W5 gpt), all of "
-                        "them, or: report JSON / compare OLD.json NEW.json")
+                        "them, fl (federated scale), or: report JSON / compare OLD.json NEW.json")
     p.add_argument("files", nargs="*", help="JSON file(s) for report / compare")
     preset = p.add_mutually_exclusive_group()
     preset.add_argument("--quick", action="store_const", dest="preset", const="quick",
@@ -119,6 +122,13 @@ def handle(args) -> int:
     if args.files:
         raise SystemExit(f"burtorch bench {args.what}: unexpected arguments {args.files}")
     _validate(args)
+    if args.what == "fl":
+        from . import fl_scale
+
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        argv = ["--json", str(out / "fl_scale.json")] + (["--data", args.data] if args.data else [])
+        return fl_scale.main(argv)
     return run_suite(args)
 
 
