@@ -230,15 +230,17 @@ static void check_shapes(const P& prog, const F64Rows& X, const IdRows& ids, siz
     if (prog.inputs.size() && prog.num_ids && nx != ni)
         throw nb::value_error("the float inputs and the ids have different numbers of samples");
     const size_t n = prog.inputs.size() ? nx : ni;
-    for (size_t s = 0; s < (prog.inputs.size() ? n : 0); ++s)
-        for (size_t j = 0; j < X.shape(1); ++j)
-            if (!std::isfinite(X(s, j)))
+    const double* xs = X.data();
+    const size_t k = X.shape(1);
+    for (size_t s = 0; s < (k ? n : 0); ++s)
+        for (size_t j = 0; j < k; ++j)
+            if (!std::isfinite(xs[s * k + j]))
                 throw nb::value_error(("sample " + std::to_string(s) + ", input " + std::to_string(j) +
                                        " is not finite; a replay would propagate it silently into every output")
                                           .c_str());
     for (size_t s = 0; s < (prog.num_ids ? n : 0); ++s)
         for (size_t j = 0; j < prog.num_ids; ++j) {
-            const int64_t id = ids(s, j);
+            const int64_t id = ids.data()[s * prog.num_ids + j];
             if (id < 0 || uint64_t(id) >= prog.id_bound[j])
                 throw nb::index_error(("sample " + std::to_string(s) + ": id " + std::to_string(id) + " at position " +
                                        std::to_string(j) + " is out of range [0, " + std::to_string(prog.id_bound[j]) + ")")
@@ -281,10 +283,12 @@ static nb::list replay_typed(ProgramBox& box, bt::Program<T>& P, bt::Workspace<T
     const size_t k = P.inputs.size(), nid = P.num_ids;
     std::vector<T> x(k);
     std::vector<uint32_t> idrow(nid);
+    const double* xs = X.data();
+    const int64_t* is = ids.data();
     nb::list failed;
     for (size_t s = 0; s < n; ++s) {
-        for (size_t j = 0; j < k; ++j) x[j] = static_cast<T>(X(s, j));
-        for (size_t j = 0; j < nid; ++j) idrow[j] = static_cast<uint32_t>(ids(s, j));
+        for (size_t j = 0; j < k; ++j) x[j] = static_cast<T>(xs[s * k + j]);
+        for (size_t j = 0; j < nid; ++j) idrow[j] = static_cast<uint32_t>(is[s * nid + j]);
         bt::set_sample(P, W, x.data(), idrow.data());
         if (bt::run_forward(P, W) >= 0) {
             failed.append(s);

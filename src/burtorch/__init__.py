@@ -52,7 +52,7 @@ __version__ = "0.1.0"
 from .seeding import manual_seed  # noqa: E402,F401
 
 # Optional tools load on first use, so `import burtorch` stays light (no numpy, no matplotlib).
-_LAZY_MODULES = ("io", "viz", "views", "introspect", "nn", "optim", "data", "bench", "oracle", "trainer")
+_LAZY_MODULES = ("io", "viz", "views", "introspect", "nn", "optim", "data", "bench", "oracle", "trainer", "program")
 
 
 def __getattr__(name):
@@ -66,6 +66,10 @@ def __getattr__(name):
         return importlib.import_module(".introspect", __name__).memory_report
     if name == "grad_oracle":
         return importlib.import_module(".oracle", __name__).grad_oracle
+    if name in ("value_and_grad", "grad", "trace", "Program", "TraceError"):
+        return getattr(importlib.import_module(".program", __name__), name)
+    if name == "per_sample_grads":
+        return importlib.import_module(".oracle_compiled", __name__).per_sample_grads
     raise AttributeError(f"module 'burtorch' has no attribute {name!r}")
 build_info = getattr(_core, "build_info", "unknown")
 

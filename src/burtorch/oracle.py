@@ -7,7 +7,7 @@ that of one sample's graph, whatever the batch size.
 from . import _core
 
 
-def grad_oracle(model, batch, loss_fn=None, zero_grad: bool = True, chunk: int = 1) -> float:
+def grad_oracle(model, batch, loss_fn=None, zero_grad: bool = True, chunk: int = 1, compile: bool = False) -> float:
     """Accumulates d mean_loss / d params over `batch` into the parameters' grads.
 
     batch: a sequence of samples; loss_fn(model, sample) -> scalar Value (default:
@@ -18,9 +18,18 @@ def grad_oracle(model, batch, loss_fn=None, zero_grad: bool = True, chunk: int =
     one record over k rows and its weights are read once per chunk instead of once per sample.
     Memory is that of one chunk, still independent of the batch size; chunk=1 is the paper's
     per-sample oracle.
+
+    compile=True traces each distinct sample shape once (ids and targets are program inputs)
+    and replays every sample natively (burtorch.oracle_compiled): the same gradient, no Python per
+    sample.
     """
     if not isinstance(chunk, int) or chunk < 1:
         raise ValueError(f"chunk must be a positive int, got {chunk!r}")
+    if compile:  # each sample shape traced once, every sample replayed natively
+        if chunk != 1:
+            raise ValueError("compile=True replays per-sample programs; use chunk=1")
+        from .oracle_compiled import compiled_grad_oracle
+        return compiled_grad_oracle(model, batch, loss_fn, zero_grad)
     if chunk > 1:
         if loss_fn is not None or not hasattr(model, "loss_batch"):
             raise ValueError("chunk > 1 needs a model with loss_batch(samples) and no custom loss_fn")

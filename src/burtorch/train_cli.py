@@ -29,6 +29,8 @@ def register(sub) -> None:
     p.add_argument("--batch", type=int, help="samples per step (default: mlp 32, gpt 32)")
     p.add_argument("--optimizer", choices=["sgd", "adam", "adamw"], help="default: mlp sgd, gpt adamw")
     p.add_argument("--lr", type=float, help="learning rate (default: sgd 0.1, adam/adamw 3e-3)")
+    p.add_argument("--compile", action="store_true", help="trace each sample shape once and replay every "
+                   "sample natively (recorded programs; same gradients, no Python per sample)")
     p.add_argument("--chunk", type=int, default=1, help="samples per graph (1: the paper's per-sample "
                    "oracle; k > 1: k samples as one graph, weights read once per chunk, memory of k samples)")
     p.add_argument("--dtype", choices=["float32", "float64"], default="float32")
@@ -142,8 +144,10 @@ def main(args) -> int:
     t0 = time.perf_counter()
     if args.chunk < 1:
         raise SystemExit("burtorch: --chunk must be positive")
+    if args.compile and args.chunk != 1:
+        raise SystemExit("burtorch: --compile replays per-sample programs; drop --chunk")
     history = train(model, optimizer, train_set, val_samples, steps, batch, rng, args.eval_every, history,
-                    start, Progress(steps), chunk=args.chunk)
+                    start, Progress(steps), chunk=args.chunk, compile=args.compile)
     dt = time.perf_counter() - t0
     done = steps - start
     if done > 0:

@@ -67,13 +67,13 @@ class Progress:
 
 def train(model, optimizer, train_set, val_samples, steps: int, batch: int, rng: random.Random,
           eval_every: int = 200, history: History | None = None, start_step: int = 0,
-          progress: Progress | None = None, chunk: int = 1) -> History:
+          progress: Progress | None = None, chunk: int = 1, compile: bool = False) -> History:
     history = history or History()
     ema = None
     val = history.val_loss[-1] if history.val_loss else None
     for step in range(start_step + 1, steps + 1):
         samples = train_set.batch(batch, rng)
-        loss = grad_oracle(model, samples, chunk=chunk)
+        loss = grad_oracle(model, samples, chunk=chunk, compile=compile)
         optimizer.step()
         ema = loss if ema is None else 0.95 * ema + 0.05 * loss
         history.steps.append(step)
