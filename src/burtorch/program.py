@@ -330,3 +330,32 @@ def value_and_grad(fn, argnums=0, *, ids=(), dtype=None) -> Compiled:
 def grad(fn, argnums=0, *, ids=(), dtype=None) -> Compiled:
     """Like value_and_grad, returning only the gradient."""
     return Compiled(fn, argnums, ids, dtype, with_value=False)
+
+
+def program_dot(prog, name: str = "program", rankdir: str = "LR") -> str:
+    """DOT text of a program: one box per record (op and outputs), inputs and external nodes
+    (parameters, captured Values) as ellipses, an edge per argument span's producer."""
+    producer = []  # (first frame slot, last + 1, node name)
+    lines = [f"digraph {name} {{", f"  rankdir={rankdir};", "  node [fontname=Helvetica];"]
+    inputs = set(prog.input_slots)
+    for i, slot in enumerate(prog.input_slots):
+        lines.append(f'  in{i} [shape=ellipse, label="input {i}"];')
+        producer.append((slot, slot + 1, f"in{i}"))
+    if prog.num_external:
+        lines.append(f'  ext [shape=ellipse, label="external ({prog.num_external} nodes)"];')
+        producer.append((0, prog.num_external, "ext"))
+    for k in range(len(prog)):
+        op, out, nout, spans, _ = prog.record(k)
+        shape = f" [{nout}]" if nout > 1 else ""
+        root = ", style=bold" if out <= prog.root < out + nout else ""
+        lines.append(f'  r{k} [shape=box, label="{op}{shape}"{root}];')
+        seen = set()
+        for first, count in spans:
+            for lo, hi, node in producer:
+                if lo < first + count and first < hi and node not in seen:
+                    seen.add(node)
+                    lines.append(f"  {node} -> r{k};")
+        producer.append((out, out + nout, f"r{k}"))
+    del inputs
+    lines.append("}")
+    return "\n".join(lines) + "\n"
