@@ -250,8 +250,8 @@ static void check_shapes(const P& prog, const F64Rows& X, const IdRows& ids, siz
 }
 
 // The replay loop over n samples. mode: "values" (forward only), "rows" (each sample's wrt grads
-// into row s of out), "sum" (added into out), "arena" (accumulated across samples, then added to
-// the wrt nodes' grads in the arena). values (float64, n) receives each sample's root value.
+// into row s of out), "sum" (added into out), "arena" (accumulated across samples on top of the
+// wrt nodes' grads in the arena, and written back: the additions of the eager oracle, in its order). values (float64, n) receives each sample's root value.
 // Returns the samples whose guards failed: nothing is written for them; the caller recomputes
 // them eagerly or with a new trace.
 template <typename T>
@@ -280,6 +280,10 @@ static nb::list replay_typed(ProgramBox& box, bt::Program<T>& P, bt::Workspace<T
         sum = oa.data();
     }
     bt::prepare(P, W, static_cast<bt::Arena<T>*>(box.arena)->values());
+    T* ag = static_cast<bt::Arena<T>*>(box.arena)->grads();
+    if (m == 3)  // continue from the grads already there, so additions happen in the eager order
+        for (size_t i = 0; i < P.wrt.size(); ++i)
+            std::copy(ag + box.wrt_arena[i].first, ag + box.wrt_arena[i].first + P.wrt[i].second, W.g.begin() + P.wrt[i].first);
     const size_t k = P.inputs.size(), nid = P.num_ids;
     std::vector<T> x(k);
     std::vector<uint32_t> idrow(nid);
@@ -309,12 +313,9 @@ static nb::list replay_typed(ProgramBox& box, bt::Program<T>& P, bt::Workspace<T
         else if (m == 2) bt::read_wrt_grads(P, W, sum, true);
     }
     if (m == 3) {
-        T* ag = static_cast<bt::Arena<T>*>(box.arena)->grads();
-        for (size_t i = 0; i < P.wrt.size(); ++i) {
-            const T* g = W.g.data() + P.wrt[i].first;
-            T* dst = ag + box.wrt_arena[i].first;
-            for (uint32_t j = 0; j < P.wrt[i].second; ++j) dst[j] += g[j];
-        }
+        for (size_t i = 0; i < P.wrt.size(); ++i)
+            std::copy(W.g.begin() + P.wrt[i].first, W.g.begin() + P.wrt[i].first + P.wrt[i].second,
+                      ag + box.wrt_arena[i].first);
         box.arena->mark_grads_written();
     }
     return failed;
