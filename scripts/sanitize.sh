@@ -14,6 +14,9 @@ echo "sanitize: C++ core tests"
 "${CXX:-g++}" -std=c++20 -O1 -g "${flags[@]}" -fopenmp-simd -Wall -Wextra -Wno-missing-field-initializers \
   "$here/tests/cpp/test_core.cpp" -o "$out/test_core"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 "$out/test_core"
+"${CXX:-g++}" -std=c++20 -O1 -g "${flags[@]}" -fopenmp-simd -Wall -Wextra -Wno-missing-field-initializers \
+  "$here/tests/cpp/test_program.cpp" -o "$out/test_program"
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 "$out/test_program"
 
 echo "sanitize: Python extension built with ASan + UBSan, running the test suite"
 site="$out/site"
