@@ -307,6 +307,7 @@ void init_arena(nb::module_& m) {
         }, nb::arg("r"), "(op, first output, number of outputs, argument spans [(first, count)], immediate).")
         .def("numpy", [](nb::handle self, int64_t first, int64_t last, const std::string& what, bool writable) {
             ArenaBox& b = *box_of(self.ptr());
+            if (!refuse_while_tracing(b.core.get(), "a numpy view of the traced arena")) throw nb::python_error();
             char* p = range_ptr(b, first, last, what);
             if (writable && what == "grads") b.core->expose_grads();  // writes we cannot see
             size_t shape[1] = {static_cast<size_t>(last - first)};
@@ -322,6 +323,7 @@ void init_arena(nb::module_& m) {
            "below `last` the slots are reused by new nodes.")
         .def("read_bytes", [](nb::handle self, int64_t first, int64_t last, const std::string& what) {
             ArenaBox& b = *box_of(self.ptr());
+            if (!refuse_while_tracing(b.core.get(), "a numpy view of the traced arena")) throw nb::python_error();
             char* p = range_ptr(b, first, last, what);
             return nb::bytes(p, static_cast<size_t>(last - first) * b.core->value_size());
         }, nb::arg("first"), nb::arg("last"), nb::arg("what") = "values",
@@ -393,6 +395,9 @@ void init_arena(nb::module_& m) {
         int& depth = which == "no_grad" ? bt::t_modes.no_grad : which == "anomaly" ? bt::t_modes.anomaly
                                                                                    : throw nb::value_error("unknown mode");
         if (depth + delta < 0) throw nb::value_error("mode exited more often than entered");
+        if (which == "no_grad" && delta > 0 && tracing())
+            throw nb::value_error("no_grad() inside a trace: its nodes would be constants of the program; "
+                                  "compute them outside the traced function");
         depth += delta;
     }, nb::arg("which"), nb::arg("delta"));
     m.def("is_grad_enabled", []() { return bt::grad_enabled(); },

@@ -152,5 +152,25 @@ void init_vector(nb::module_& m);
 void init_range(nb::module_& m);
 void init_optim(nb::module_& m);
 void init_compress(nb::module_& m);
+void init_program(nb::module_& m);
+
+// ---------------------------------------------------------------- tracing (program.cpp)
+extern PyObject* TraceError;
+bool tracing();
+// Returns true, or raises TraceError naming the user's line and returns false when `arena` is
+// being traced: a number read out of a traced Value would be baked into the program.
+bool refuse_while_tracing(bt::ArenaBase* arena, const char* what);
+// Notes a comparison made on traced Values (b == nullptr: against the number c; py_op
+// Py_LT/LE/GT/GE, or -1 for bool(a)) and its outcome, re-checked by every replay.
+void record_guard(PyValue* a, PyValue* b, double c, int py_op, bool result);
+// Positions of traced ids in `ids` (-1 for plain ints); false when none is traced.
+bool traced_id_positions(nb::handle ids, std::vector<int64_t>& pos);
+// While one lives, traced ids may be read as ints (they are being parsed as ids, not used as numbers).
+struct IdRead {
+    IdRead();
+    ~IdRead();
+};
+// Notes that the record just appended holds these ids at the end of its args.
+void record_id_inputs(bt::ArenaBase* arena, const std::vector<int64_t>& pos, uint32_t bound);
 
 }  // namespace btpy

@@ -114,12 +114,19 @@ static VectorBox softmax(nb::handle x_h) {
 static nb::object cross_entropy(nb::handle logits_h, nb::handle targets_h) {
     VectorBox logits = as_vector(logits_h, nullptr, "cross_entropy()");
     const uint32_t rows = bt::checked_u32(logits.nrows()), V = bt::checked_u32(logits.row_len());
-    std::vector<uint32_t> t = parse_ids(targets_h, V, "cross_entropy()", "target");
+    std::vector<uint32_t> t;
+    {
+        IdRead reading;
+        t = parse_ids(targets_h, V, "cross_entropy()", "target");
+    }
     if (t.size() != rows)
         throw nb::value_error(("cross_entropy(): " + std::to_string(t.size()) + " targets for " + std::to_string(rows) +
                                " rows of logits").c_str());
+    std::vector<int64_t> traced;
+    const bool traced_targets = traced_id_positions(targets_h, traced);
     logits.check();
     VectorBox out = emit(logits, 1, 0, 0, [&](auto& A) { return bt::append_cross_entropy(A, logits.spans, rows, V, t.data()); });
+    if (traced_targets) record_id_inputs(logits.arena, traced, V);
     return value_at(logits, out.first());
 }
 

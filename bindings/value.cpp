@@ -150,6 +150,7 @@ static void set_grad(PyValue* v, double d) {
 static PyObject* nb_float_(PyObject* x) {
     PyValue* v = reinterpret_cast<PyValue*>(x);
     if (!check_alive(v)) return nullptr;
+    if (!refuse_while_tracing(v->arena, "reading a Value's number (float(), .data, .item())")) return nullptr;
     return PyFloat_FromDouble(get_data(v));
 }
 
@@ -157,7 +158,9 @@ static PyObject* nb_float_(PyObject* x) {
 static int nb_bool_(PyObject* x) {
     PyValue* v = reinterpret_cast<PyValue*>(x);
     if (!check_alive(v)) return -1;
-    return get_data(v) != 0.0;
+    const bool r = get_data(v) != 0.0;
+    if (tracing()) record_guard(v, nullptr, 0.0, -1, r);
+    return r;
 }
 
 static PyObject* value_richcompare(PyObject* x, PyObject* y, int op) {
@@ -184,6 +187,14 @@ static PyObject* value_richcompare(PyObject* x, PyObject* y, int op) {
         case Py_GT: r = a > b; break;
         case Py_GE: r = a >= b; break;
         default: break;
+    }
+    if (tracing()) {
+        PyValue* va = is_value(x) ? as_pyvalue(x) : nullptr;
+        PyValue* vb = is_value(y) ? as_pyvalue(y) : nullptr;
+        // guards are kept as "value OP rhs": a number on the left flips the comparison
+        static const int flip[] = {Py_GT, Py_GE, 0, 0, Py_LT, Py_LE};
+        if (va) record_guard(va, vb, b, op, r);
+        else record_guard(vb, nullptr, a, flip[op], r);
     }
     return PyBool_FromLong(r);
 }
@@ -237,6 +248,7 @@ static PyObject* m_backward(PyObject* self, PyObject* const* args, Py_ssize_t na
     }
     // 2. check
     if (!check_alive(v)) return nullptr;
+    if (!refuse_while_tracing(v->arena, "backward()")) return nullptr;
     uint32_t stop = 0;
     if (wrt.is_valid()) {
         uint32_t lo = UINT32_MAX;

@@ -449,12 +449,27 @@ static VectorBox col_slice(const VectorBox& v, int64_t a, int64_t b) {
 }
 
 // Embedding lookup: rows `ids` of a (V x d) table, as a (len(ids) x d) view. No record: the
-// consumers of the view read the table's slots, so gradients land in the table directly.
+// consumers of the view read the table's slots, so gradients land in the table directly. While
+// tracing with traced ids (program inputs) it is a gather record instead (csrc/range/gather.hpp).
 static VectorBox embedding(const VectorBox& table, nb::handle ids_h) {
     if (!table.rows) throw nb::value_error("embedding(): the table must be a matrix (V x d)");
-    std::vector<uint32_t> ids = parse_ids(ids_h, table.rows, "embedding()", "token id");
+    std::vector<uint32_t> ids;
+    {
+        IdRead reading;
+        ids = parse_ids(ids_h, table.rows, "embedding()", "token id");
+    }
     if (ids.empty()) throw nb::value_error("embedding(): no token ids");
+    std::vector<int64_t> traced;
+    const bool record = traced_id_positions(ids_h, traced);
     table.check();
+    if (record) {  // ids that are program inputs: a gather record, so a replay can change them
+        if (!table.contiguous()) throw nb::value_error("embedding(): a traced lookup needs a contiguous table");
+        const uint32_t n = bt::checked_u32(ids.size());
+        VectorBox out = emit(table, size_t(n) * table.cols, n, table.cols,
+                             [&](auto& A) { return bt::append_gather(A, table.spans, table.cols, ids.data(), n); });
+        record_id_inputs(table.arena, traced, table.rows);
+        return out;
+    }
     Spans s;
     for (uint32_t id : ids) {
         VectorBox row = slice_elems(table, size_t(id) * table.cols, size_t(id + 1) * table.cols);
@@ -476,6 +491,7 @@ static VectorBox reshape(const VectorBox& v, int64_t rows, int64_t cols) {
 // ---------------------------------------------------------------- data access
 static nb::list tolist(const VectorBox& v, bool grads) {
     v.check();
+    if (!grads && !refuse_while_tracing(v.arena, "reading a Vector's numbers (tolist(), numpy())")) throw nb::python_error();
     nb::list out;
     each_slot_ptr(v, grads, [&](auto* p) { out.append(double(*p)); });
     return out;

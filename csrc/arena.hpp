@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "column.hpp"
+#include "frame.hpp"
 #include "modes.hpp"
 #include "ops.hpp"
 
@@ -395,6 +396,9 @@ public:
     // Sweeps from the record that wrote `root` down to the lowest record it depends on, or to the
     // first record whose outputs lie at or above slot `stop_below` if that is higher (0: no stop).
     void backward(uint32_t root, T seed, uint32_t stop_below);
+
+    // The arena's own values, grads and scratch, as the frame records run against.
+    Frame<T> frame() { return Frame<T>{val_, grad_, &scratch_}; }
 
     // Scratch space reused across calls (no allocation in the steady state).
     std::vector<T>& scratch(size_t n) {

@@ -9,7 +9,7 @@ namespace bt {
 
 // Adds record r's contribution to the grads of its arguments. args: the arena's args array.
 template <typename T>
-inline void backward_record(Arena<T>& A, const Record& r, const uint32_t* args) {
+inline void backward_record(const Frame<T>& A, const Record& r, const uint32_t* args) {
     const T* v = A.values();
     T* gr = A.grads();
     switch (r.op) {
@@ -81,12 +81,13 @@ inline void Arena<T>::sweep(size_t top, size_t lo) {
     // A record whose outputs all have zero grad contributes nothing: skipping it makes records
     // that do not lead to the root (other graphs interleaved, dead ReLUs) nearly free.
     const T* g = grad_;
+    const Frame<T> f = frame();
     for (size_t k = top + 1; k-- > lo;) {
         const Record& r = recs_[k];
         bool live = g[r.out] != T(0);
         for (uint32_t i = 1; !live && i < r.nout; ++i) live = g[r.out + i] != T(0);
         if (!live) continue;
-        backward_record(*this, r, args_);
+        backward_record(f, r, args_);
         if constexpr (Check) check_contribution(*this, k);
     }
 }

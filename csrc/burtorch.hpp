@@ -10,6 +10,7 @@
 #include "modes.hpp"
 #include "ops.hpp"
 #include "optim.hpp"
+#include "program.hpp"
 #include "range/dispatch.hpp"
 #include "reduce.hpp"
 #include "rng.hpp"

@@ -110,7 +110,7 @@ inline uint32_t Arena<T>::nary(Op op, const uint32_t* idx, size_t n) {
 
 // Recomputes the outputs of record r from the current values of its arguments.
 template <typename T>
-inline void forward_record(Arena<T>& A, const Record& r, const uint32_t* args) {
+inline void forward_record(const Frame<T>& A, const Record& r, const uint32_t* args) {
     T* v = A.values();
     switch (op_info(r.op).kind) {
         case OpKind::unary: v[r.out] = unary_forward<T>(r.op, v[r.a]); return;

@@ -83,7 +83,8 @@ namespace bt {
     X(cross_entropy)                                                           \
     X(layer_norm)                                                              \
     X(attention)                                                               \
-    X(multi_head_attention)
+    X(multi_head_attention)                                                    \
+    X(gather)
 
 enum class Op : uint16_t {
     leaf = 0,

@@ -59,12 +59,12 @@ inline uint32_t append_attention(Arena<T>& A, const Spans& q, const Spans& kk, c
     const uint32_t tail[3] = {Tn, hs, causal ? 1u : 0u};
     const size_t nout = size_t(Tn) * hs + size_t(Tn) * Tn;
     Appended ap = append_range(A, Op::attention, {&q, &kk, &v}, tail, 3, nout, 0, scale);
-    attention_forward(A, ap.rec, decode_operands(ap.args));
+    attention_forward(A.frame(), ap.rec, decode_operands(ap.args));
     return ap.out;
 }
 // Scratch: [q | k | v gathered (T * hs each)].
 template <typename T>
-inline void attention_forward(Arena<T>& A, const Record& r, const Operands& o) {
+inline void attention_forward(const Frame<T>& A, const Record& r, const Operands& o) {
     const uint32_t Tn = o.tail[0], hs = o.tail[1];
     const bool causal = o.tail[2] != 0;
     const size_t th = size_t(Tn) * hs;
@@ -77,7 +77,7 @@ inline void attention_forward(Arena<T>& A, const Record& r, const Operands& o) {
 }
 // Scratch: [q | k | v gathered (T * hs each) | gq | gk | gv (T * hs each) | gP (T * T) | gS (T * T)].
 template <typename T>
-inline void attention_backward(Arena<T>& A, const Record& r, const Operands& o) {
+inline void attention_backward(const Frame<T>& A, const Record& r, const Operands& o) {
     const uint32_t Tn = o.tail[0], hs = o.tail[1];
     const bool causal = o.tail[2] != 0;
     const size_t th = size_t(Tn) * hs, tt = size_t(Tn) * Tn;
@@ -107,12 +107,12 @@ inline uint32_t append_mha(Arena<T>& A, const Spans& qkv, uint32_t Tn, uint32_t 
     const uint32_t tail[5] = {Tn, C, H, causal ? 1u : 0u, S};
     const size_t nout = size_t(S) * (size_t(Tn) * C + size_t(H) * Tn * Tn);
     Appended ap = append_range(A, Op::multi_head_attention, {&qkv}, tail, 5, nout, 0, scale);
-    mha_forward(A, ap.rec, decode_operands(ap.args));
+    mha_forward(A.frame(), ap.rec, decode_operands(ap.args));
     return ap.out;
 }
 // Scratch: qkv gathered (S * T * 3C).
 template <typename T>
-inline void mha_forward(Arena<T>& A, const Record& r, const Operands& o) {
+inline void mha_forward(const Frame<T>& A, const Record& r, const Operands& o) {
     const uint32_t Tn = o.tail[0], C = o.tail[1], H = o.tail[2], S = o.tail[4];
     const bool causal = o.tail[3] != 0;
     const size_t tc = size_t(Tn) * C, tt = size_t(Tn) * Tn;
@@ -130,7 +130,7 @@ inline void mha_forward(Arena<T>& A, const Record& r, const Operands& o) {
 }
 // Scratch: [qkv gathered (S * T * 3C) | its grad (S * T * 3C) | gP (T * T) | gS (T * T)].
 template <typename T>
-inline void mha_backward(Arena<T>& A, const Record& r, const Operands& o) {
+inline void mha_backward(const Frame<T>& A, const Record& r, const Operands& o) {
     const uint32_t Tn = o.tail[0], C = o.tail[1], H = o.tail[2], S = o.tail[4];
     const bool causal = o.tail[3] != 0;
     const uint32_t hs = C / H;

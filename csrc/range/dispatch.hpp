@@ -2,6 +2,7 @@
 // BT_RANGE_OPS, an append/forward/backward trio in a family header, a case in each switch here.
 #pragma once
 #include "attention.hpp"
+#include "gather.hpp"
 #include "linear.hpp"
 #include "map.hpp"
 #include "norm.hpp"
@@ -12,7 +13,7 @@ namespace bt {
 
 // rargs: the record's own args (A.args() + r.a, or the scratch args of an unrecorded op).
 template <typename T>
-inline void range_forward(Arena<T>& A, const Record& r, const uint32_t* rargs) {
+inline void range_forward(const Frame<T>& A, const Record& r, const uint32_t* rargs) {
     const Operands o = decode_operands(rargs);
     switch (r.op) {
         case Op::copy: return copy_forward(A, r, o);
@@ -27,12 +28,13 @@ inline void range_forward(Arena<T>& A, const Record& r, const uint32_t* rargs) {
         case Op::layer_norm: return layer_norm_forward(A, r, o);
         case Op::attention: return attention_forward(A, r, o);
         case Op::multi_head_attention: return mha_forward(A, r, o);
+        case Op::gather: return gather_forward(A, r, o);
         default: return;
     }
 }
 
 template <typename T>
-inline void range_backward(Arena<T>& A, const Record& r, const uint32_t* rargs) {
+inline void range_backward(const Frame<T>& A, const Record& r, const uint32_t* rargs) {
     const Operands o = decode_operands(rargs);
     switch (r.op) {
         case Op::copy: return copy_backward(A, r, o);
@@ -47,6 +49,7 @@ inline void range_backward(Arena<T>& A, const Record& r, const uint32_t* rargs) 
         case Op::layer_norm: return layer_norm_backward(A, r, o);
         case Op::attention: return attention_backward(A, r, o);
         case Op::multi_head_attention: return mha_backward(A, r, o);
+        case Op::gather: return gather_backward(A, r, o);
         default: return;
     }
 }

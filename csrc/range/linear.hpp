@@ -14,12 +14,12 @@ inline uint32_t append_linear(Arena<T>& A, const Spans& x, const Spans& W, const
     const size_t ny = size_t(rows) * nout;
     Appended ap = b ? append_range(A, Op::linear, {&x, &W, b}, tail, 4, ny)
                     : append_range(A, Op::linear, {&x, &W}, tail, 4, ny);
-    linear_forward(A, ap.rec, decode_operands(ap.args));
+    linear_forward(A.frame(), ap.rec, decode_operands(ap.args));
     return ap.out;
 }
 // Scratch: [x gathered (rows * in) | W^T (in * out) when linear_uses_transpose].
 template <typename T>
-inline void linear_forward(Arena<T>& A, const Record& r, const Operands& o) {
+inline void linear_forward(const Frame<T>& A, const Record& r, const Operands& o) {
     const uint32_t rows = o.tail[0], nin = o.tail[1], nout = o.tail[2];
     const bool has_b = o.tail[3] != 0;
     const size_t nx = size_t(rows) * nin;
@@ -31,7 +31,7 @@ inline void linear_forward(Arena<T>& A, const Record& r, const Operands& o) {
 }
 // Scratch: [x gathered (rows * in) | gx (rows * in)].
 template <typename T>
-inline void linear_backward(Arena<T>& A, const Record& r, const Operands& o) {
+inline void linear_backward(const Frame<T>& A, const Record& r, const Operands& o) {
     const uint32_t rows = o.tail[0], nin = o.tail[1], nout = o.tail[2];
     const bool has_b = o.tail[3] != 0;
     const size_t nx = size_t(rows) * nin;

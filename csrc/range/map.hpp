@@ -9,15 +9,15 @@ namespace bt {
 template <typename T>
 inline uint32_t append_copy(Arena<T>& A, const Spans& x) {
     Appended ap = append_range(A, Op::copy, {&x}, nullptr, 0, total_len(x));
-    copy_forward(A, ap.rec, decode_operands(ap.args));
+    copy_forward(A.frame(), ap.rec, decode_operands(ap.args));
     return ap.out;
 }
 template <typename T>
-inline void copy_forward(Arena<T>& A, const Record& r, const Operands& o) {
+inline void copy_forward(const Frame<T>& A, const Record& r, const Operands& o) {
     gather(A.values(), o.v[0], A.values() + r.out);
 }
 template <typename T>
-inline void copy_backward(Arena<T>& A, const Record& r, const Operands& o) {
+inline void copy_backward(const Frame<T>& A, const Record& r, const Operands& o) {
     scatter_add(A.grads(), o.v[0], A.grads() + r.out);
 }
 
@@ -64,19 +64,19 @@ inline uint32_t append_map_unary(Arena<T>& A, Op op, const Spans& x, double imm)
     const bool with_imm = op_info(op).kind == OpKind::unary_imm;
     Appended ap = append_range(A, with_imm ? Op::map_imm : Op::map_unary, {&x}, nullptr, 0, total_len(x),
                                static_cast<uint16_t>(op), imm);
-    map_unary_forward(A, ap.rec, decode_operands(ap.args));
+    map_unary_forward(A.frame(), ap.rec, decode_operands(ap.args));
     return ap.out;
 }
 // Scratch: x gathered (n) when not contiguous.
 template <typename T>
-inline void map_unary_forward(Arena<T>& A, const Record& r, const Operands& o) {
+inline void map_unary_forward(const Frame<T>& A, const Record& r, const Operands& o) {
     const size_t n = r.nout;
     const T* xs = contiguous(A.values(), o.v[0], A.scratch(n).data());
     map_unary_kernel<T>(static_cast<Op>(r.c), xs, A.values() + r.out, n, static_cast<T>(r.imm));
 }
 // Scratch: [x gathered (n) | gx (n)].
 template <typename T>
-inline void map_unary_backward(Arena<T>& A, const Record& r, const Operands& o) {
+inline void map_unary_backward(const Frame<T>& A, const Record& r, const Operands& o) {
     const size_t n = r.nout;
     T* buf = A.scratch(2 * n).data();
     const T* xs = contiguous(A.values(), o.v[0], buf);
@@ -90,12 +90,12 @@ inline void map_unary_backward(Arena<T>& A, const Record& r, const Operands& o) 
 template <typename T>
 inline uint32_t append_map_binary(Arena<T>& A, Op op, const Spans& a, const Spans& b) {
     Appended ap = append_range(A, Op::map_binary, {&a, &b}, nullptr, 0, total_len(a), static_cast<uint16_t>(op));
-    map_binary_forward(A, ap.rec, decode_operands(ap.args));
+    map_binary_forward(A.frame(), ap.rec, decode_operands(ap.args));
     return ap.out;
 }
 // Scratch: [a gathered (n) | b gathered (n)].
 template <typename T>
-inline void map_binary_forward(Arena<T>& A, const Record& r, const Operands& o) {
+inline void map_binary_forward(const Frame<T>& A, const Record& r, const Operands& o) {
     const size_t n = r.nout;
     T* buf = A.scratch(2 * n).data();
     const T* as = contiguous(A.values(), o.v[0], buf);
@@ -116,7 +116,7 @@ inline void map_binary_forward(Arena<T>& A, const Record& r, const Operands& o) 
 }
 // Scratch: [a gathered (n) | b gathered (n) | ga (n) | gb (n)].
 template <typename T>
-inline void map_binary_backward(Arena<T>& A, const Record& r, const Operands& o) {
+inline void map_binary_backward(const Frame<T>& A, const Record& r, const Operands& o) {
     const size_t n = r.nout;
     T* buf = A.scratch(4 * n).data();
     const T* as = contiguous(A.values(), o.v[0], buf);

@@ -22,12 +22,12 @@ inline uint32_t append_layer_norm(Arena<T>& A, const Spans& x, const Spans& gamm
                                   uint32_t C, double eps) {
     const uint32_t tail[2] = {rows, C};
     Appended ap = append_range(A, Op::layer_norm, {&x, &gamma, &beta}, tail, 2, size_t(rows) * C, 0, eps);
-    layer_norm_forward(A, ap.rec, decode_operands(ap.args));
+    layer_norm_forward(A.frame(), ap.rec, decode_operands(ap.args));
     return ap.out;
 }
 // Scratch: x gathered (rows * C).
 template <typename T>
-inline void layer_norm_forward(Arena<T>& A, const Record& r, const Operands& o) {
+inline void layer_norm_forward(const Frame<T>& A, const Record& r, const Operands& o) {
     const uint32_t rows = o.tail[0], C = o.tail[1];
     const T* xs = contiguous(A.values(), o.v[0], A.scratch(size_t(rows) * C).data());
     const T* g = A.values() + o.v[1].first(0);
@@ -42,7 +42,7 @@ inline void layer_norm_forward(Arena<T>& A, const Record& r, const Operands& o) 
 }
 // Scratch: [x gathered (rows * C) | gx (rows * C)].
 template <typename T>
-inline void layer_norm_backward(Arena<T>& A, const Record& r, const Operands& o) {
+inline void layer_norm_backward(const Frame<T>& A, const Record& r, const Operands& o) {
     const uint32_t rows = o.tail[0], C = o.tail[1];
     const size_t n = size_t(rows) * C;
     T* buf = A.scratch(2 * n).data();

@@ -8,17 +8,17 @@ namespace bt {
 template <typename T>
 inline uint32_t append_sum(Arena<T>& A, const Spans& x, double scale) {
     Appended ap = append_range(A, Op::sum_range, {&x}, nullptr, 0, 1, 0, scale);
-    sum_forward(A, ap.rec, decode_operands(ap.args));
+    sum_forward(A.frame(), ap.rec, decode_operands(ap.args));
     return ap.out;
 }
 template <typename T>
-inline void sum_forward(Arena<T>& A, const Record& r, const Operands& o) {
+inline void sum_forward(const Frame<T>& A, const Record& r, const Operands& o) {
     T s = T(0);
     for (uint32_t i = 0; i < o.v[0].n; ++i) s += kernels::sum(A.values() + o.v[0].first(i), o.v[0].len(i));
     A.values()[r.out] = s * static_cast<T>(r.imm);
 }
 template <typename T>
-inline void sum_backward(Arena<T>& A, const Record& r, const Operands& o) {
+inline void sum_backward(const Frame<T>& A, const Record& r, const Operands& o) {
     const T d = A.grads()[r.out] * static_cast<T>(r.imm);
     for (uint32_t s = 0; s < o.v[0].n; ++s) {
         T* p = A.grads() + o.v[0].first(s);
@@ -29,12 +29,12 @@ inline void sum_backward(Arena<T>& A, const Record& r, const Operands& o) {
 template <typename T>
 inline uint32_t append_dot(Arena<T>& A, const Spans& x, const Spans& w) {
     Appended ap = append_range(A, Op::dot_range, {&x, &w}, nullptr, 0, 1);
-    dot_forward(A, ap.rec, decode_operands(ap.args));
+    dot_forward(A.frame(), ap.rec, decode_operands(ap.args));
     return ap.out;
 }
 // Scratch: [x gathered (n) | w gathered (n)].
 template <typename T>
-inline void dot_forward(Arena<T>& A, const Record& r, const Operands& o) {
+inline void dot_forward(const Frame<T>& A, const Record& r, const Operands& o) {
     const size_t n = o.v[0].total();
     T* buf = A.scratch(2 * n).data();
     const T* xs = contiguous(A.values(), o.v[0], buf);
@@ -43,7 +43,7 @@ inline void dot_forward(Arena<T>& A, const Record& r, const Operands& o) {
 }
 // Scratch: [x gathered (n) | w gathered (n) | gx (n) | gw (n)].
 template <typename T>
-inline void dot_backward(Arena<T>& A, const Record& r, const Operands& o) {
+inline void dot_backward(const Frame<T>& A, const Record& r, const Operands& o) {
     const size_t n = o.v[0].total();
     T* buf = A.scratch(4 * n).data();
     const T* xs = contiguous(A.values(), o.v[0], buf);

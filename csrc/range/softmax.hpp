@@ -26,19 +26,19 @@ template <typename T>
 inline uint32_t append_softmax(Arena<T>& A, const Spans& x, uint32_t rows, uint32_t n) {
     const uint32_t tail[2] = {rows, n};
     Appended ap = append_range(A, Op::softmax, {&x}, tail, 2, size_t(rows) * n);
-    softmax_forward(A, ap.rec, decode_operands(ap.args));
+    softmax_forward(A.frame(), ap.rec, decode_operands(ap.args));
     return ap.out;
 }
 // Scratch: x gathered (rows * n).
 template <typename T>
-inline void softmax_forward(Arena<T>& A, const Record& r, const Operands& o) {
+inline void softmax_forward(const Frame<T>& A, const Record& r, const Operands& o) {
     const uint32_t rows = o.tail[0], n = o.tail[1];
     const T* xs = contiguous(A.values(), o.v[0], A.scratch(size_t(rows) * n).data());
     for (uint32_t i = 0; i < rows; ++i) softmax_row(xs + size_t(i) * n, A.values() + r.out + size_t(i) * n, n);
 }
 // Scratch: gx (rows * n).
 template <typename T>
-inline void softmax_backward(Arena<T>& A, const Record& r, const Operands& o) {
+inline void softmax_backward(const Frame<T>& A, const Record& r, const Operands& o) {
     const uint32_t rows = o.tail[0], n = o.tail[1];
     T* gx = A.scratch(size_t(rows) * n).data();
     const T* y = A.values() + r.out;
@@ -69,12 +69,12 @@ inline uint32_t append_cross_entropy(Arena<T>& A, const Spans& logits, uint32_t 
                                      const uint32_t* targets) {
     const uint32_t dims[2] = {rows, V};
     Appended ap = append_range(A, Op::cross_entropy, {&logits}, dims, 2, 1, 0, 0.0, targets, rows);
-    cross_entropy_forward(A, ap.rec, decode_operands(ap.args));
+    cross_entropy_forward(A.frame(), ap.rec, decode_operands(ap.args));
     return ap.out;
 }
 // Scratch: logits gathered (rows * V).
 template <typename T>
-inline void cross_entropy_forward(Arena<T>& A, const Record& r, const Operands& o) {
+inline void cross_entropy_forward(const Frame<T>& A, const Record& r, const Operands& o) {
     const uint32_t rows = o.tail[0], V = o.tail[1];
     const uint32_t* targets = o.tail + 2;
     const T* z = contiguous(A.values(), o.v[0], A.scratch(size_t(rows) * V).data());
@@ -87,7 +87,7 @@ inline void cross_entropy_forward(Arena<T>& A, const Record& r, const Operands& 
 }
 // Scratch: [logits gathered (rows * V) | gz (rows * V)].
 template <typename T>
-inline void cross_entropy_backward(Arena<T>& A, const Record& r, const Operands& o) {
+inline void cross_entropy_backward(const Frame<T>& A, const Record& r, const Operands& o) {
     const uint32_t rows = o.tail[0], V = o.tail[1];
     const uint32_t* targets = o.tail + 2;
     const size_t n = size_t(rows) * V;

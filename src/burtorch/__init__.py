@@ -87,7 +87,7 @@ from .seeding import manual_seed  # noqa: E402,F401
 # The library's packages load on first use, so `import burtorch` stays light (no numpy, no
 # matplotlib). The benchmarks (burtorch.bench) and the command line (burtorch.app) sit beside the
 # library and are never loaded by it.
-_LAZY_MODULES = ("io", "viz", "views", "introspect", "nn", "optim", "data", "oracle", "seeding")
+_LAZY_MODULES = ("io", "viz", "views", "introspect", "nn", "optim", "data", "oracle", "seeding", "program")
 
 
 def __getattr__(name):
@@ -101,6 +101,10 @@ def __getattr__(name):
         return importlib.import_module(".introspect", __name__).memory_report
     if name == "grad_oracle":
         return importlib.import_module(".oracle", __name__).grad_oracle
+    if name in ("value_and_grad", "grad", "trace", "Program", "TraceError"):
+        return getattr(importlib.import_module(".program", __name__), name)
+    if name == "per_sample_grads":
+        return importlib.import_module(".oracle_compiled", __name__).per_sample_grads
     raise AttributeError(f"module 'burtorch' has no attribute {name!r}")
 build_info = getattr(_core, "build_info", "unknown")
 

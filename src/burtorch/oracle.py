@@ -9,7 +9,7 @@ from . import _core
 from .modes import no_grad
 
 
-def grad_oracle(model, batch, loss_fn=None, zero_grad: bool = True, chunk: int = 1) -> float:
+def grad_oracle(model, batch, loss_fn=None, zero_grad: bool = True, chunk: int = 1, compile: bool = False) -> float:
     """Accumulates the gradient of the mean loss over ``batch`` into the parameters' grads.
 
     Args:
@@ -20,17 +20,26 @@ def grad_oracle(model, batch, loss_fn=None, zero_grad: bool = True, chunk: int =
         chunk: k > 1 (models with ``loss_batch``) builds k samples at a time as one graph, so
             each layer is one record over k rows and reads its weights once per chunk; memory is
             that of one chunk. 1 is the paper's per-sample oracle.
+        compile: trace each distinct sample shape once (token ids and targets are program
+            inputs) and replay every sample natively (burtorch.oracle_compiled): the same
+            gradient, no Python per sample.
 
     Returns:
         The mean loss over ``batch``.
 
     Raises:
-        ValueError: an empty batch, a bad ``chunk``, or ``chunk > 1`` without ``loss_batch``.
+        ValueError: an empty batch, a bad ``chunk``, ``chunk > 1`` without ``loss_batch``, or
+            ``chunk > 1`` with ``compile``.
         TypeError: a loss is not a scalar Value.
         FloatingPointError: a sample's loss is inf or nan.
     """
     if not isinstance(chunk, int) or chunk < 1:
         raise ValueError(f"chunk must be a positive int, got {chunk!r}")
+    if compile:  # each sample shape traced once, every sample replayed natively
+        if chunk != 1:
+            raise ValueError("compile=True replays per-sample programs; use chunk=1")
+        from .oracle_compiled import compiled_grad_oracle
+        return compiled_grad_oracle(model, batch, loss_fn, zero_grad)
     if chunk > 1:
         if loss_fn is not None or not hasattr(model, "loss_batch"):
             raise ValueError("chunk > 1 needs a model with loss_batch(samples) and no custom loss_fn")

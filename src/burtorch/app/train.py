@@ -58,6 +58,9 @@ def register(sub) -> None:
     p.add_argument("--lr", type=positive_float, help="learning rate (default: sgd 0.1, adam/adamw 3e-3)")
     p.add_argument("--chunk", type=positive_int, help="samples per graph (default 1: the paper's per-sample "
                    "oracle; k > 1: k samples as one graph, weights read once per chunk, memory of k samples)")
+    p.add_argument("--compile", action="store_true", help="trace each sample shape once and replay every "
+                   "sample natively (recorded programs: the same gradients, no Python per sample); may "
+                   "change between a run and its resumption")
     p.add_argument("--dtype", choices=["float32", "float64"], help="default: float32")
     p.add_argument("--seed", type=int, help="seeds initialisation, sampling and the data split (default: 1337)")
     p.add_argument("--eval-every", type=positive_int, help="steps between validation losses (default: 250)")
@@ -242,6 +245,8 @@ def _main(args) -> int:
         meta = ckpt.meta
         _check_meta(meta, args.resume)
     run = _run_settings(args, meta)
+    if args.compile and run["chunk"] != 1:
+        raise UsageError("--compile replays per-sample programs; it does not combine with --chunk")
     cfg = _model_config(args.model, run)
     data_path = args.data if args.data is not None else (meta["data"].get("path") if meta else None)
     try:
@@ -320,7 +325,8 @@ def _main(args) -> int:
     t0 = time.perf_counter()
     with StopRequests() as stop:
         history = train(model, optimizer, train_set, val_samples, steps, run["batch"], rng, run["eval_every"],
-                        history, start, Progress(steps), chunk=run["chunk"], after_step=after_step, stop=stop)
+                        history, start, Progress(steps), chunk=run["chunk"], after_step=after_step, stop=stop,
+                        compile=args.compile)
     dt = time.perf_counter() - t0
     reached = history.steps[-1] if history.steps else start
     done = reached - start

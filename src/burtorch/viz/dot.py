@@ -43,6 +43,9 @@ def to_dot(root, max_nodes: int = 2000, show_grad: bool = True, rankdir: str = "
     """
     if rankdir not in ("LR", "RL", "TB", "BT"):
         raise ValueError(f"rankdir must be one of LR, RL, TB, BT, got {rankdir!r}")
+    if type(root).__name__ == "Program":  # a recorded program (burtorch.program)
+        from ..program import program_dot
+        return program_dot(root, rankdir=rankdir)
     if not isinstance(max_nodes, int) or max_nodes < 1:
         raise ValueError(f"max_nodes must be a positive int, got {max_nodes!r}")
     arena, root_spans = _roots(root)

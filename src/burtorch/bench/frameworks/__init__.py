@@ -26,6 +26,8 @@ _ALL = ("tiny", "small", "saveload", "mlp", "gpt")
 ENTRIES = (
     Entry("burtorch", "impl_burtorch", "eager", ("burtorch",), "pip install burtorch", _ALL),
     Entry("burtorch-chunk", "impl_burtorch", "chunked", ("burtorch",), "pip install burtorch", ("mlp", "gpt")),
+    Entry("burtorch-compiled", "impl_burtorch_compiled", "compiled", ("burtorch",), "pip install burtorch",
+          ("tiny", "small", "mlp", "gpt")),
     Entry("torch-eager", "impl_torch", "eager", ("torch",), "pip install torch==2.13.0",
           ("tiny", "small", "saveload", "mlp", "gpt")),
     Entry("torch-script", "impl_torch", "script", ("torch",), "pip install torch==2.13.0", _W12),

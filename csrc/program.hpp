@@ -1,0 +1,385 @@
+// Recorded programs: the records a trace appended, copied out of the arena and renumbered so they
+// run against a private frame, then replayed with new inputs (forward, then the reverse sweep).
+//
+// Frame layout: [external slots | local slots]. External slots are the nodes below the trace
+// (parameters, captured Values): their values are copied in from the arena per call (read only)
+// and their grads accumulate in the frame. Local slots are the trace's own nodes, in creation
+// order, so every span that was contiguous in the arena is contiguous in the frame and a replay
+// runs the same kernels on the same numbers as the eager appends did (bitwise equal results).
+//
+// The program itself is immutable after build(); everything a replay writes lives in a
+// Workspace (values, grads, scratch, and a copy of the args whose id entries a replay rewrites),
+// so threads can replay one program at once, each with its own workspace.
+#pragma once
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "backward.hpp"
+
+namespace bt {
+
+// A comparison Python code made on traced values: replay re-evaluates it and reports a mismatch.
+enum class GuardOp : uint8_t { lt, le, gt, ge, nonzero };
+
+struct Guard {
+    GuardOp op;
+    bool expected;    // the outcome during the trace
+    bool rhs_const;   // compares against the number c instead of slot b
+    uint32_t a, b;    // slots (arena slots while tracing, frame slots in a program)
+    double c;
+    std::string where;  // "file.py:12": the line that made the comparison
+};
+
+template <typename T>
+inline bool guard_holds(const Guard& g, const T* v) {
+    const double a = double(v[g.a]);
+    const double b = g.rhs_const ? g.c : double(v[g.b]);
+    bool r = false;
+    switch (g.op) {
+        case GuardOp::lt: r = a < b; break;
+        case GuardOp::le: r = a <= b; break;
+        case GuardOp::gt: r = a > b; break;
+        case GuardOp::ge: r = a >= b; break;
+        case GuardOp::nonzero: r = a != 0.0; break;
+    }
+    return r == g.expected;
+}
+
+// An integer input (token id, class target) of a program: entry `from_end` counted from the end
+// of record `rec`'s args (ids live in the tails of gather and cross_entropy records). `position`
+// is its index in a sample's id row; ids must be < bound.
+struct IdInput {
+    uint32_t rec;
+    uint32_t from_end;
+    uint32_t position;
+    uint32_t bound;
+};
+
+// What a trace hands to Program::build (all in arena slots and record indices).
+struct TraceSpec {
+    Mark base;                     // the arena when tracing began: everything above is the trace's
+    std::vector<uint32_t> inputs;  // float inputs, in order
+    uint32_t num_ids = 0;          // length of a sample's id row
+    std::vector<IdInput> ids;
+    std::vector<Guard> guards;
+    uint32_t root = 0;
+    std::vector<Span> wrt;  // the nodes whose gradient a replay reports, in this order
+};
+
+// Arena slots [first, first + len) live at frame slot `at`; gen stamps its last slot, so a rewind
+// that removed or reused the region is detected before a replay reads it.
+struct ExternalSpan {
+    uint32_t first, len, at;
+    uint64_t gen;
+};
+
+// Calls f(first, len) for each argument span of record r whose args start at p (= args + r.a).
+template <typename F>
+inline void for_each_arg_span(const Record& r, const uint32_t* p, F&& f) {
+    switch (op_info(r.op).kind) {
+        case OpKind::leaf: return;
+        case OpKind::unary:
+        case OpKind::unary_imm: f(r.a, 1u); return;
+        case OpKind::binary: f(r.a, 1u); f(r.b, 1u); return;
+        case OpKind::nary:
+            for (uint32_t i = 0; i < r.b; ++i) f(p[i], 1u);
+            return;
+        case OpKind::range: {
+            const uint32_t k = *p++;
+            for (uint32_t v = 0; v < k; ++v) {
+                const uint32_t n = *p++;
+                for (uint32_t s = 0; s < n; ++s, p += 2) f(p[0], p[1]);
+            }
+            return;
+        }
+    }
+}
+
+template <typename T>
+class Program {
+public:
+    using value_type = T;
+    // Copies the trace's records out of the arena (which may be rewound afterwards). Records the
+    // root and the guards do not depend on are dropped; the reverse sweep visits only records
+    // that lead from the root to a wrt node. Throws std::invalid_argument if the trace is unusable.
+    static Program build(const Arena<T>& A, const TraceSpec& s);
+
+    uint32_t n_ext = 0, n_local = 0;
+    std::vector<ExternalSpan> ext;
+    std::vector<Record> recs;     // forward order; Record::a of nary/range records indexes `args`
+    std::vector<uint32_t> args;   // renumbered argument entries
+    std::vector<uint32_t> sweep;  // indices into recs that the reverse sweep visits, ascending
+    std::vector<T> local_init;    // values of the local slots at trace time (constants stay)
+    std::vector<uint32_t> inputs;
+    uint32_t num_ids = 0;
+    std::vector<uint32_t> id_bound;  // per id position: the exclusive bound (UINT32_MAX: unused)
+    std::vector<std::pair<uint32_t, uint32_t>> id_slots;  // (index into args, id position)
+    std::vector<Guard> guards;
+    std::vector<Span> wrt;  // frame spans
+    size_t num_wrt = 0;
+    uint32_t root = 0;
+    size_t traced_records = 0;  // records the trace appended (before dropping dead ones)
+
+    uint32_t frame_size() const { return n_ext + n_local; }
+    bool is_external(uint32_t frame_slot) const { return frame_slot < n_ext; }
+};
+
+// One thread's replay state for a program.
+template <typename T>
+struct Workspace {
+    std::vector<T> v, g, scratch;
+    std::vector<uint32_t> args;
+    Frame<T> frame() { return Frame<T>{v.data(), g.data(), &scratch}; }
+};
+
+template <typename T>
+Program<T> Program<T>::build(const Arena<T>& A, const TraceSpec& s) {
+    Program P;
+    const uint32_t base = s.base.slots;
+    const size_t r0 = s.base.records, r1 = A.num_records();
+    const uint32_t top = static_cast<uint32_t>(A.num_slots());
+    if (s.base.slots > top || r0 > r1) throw std::invalid_argument("the arena was rewound below the trace");
+    P.traced_records = r1 - r0;
+    P.n_local = top - base;
+    const uint32_t* aargs = A.args();
+
+    // 1. Records the root and the guards depend on (reverse pass over the trace's records).
+    std::vector<char> needed(P.n_local, 0);
+    auto need = [&](uint32_t slot, uint32_t len) {
+        for (uint32_t i = 0; i < len; ++i)
+            if (slot + i >= base && slot + i < top) needed[slot + i - base] = 1;
+    };
+    need(s.root, 1);
+    for (const Guard& g : s.guards) {
+        need(g.a, 1);
+        if (!g.rhs_const) need(g.b, 1);
+    }
+    std::vector<char> keep(r1 - r0, 0);
+    for (size_t k = r1; k-- > r0;) {
+        const Record& r = A.record(k);
+        bool live = false;
+        for (uint32_t i = 0; i < r.nout && !live; ++i) live = r.out + i >= base && needed[r.out + i - base];
+        if (!live) continue;
+        keep[k - r0] = 1;
+        for_each_arg_span(r, aargs + r.a, need);
+    }
+
+    // 2. External slots: every slot below the trace that a kept record, the root, a guard or a
+    //    wrt node refers to, as merged arena intervals.
+    std::vector<Span> refs;
+    auto ref = [&](uint32_t first, uint32_t len) {
+        if (first < base) refs.emplace_back(first, std::min(len, base - first));
+    };
+    ref(s.root, 1);
+    for (const Guard& g : s.guards) {
+        ref(g.a, 1);
+        if (!g.rhs_const) ref(g.b, 1);
+    }
+    for (const Span& w : s.wrt) ref(w.first, w.second);
+    for (size_t k = r0; k < r1; ++k)
+        if (keep[k - r0]) for_each_arg_span(A.record(k), aargs + A.record(k).a, ref);
+    std::sort(refs.begin(), refs.end());
+    for (const Span& sp : refs) {
+        if (!P.ext.empty() && sp.first <= P.ext.back().first + P.ext.back().len) {
+            ExternalSpan& e = P.ext.back();
+            e.len = std::max(e.first + e.len, sp.first + sp.second) - e.first;
+        } else {
+            P.ext.push_back(ExternalSpan{sp.first, sp.second, 0, 0});
+        }
+    }
+    for (ExternalSpan& e : P.ext) {
+        e.at = P.n_ext;
+        e.gen = A.gen_of(e.first + e.len - 1);
+        P.n_ext += e.len;
+    }
+    if (uint64_t(P.n_ext) + P.n_local > UINT32_MAX - 1) throw CapacityError("the program's frame is too large");
+
+    auto map = [&](uint32_t slot) -> uint32_t {
+        if (slot >= base) return P.n_ext + (slot - base);
+        auto it = std::upper_bound(P.ext.begin(), P.ext.end(), slot,
+                                   [](uint32_t x, const ExternalSpan& e) { return x < e.first; });
+        --it;  // every referenced slot lies in one interval
+        return it->at + (slot - it->first);
+    };
+    // A span of the frame for an arena span, split where it crosses from external to local slots.
+    auto map_span = [&](uint32_t first, uint32_t len, std::vector<uint32_t>& out) {
+        uint32_t count = 0;
+        if (first < base && first + len > base) {
+            out.push_back(map(first));
+            out.push_back(base - first);
+            out.push_back(map(base));
+            out.push_back(first + len - base);
+            count = 2;
+        } else {
+            out.push_back(map(first));
+            out.push_back(len);
+            count = 1;
+        }
+        return count;
+    };
+
+    // 3. Kept records, renumbered.
+    std::vector<uint32_t> new_index(r1 - r0, UINT32_MAX);
+    for (size_t k = r0; k < r1; ++k) {
+        if (!keep[k - r0]) continue;
+        Record r = A.record(k);
+        const uint32_t* p = aargs + r.a;
+        new_index[k - r0] = static_cast<uint32_t>(P.recs.size());
+        r.out = map(r.out);
+        r.lo = 0;
+        switch (op_info(r.op).kind) {
+            case OpKind::leaf: break;
+            case OpKind::unary:
+            case OpKind::unary_imm: r.a = map(r.a); break;
+            case OpKind::binary:
+                r.a = map(r.a);
+                r.b = map(r.b);
+                break;
+            case OpKind::nary: {
+                r.a = static_cast<uint32_t>(P.args.size());
+                for (uint32_t i = 0; i < r.b; ++i) P.args.push_back(map(p[i]));
+                break;
+            }
+            case OpKind::range: {
+                const uint32_t* end = p + r.b;
+                r.a = static_cast<uint32_t>(P.args.size());
+                const uint32_t kops = *p++;
+                P.args.push_back(kops);
+                for (uint32_t v = 0; v < kops; ++v) {
+                    const uint32_t n = *p++;
+                    const size_t count_at = P.args.size();
+                    P.args.push_back(0);
+                    uint32_t spans = 0;
+                    for (uint32_t i = 0; i < n; ++i, p += 2) spans += map_span(p[0], p[1], P.args);
+                    P.args[count_at] = spans;
+                }
+                P.args.insert(P.args.end(), p, end);  // the op's tail, unchanged
+                r.b = static_cast<uint32_t>(P.args.size() - r.a);
+                break;
+            }
+        }
+        P.recs.push_back(r);
+    }
+
+    // 4. The reverse sweep: kept records with an argument that depends on a wrt node.
+    std::vector<char> dep(P.frame_size(), 0);
+    for (const Span& w : s.wrt)
+        for (uint32_t i = 0; i < w.second; ++i) {
+            const uint32_t f = map(w.first + i);
+            dep[f] = 1;
+            (void)f;
+        }
+    for (size_t k = 0; k < P.recs.size(); ++k) {
+        const Record& r = P.recs[k];
+        bool d = false;
+        for_each_arg_span(r, P.args.data() + r.a, [&](uint32_t first, uint32_t len) {
+            for (uint32_t i = 0; i < len && !d; ++i) d = dep[first + i];
+        });
+        if (!d) continue;
+        P.sweep.push_back(static_cast<uint32_t>(k));
+        std::fill(dep.begin() + r.out, dep.begin() + r.out + r.nout, char(1));
+    }
+
+    // 5. Inputs, ids, guards, wrt, root.
+    P.local_init.assign(A.values() + base, A.values() + top);
+    for (uint32_t in : s.inputs) {
+        if (in < base || in >= top) throw std::invalid_argument("a program input is not a node of the trace");
+        P.inputs.push_back(map(in));
+    }
+    P.num_ids = s.num_ids;
+    P.id_bound.assign(s.num_ids, UINT32_MAX);
+    for (const IdInput& id : s.ids) {
+        if (id.rec < r0 || id.rec >= r1 || id.position >= s.num_ids)
+            throw std::invalid_argument("an id input refers to no record of the trace");
+        P.id_bound[id.position] = std::min(P.id_bound[id.position], id.bound);
+        const uint32_t k = new_index[id.rec - r0];
+        if (k == UINT32_MAX) continue;  // its record does not lead to the root
+        const Record& r = P.recs[k];
+        P.id_slots.emplace_back(r.a + r.b - 1 - id.from_end, id.position);
+    }
+    for (Guard g : s.guards) {
+        g.a = map(g.a);
+        if (!g.rhs_const) g.b = map(g.b);
+        P.guards.push_back(std::move(g));
+    }
+    for (const Span& w : s.wrt) {
+        // wrt spans stay whole: a span either lies below the trace or inside it
+        P.wrt.emplace_back(map(w.first), w.second);
+        P.num_wrt += w.second;
+    }
+    P.root = map(s.root);
+    return P;
+}
+
+// ---------------------------------------------------------------- replay
+// Sizes the workspace and loads what stays fixed during one call: the external values (from the
+// arena's values), the constants, the args. Grads start at zero.
+template <typename T>
+inline void prepare(const Program<T>& P, Workspace<T>& W, const T* arena_values) {
+    W.v.resize(P.frame_size());
+    W.g.assign(P.frame_size(), T(0));
+    for (const ExternalSpan& e : P.ext) std::copy(arena_values + e.first, arena_values + e.first + e.len, W.v.begin() + e.at);
+    std::copy(P.local_init.begin(), P.local_init.end(), W.v.begin() + P.n_ext);
+    W.args = P.args;
+}
+
+// Writes one sample's float inputs and ids (ids already checked against their bounds).
+template <typename T>
+inline void set_sample(const Program<T>& P, Workspace<T>& W, const T* x, const uint32_t* ids) {
+    for (size_t i = 0; i < P.inputs.size(); ++i) W.v[P.inputs[i]] = x[i];
+    for (const auto& [at, pos] : P.id_slots) W.args[at] = ids[pos];
+}
+
+// Runs every record forward. Returns the index of the first guard that fails, or -1.
+template <typename T>
+inline long run_forward(const Program<T>& P, Workspace<T>& W) {
+    const Frame<T> f = W.frame();
+    const uint32_t* args = W.args.data();
+    for (const Record& r : P.recs) forward_record(f, r, args);
+    for (size_t i = 0; i < P.guards.size(); ++i)
+        if (!guard_holds(P.guards[i], W.v.data())) return long(i);
+    return -1;
+}
+
+// The reverse sweep from the root with `seed`. Local grads are zeroed first; external grads
+// accumulate (the caller zeroes them between samples when it wants one sample's gradient).
+// Like the arena's sweep, a record whose outputs carry no gradient is skipped, so both add the
+// very same contributions.
+template <typename T>
+inline void run_backward(const Program<T>& P, Workspace<T>& W, T seed) {
+    std::fill(W.g.begin() + P.n_ext, W.g.end(), T(0));
+    W.g[P.root] += seed;
+    const Frame<T> f = W.frame();
+    const uint32_t* args = W.args.data();
+    const T* g = W.g.data();
+    for (size_t i = P.sweep.size(); i-- > 0;) {
+        const Record& r = P.recs[P.sweep[i]];
+        bool live = g[r.out] != T(0);
+        for (uint32_t j = 1; !live && j < r.nout; ++j) live = g[r.out + j] != T(0);
+        if (live) backward_record(f, r, args);
+    }
+}
+
+// The grads of the wrt nodes, in order, written (add = false) or added (add = true) to out.
+template <typename T, typename U>
+inline void read_wrt_grads(const Program<T>& P, const Workspace<T>& W, U* out, bool add) {
+    for (const Span& s : P.wrt) {
+        const T* g = W.g.data() + s.first;
+        if (add)
+            for (uint32_t i = 0; i < s.second; ++i) out[i] += U(g[i]);
+        else
+            for (uint32_t i = 0; i < s.second; ++i) out[i] = U(g[i]);
+        out += s.second;
+    }
+}
+
+// Zeroes the external grads (between samples, when each sample's gradient is wanted alone).
+template <typename T>
+inline void zero_external_grads(const Program<T>& P, Workspace<T>& W) {
+    std::fill(W.g.begin(), W.g.begin() + P.n_ext, T(0));
+}
+
+}  // namespace bt

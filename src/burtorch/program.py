@@ -1,0 +1,362 @@
+"""Recorded programs: trace a function once per input signature, replay it natively.
+
+``value_and_grad(fn)`` returns a callable. Its first call with a given signature (which arguments
+are floats and which are ids, how many ids, the dtype, the arena) runs ``fn`` once in trace mode:
+the ops it appends are copied out of the arena as a ``Program`` whose float inputs and ids can be
+replaced. Every later call, and ``.map`` over many samples, replays the program's records in
+native code (forward, then the reverse sweep): no Python runs per op or per sample.
+
+Trace rules (see the README):
+- comparisons of traced Values (``<``, ``<=``, ``>``, ``>=``) and ``bool(v)`` are guards: each
+  replay re-evaluates them and, where one comes out differently, that sample is recomputed by a
+  new trace (kept as another variant of the program), never answered from the old one;
+- reading a number out of a traced Value (``float(v)``, ``.data``, ``.item()``, ``tolist()``,
+  numpy views), ``backward()`` and ``no_grad()`` inside the traced function raise TraceError
+  naming the line: their result would be baked into the program;
+- ids (ints passed where an id argument is declared) may only be used as ids: in
+  ``bt.embedding`` / ``nn.Embedding`` lookups and as ``cross_entropy`` targets. Any other use
+  (arithmetic, comparisons, indexing a Python list) raises TraceError.
+"""
+from __future__ import annotations
+
+import sys
+
+from . import _core
+
+TraceError = _core.TraceError
+Program = _core.Program
+
+# Variants kept per signature: each failed guard adds one; past this, the oldest is dropped.
+MAX_VARIANTS = 16
+
+
+class TracedId:
+    """An int that is a program input: usable as an id (lookups, targets) and nothing else."""
+
+    __slots__ = ("_value", "_bt_input")
+
+    def __init__(self, value: int, position: int):
+        self._value = int(value)
+        self._bt_input = position
+
+    def __index__(self):
+        if not _core._reading_ids():
+            _refuse("using a traced id as an int (indexing, range(), ...)")
+        return self._value
+
+    def __repr__(self):
+        return f"TracedId(position={self._bt_input})"
+
+    def _refuse_number(self, *_):
+        _refuse("using a traced id as a number")
+
+    __int__ = __float__ = __bool__ = __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _refuse_number
+    __truediv__ = __rtruediv__ = __floordiv__ = __mod__ = __pow__ = __rpow__ = __neg__ = _refuse_number
+    __lt__ = __le__ = __gt__ = __ge__ = __eq__ = __ne__ = _refuse_number
+    __hash__ = None
+
+
+def _refuse(what):
+    frame = sys._getframe(2)
+    raise TraceError(f"{what} while tracing ({frame.f_code.co_filename}:{frame.f_lineno}): the value would be "
+                     "baked into the program; ids can only be looked up (embedding) or be cross_entropy targets")
+
+
+def traced_ids(ids, start: int):
+    """ids (an int or a sequence of ints) as TracedIds at positions start, start + 1, ..."""
+    if isinstance(ids, TracedId):
+        raise TypeError("ids are already traced")
+    if _is_int(ids):
+        return TracedId(ids, start)
+    return [TracedId(v, start + i) for i, v in enumerate(ids)]
+
+
+def _is_int(x) -> bool:
+    return hasattr(x, "__index__") and not isinstance(x, (float, bool, _core.Value)) and not hasattr(x, "__len__")
+
+
+def trace(fn, floats=(), ids=(), *, wrt=None, wrt_inputs=None, arena=None, dtype=None, call=None):
+    """Traces ``fn`` once and returns its Program.
+
+    floats: the values of the float inputs (each becomes a fresh leaf, passed to fn in order);
+    ids: the length of each id argument (0 for a scalar id), with example values given by
+    ``call``; wrt: Values / Vectors whose grads replays report (default: the float inputs, or
+    those at the positions wrt_inputs).
+    ``call(inputs, id_args)`` calls fn with the traced inputs (default: ``fn(*inputs, *id_args)``).
+    The arena is rewound to where it was: the program keeps its own copy of the records.
+    """
+    if arena is None:
+        arena = _core.current_arena(dtype) if dtype is not None else _core.current_arena()
+    cp = arena.checkpoint()
+    ids = list(ids)
+    num_ids = sum(max(1, n) if isinstance(n, int) else len(n) for n in ids)
+    _core._trace_begin(arena, num_ids)
+    try:
+        with arena:
+            inputs = [_core.Value(float(x), dtype=arena.dtype) for x in floats]
+        id_args, pos = [], 0
+        for example in ids:
+            t = traced_ids(example, pos)
+            pos += 1 if isinstance(t, TracedId) else len(t)
+            id_args.append(t)
+        with arena:
+            root = call(inputs, id_args) if call is not None else fn(*inputs, *id_args)
+        if isinstance(root, _core.Vector) and len(root.values()) == 1:
+            root = root.values()[0]
+        if wrt is None:
+            wrt = inputs if wrt_inputs is None else [inputs[i] for i in wrt_inputs]
+        return _core._trace_end(root, inputs, list(wrt))
+    finally:
+        _core._trace_abort()
+        arena.rewind(cp)
+
+
+class Compiled:
+    """What value_and_grad / grad return: call it like fn, or ``.map`` it over many samples."""
+
+    def __init__(self, fn, argnums, ids, dtype, with_value):
+        self.fn = fn
+        self._single = isinstance(argnums, int)
+        self.argnums = (argnums,) if self._single else tuple(argnums)
+        self.ids = tuple(sorted(ids))
+        if any(a in self.ids for a in self.argnums):
+            raise ValueError("an argument cannot be both differentiated (argnums) and an id")
+        if len(self.argnums) == 0:
+            raise ValueError("argnums is empty")
+        self.dtype = dtype
+        self._with_value = with_value
+        self._cache = {}  # signature -> list of Programs (variants), newest last
+        self.traces = 0  # how many times fn was traced (re-traces after a failed guard included)
+
+    # ---- signatures
+    def _split(self, args):
+        """(float values in order, id arguments in order, their lengths, the position of each
+        differentiated argument among the floats)."""
+        floats, id_args, id_shape, wrt_pos = [], [], [], []
+        for i, a in enumerate(args):
+            if i in self.ids:
+                if _is_int(a):
+                    id_shape.append(0)
+                    id_args.append([int(a.__index__())])
+                else:
+                    vals = [int(v.__index__()) if _is_int(v) else _not_an_id(v) for v in a]
+                    id_shape.append(len(vals))
+                    id_args.append(vals)
+                continue
+            if isinstance(a, _core.Value):
+                a = a.data
+            elif not isinstance(a, (int, float)) or isinstance(a, bool):
+                try:
+                    a = float(a)
+                except (TypeError, ValueError):
+                    raise TypeError(f"argument {i} must be a float (or a Value); got {type(a).__name__}") from None
+            if i in self.argnums:
+                wrt_pos.append(len(floats))
+            floats.append(float(a))
+        missing = [a for a in self.argnums if a >= len(args)]
+        if missing:
+            raise TypeError(f"argnums {missing} out of range for {len(args)} arguments")
+        return floats, id_args, tuple(id_shape), tuple(wrt_pos)
+
+    def _arena(self):
+        return _core.current_arena(self.dtype) if self.dtype is not None else _core.current_arena()
+
+    def _key(self, nargs, id_shape, arena):
+        return (nargs, id_shape, id(arena), arena.dtype)
+
+    def _trace(self, args, floats, id_args, id_shape, wrt_pos, arena):
+        kinds = ["id" if i in self.ids else "x" for i in range(len(args))]
+
+        def call(inputs, traced):
+            it_x, it_i = iter(inputs), iter(traced)
+            return self.fn(*[next(it_i) if k == "id" else next(it_x) for k in kinds])
+
+        examples = [ids[0] if n == 0 else ids for ids, n in zip(id_args, id_shape)]
+        with arena:
+            prog = trace(self.fn, floats, examples, arena=arena, call=call, wrt_inputs=wrt_pos)
+        self.traces += 1
+        return prog
+
+    def _programs(self, args, floats, id_args, id_shape, wrt_pos):
+        arena = self._arena()
+        key = self._key(len(args), id_shape, arena)
+        progs = [p for p in self._cache.get(key, []) if p.alive]
+        if not progs:
+            progs = [self._trace(args, floats, id_args, id_shape, wrt_pos, arena)]
+        self._cache[key] = progs
+        return key, progs, arena
+
+    # ---- one call
+    def __call__(self, *args):
+        import numpy as np
+
+        floats, id_args, id_shape, wrt_pos = self._split(args)
+        key, progs, arena = self._programs(args, floats, id_args, id_shape, wrt_pos)
+        X = np.asarray([floats], dtype=np.float64).reshape(1, len(floats))
+        ids = np.asarray([[v for a in id_args for v in a]], dtype=np.int64).reshape(1, -1)
+        for prog in reversed(progs):
+            value, grads, failed = _run(prog, X, ids, "rows", 1.0)
+            if not failed:
+                return self._result(value[0], grads[0])
+        prog = self._trace(args, floats, id_args, id_shape, wrt_pos, arena)
+        progs.append(prog)
+        del progs[:-MAX_VARIANTS]
+        value, grads, failed = _run(prog, X, ids, "rows", 1.0)
+        assert not failed, "a fresh trace failed its own guards"
+        return self._result(value[0], grads[0])
+
+    def _result(self, value, grads):
+        g = [float(x) for x in grads]
+        g = g[0] if self._single else tuple(g)
+        return (float(value), g) if self._with_value else g
+
+    # ---- many samples in one native call
+    def map(self, X=None, ids=None, reduce=None):
+        """Runs every sample of X (N, k): column j is the j-th float argument (a 1-D X is one
+        float argument); ids: one int array per id argument, (N,) for an int id, (N, L) for a
+        list of L ids. Returns (values (N,), grads (N, len(argnums))), or with reduce="mean" the
+        mean gradient (len(argnums),). grad() returns the grads only."""
+        import numpy as np
+
+        if reduce not in (None, "mean"):
+            raise ValueError(f"reduce must be None or 'mean', got {reduce!r}")
+        X, id_cols, N = _batch(X, ids)
+        id_shape = tuple(0 if c.ndim == 1 else c.shape[1] for c in id_cols)
+        if len(id_shape) != len(self.ids):
+            raise ValueError(f"the function takes {len(self.ids)} id arguments, got {len(id_shape)}")
+        nargs = X.shape[1] + len(id_cols)
+        if N == 0:
+            raise ValueError("map(): no samples")
+        row_args = _sample_args(X, id_cols, 0, self.ids, nargs)
+        floats, id_args, id_shape0, wrt_pos = self._split(row_args)
+        key, progs, arena = self._programs(row_args, floats, id_args, id_shape0, wrt_pos)
+        prog = progs[-1]
+        ids = np.concatenate([c.reshape(N, -1) for c in id_cols], axis=1) if id_cols else np.zeros((N, 0), np.int64)
+        mode = "sum" if reduce == "mean" else "rows"
+        value, grads, failed = _run(prog, X, np.ascontiguousarray(ids, dtype=np.int64), mode,
+                                    1.0 / N if reduce else 1.0)
+        for s in failed:  # guards that came out differently: recomputed by a (re)trace
+            v, g = self._call_raw(_sample_args(X, id_cols, s, self.ids, nargs))
+            value[s] = v
+            if reduce:
+                grads += np.asarray(g, dtype=np.float64) / N
+            else:
+                grads[s] = g
+        return (value, grads) if self._with_value else grads
+
+    def _call_raw(self, args):
+        saved = self._with_value, self._single
+        self._with_value, self._single = True, False
+        try:
+            return self(*args)
+        finally:
+            self._with_value, self._single = saved
+
+    def programs(self):
+        """Every program traced so far (all signatures and variants)."""
+        return [p for progs in self._cache.values() for p in progs]
+
+
+def _not_an_id(v):
+    raise TypeError(f"ids must be ints, got {type(v).__name__}")
+
+
+def _batch(X, ids):
+    import numpy as np
+
+    if X is None:
+        X = np.zeros((0, 0))
+    X = np.asarray(X)
+    if X.dtype.kind not in "fiu" or X.dtype == np.bool_:
+        raise TypeError(f"X must hold real numbers, got dtype {X.dtype}")
+    if X.ndim == 1:
+        X = X.reshape(-1, 1)
+    if X.ndim != 2:
+        raise ValueError(f"X must be (N, k), got shape {X.shape}")
+    X = np.ascontiguousarray(X, dtype=np.float64)
+    id_cols = []
+    for c in ids or ():
+        c = np.asarray(c)
+        if c.dtype.kind not in "iu":
+            raise TypeError(f"ids must be integer arrays, got dtype {c.dtype}")
+        if c.ndim not in (1, 2):
+            raise ValueError(f"each id array must be (N,) or (N, L), got shape {c.shape}")
+        id_cols.append(c.astype(np.int64))
+    sizes = {len(c) for c in id_cols} | ({X.shape[0]} if X.shape[1] else set())
+    if len(sizes) > 1:
+        raise ValueError(f"X and ids have different numbers of samples: {sorted(sizes)}")
+    N = sizes.pop() if sizes else 0
+    if X.shape[1] == 0:
+        X = np.zeros((N, 0))
+    return X, id_cols, N
+
+
+def _sample_args(X, id_cols, s, id_positions, nargs):
+    """Sample s as positional arguments (floats and ids interleaved as declared)."""
+    xs = iter(X[s].tolist())
+    cols = iter(id_cols)
+    args = []
+    for i in range(nargs):
+        if i in id_positions:
+            c = next(cols)
+            args.append(int(c[s]) if c.ndim == 1 else c[s].tolist())
+        else:
+            args.append(next(xs))
+    return args
+
+
+def _run(prog, X, ids, mode, seed):
+    """One native replay: (values (N,), grads, failed sample indices)."""
+    import numpy as np
+
+    N = X.shape[0] if prog.num_inputs else ids.shape[0]
+    values = np.empty(N, dtype=np.float64)
+    if mode == "rows":
+        out = np.empty((N, prog.num_wrt), dtype=np.float64 if prog.dtype == _core.float64 else np.float32)
+    elif mode == "sum":
+        out = np.zeros(prog.num_wrt, dtype=np.float64)
+    else:
+        out = None
+    failed = prog._replay(X, ids, mode, seed, values, out)
+    return values, out, failed
+
+
+def value_and_grad(fn, argnums=0, *, ids=(), dtype=None) -> Compiled:
+    """fn(*args) -> scalar Value, compiled: returns (value, grad) as floats (a tuple of grads for
+    a tuple of argnums). ids: positions of id arguments (ints or lists of ints used as lookups
+    or targets). dtype: the dtype of the traced arena (default: the default dtype)."""
+    return Compiled(fn, argnums, ids, dtype, with_value=True)
+
+
+def grad(fn, argnums=0, *, ids=(), dtype=None) -> Compiled:
+    """Like value_and_grad, returning only the gradient."""
+    return Compiled(fn, argnums, ids, dtype, with_value=False)
+
+
+def program_dot(prog, name: str = "program", rankdir: str = "LR") -> str:
+    """DOT text of a program: one box per record (op and outputs), inputs and external nodes
+    (parameters, captured Values) as ellipses, an edge per argument span's producer."""
+    producer = []  # (first frame slot, last + 1, node name)
+    lines = [f"digraph {name} {{", f"  rankdir={rankdir};", "  node [fontname=Helvetica];"]
+    inputs = set(prog.input_slots)
+    for i, slot in enumerate(prog.input_slots):
+        lines.append(f'  in{i} [shape=ellipse, label="input {i}"];')
+        producer.append((slot, slot + 1, f"in{i}"))
+    if prog.num_external:
+        lines.append(f'  ext [shape=ellipse, label="external ({prog.num_external} nodes)"];')
+        producer.append((0, prog.num_external, "ext"))
+    for k in range(len(prog)):
+        op, out, nout, spans, _ = prog.record(k)
+        shape = f" [{nout}]" if nout > 1 else ""
+        root = ", style=bold" if out <= prog.root < out + nout else ""
+        lines.append(f'  r{k} [shape=box, label="{op}{shape}"{root}];')
+        seen = set()
+        for first, count in spans:
+            for lo, hi, node in producer:
+                if lo < first + count and first < hi and node not in seen:
+                    seen.add(node)
+                    lines.append(f"  {node} -> r{k};")
+        producer.append((out, out + nout, f"r{k}"))
+    del inputs
+    lines.append("}")
+    return "\n".join(lines) + "\n"
