@@ -120,6 +120,7 @@ def patterns(core) -> str:
         "def inner_product_with_bias(x: Sequence[Number], w: Sequence[Number], b: Number, /) -> Value:", r"\doc"])
     text += pattern("leaky_relu", ["def leaky_relu(x: Value, slope: float = 0.01, /) -> Value:", r"\doc"])
     text += pattern("mul_by_constant", ["def mul_by_constant(x: Value, c: float, /) -> Value:", r"\doc"])
+    text += pattern("(_unary_ops|_binary_ops)", [r"\1: tuple[str, ...]"])
     return text
 
 
@@ -133,7 +134,9 @@ def main(stage: str, out: str) -> None:
         with open(pat, "w", encoding="utf-8") as f:
             f.write(patterns(core))
         os.makedirs(out, exist_ok=True)
-        stubgen.main(["-q", "-i", stage, "-m", "burtorch._core", "-r", "-O", out, "-p", pat,
+        # -P: the package's own modules call names that stubgen counts as private (init_,
+        # _push_mode); without them in the stub every such call is a type error.
+        stubgen.main(["-q", "-P", "-i", stage, "-m", "burtorch._core", "-r", "-O", out, "-p", pat,
                       "-M", os.path.join(out, "py.typed")])
 
 
