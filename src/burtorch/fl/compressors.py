@@ -15,6 +15,8 @@ from their own seeded stream, call after call.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -25,7 +27,7 @@ from . import streams
 _native = _core.compress
 
 
-def check_int(name, value, lo, hi=None):
+def check_int(name: str, value: Any, lo: int, hi: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"{name} must be an int, got {type(value).__name__}")
     value = int(value)
@@ -87,7 +89,7 @@ class Compressor:
     omega: float | None = None
     alpha: float | None = None
 
-    def __init__(self, d: int, float_bits: int = 32, seed: int | None = None):
+    def __init__(self, d: int, float_bits: int = 32, seed: int | None = None) -> None:
         self.d = check_int("d", d, 1)
         self.float_bits = check_int("float_bits", float_bits, 1)
         self._seed = next_seed() if seed is None else seed
@@ -97,7 +99,7 @@ class Compressor:
         """Restarts the stream used when compress() is called without a seed."""
         self._seed, self._calls = seed, 0
 
-    def _vector(self, x) -> np.ndarray:
+    def _vector(self, x: Any) -> np.ndarray:
         if isinstance(x, _core.Vector):
             raise TypeError("pass a Vector's grads as vector.numpy('grads'), or use compress_grad_(vector)")
         if isinstance(x, np.ndarray) and x.dtype in (np.float32, np.float64):
@@ -113,7 +115,7 @@ class Compressor:
             raise ValueError(f"{type(self).__name__} was built for d={self.d}, got shape {arr.shape}")
         return arr
 
-    def compress(self, x, seed: int | None = None) -> Message:
+    def compress(self, x: np.ndarray | Sequence[float], seed: int | None = None) -> Message:
         """Compresses a d-vector (numpy float32/float64 or a sequence of numbers)."""
         if seed is None:
             seed = streams.derive(self._seed, streams.STANDALONE, self._calls)
@@ -122,9 +124,9 @@ class Compressor:
 
     __call__ = compress
 
-    def compress_grad_(self, vector, seed: int | None = None) -> Message:
+    def compress_grad_(self, vector: _core.Vector, seed: int | None = None) -> Message:
         """Replaces the grads of a Vector by their compression (zero-copy when it is contiguous)."""
-        grads = vector.numpy("grads", writable=vector.contiguous)
+        grads: Any = vector.numpy("grads", writable=vector.contiguous)  # the stub says object
         msg = self.compress(grads, seed)
         if vector.contiguous:
             grads[:] = msg.dense()
@@ -145,7 +147,7 @@ class Compressor:
         """Float values in one message."""
         raise NotImplementedError
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         consts = f"omega={self.omega:g}" if self.unbiased else f"alpha={self.alpha:g}"
         return f"{type(self).__name__}(d={self.d}, {self.extra_repr()}{consts})"
 
@@ -175,11 +177,11 @@ class Identity(Compressor):
 class _Sparsifier(Compressor):
     """Keeps k coordinates: a message is k values and k indices."""
 
-    def __init__(self, d: int, k: int, float_bits: int = 32, seed: int | None = None):
+    def __init__(self, d: int, k: int, float_bits: int = 32, seed: int | None = None) -> None:
         super().__init__(d, float_bits, seed)
         self.k = check_int("k", k, 1, self.d)
 
-    def _buffers(self, x):
+    def _buffers(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return np.empty(self.k, dtype=np.int64), np.empty(self.k, dtype=x.dtype)
 
     @property
@@ -199,7 +201,7 @@ class RandK(_Sparsifier):
 
     unbiased = True
 
-    def __init__(self, d: int, k: int, float_bits: int = 32, seed: int | None = None):
+    def __init__(self, d: int, k: int, float_bits: int = 32, seed: int | None = None) -> None:
         super().__init__(d, k, float_bits, seed)
         self.omega = self.d / self.k - 1.0
 
@@ -212,7 +214,7 @@ class RandK(_Sparsifier):
 class TopK(_Sparsifier):
     """The k largest magnitudes (ties: lower index first): deterministic, contractive, alpha = k/d."""
 
-    def __init__(self, d: int, k: int, float_bits: int = 32, seed: int | None = None):
+    def __init__(self, d: int, k: int, float_bits: int = 32, seed: int | None = None) -> None:
         super().__init__(d, k, float_bits, seed)
         self.alpha = self.k / self.d
 
@@ -230,7 +232,7 @@ class RandSeqK(_Sparsifier):
 
     unbiased = True
 
-    def __init__(self, d: int, k: int, float_bits: int = 32, seed: int | None = None):
+    def __init__(self, d: int, k: int, float_bits: int = 32, seed: int | None = None) -> None:
         super().__init__(d, k, float_bits, seed)
         self.omega = self.d / self.k - 1.0
 
@@ -257,7 +259,7 @@ class Natural(Compressor):
     unbiased = True
     omega = 1.0 / 8.0
 
-    def __init__(self, d: int, float_bits: int = 32, seed: int | None = None):
+    def __init__(self, d: int, float_bits: int = 32, seed: int | None = None) -> None:
         super().__init__(d, float_bits, seed)
         if self.float_bits not in _EXPONENT_BITS:
             raise ValueError(f"natural compression needs float_bits in {sorted(_EXPONENT_BITS)}, got {float_bits}")
@@ -283,7 +285,7 @@ class RandomDithering(Compressor):
 
     unbiased = True
 
-    def __init__(self, d: int, s: int = 1, float_bits: int = 32, seed: int | None = None):
+    def __init__(self, d: int, s: int = 1, float_bits: int = 32, seed: int | None = None) -> None:
         super().__init__(d, float_bits, seed)
         self.s = check_int("s", s, 1, 2 ** 31)
         self.omega = min(self.d / self.s ** 2, math.sqrt(self.d) / self.s)
@@ -309,8 +311,10 @@ class Scaled(Compressor):
     """C(x) = Q(x) / (omega + 1) for an unbiased Q: contractive with alpha = 1 / (omega + 1), which
     lets EF21 use RandK, RandSeqK, natural compression or dithering."""
 
-    def __init__(self, inner: Compressor):
-        if not isinstance(inner, Compressor) or not inner.unbiased:
+    alpha: float
+
+    def __init__(self, inner: Compressor) -> None:
+        if not isinstance(inner, Compressor) or not inner.unbiased or inner.omega is None:
             raise TypeError("Scaled() wraps an unbiased Compressor")
         super().__init__(inner.d, inner.float_bits, inner._seed)
         self.inner = inner
@@ -327,7 +331,7 @@ class Scaled(Compressor):
     def floats(self):
         return self.inner.floats
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"Scaled({self.inner!r}, alpha={self.alpha:g})"
 
 

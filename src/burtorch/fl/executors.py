@@ -15,17 +15,26 @@ import multiprocessing
 import os
 import pickle
 import traceback
+from collections.abc import Iterable
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
+from typing import TYPE_CHECKING, Any
 
-from .client import ClientGroup
+from .client import ClientGroup, Reply, Round
+
+if TYPE_CHECKING:
+    from .methods import Method
+    from .problem import Problem
 
 EXECUTORS = ("serial", "processes", "ray")
 
 
-def blocks(n_clients: int, workers: int) -> list:
+def blocks(n_clients: int, workers: int) -> list[list[int]]:
     """Client ids cut into ``workers`` contiguous blocks of near-equal size (none empty)."""
     workers = min(workers, n_clients)
     base, extra = divmod(n_clients, workers)
-    out, start = [], 0
+    out: list[list[int]] = []
+    start = 0
     for w in range(workers):
         size = base + (1 if w < extra else 0)
         out.append(list(range(start, start + size)))
@@ -33,7 +42,7 @@ def blocks(n_clients: int, workers: int) -> list:
     return out
 
 
-def check_workers(workers) -> int | None:
+def check_workers(workers: Any) -> int | None:
     if workers is None:
         return None
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
@@ -41,7 +50,7 @@ def check_workers(workers) -> int | None:
     return workers
 
 
-def check_picklable(problem, method) -> None:
+def check_picklable(problem: Problem, method: Method) -> None:
     try:
         pickle.dumps((problem, method))
     except Exception as e:
@@ -52,16 +61,20 @@ def check_picklable(problem, method) -> None:
 class Executor:
     name = "executor"
 
-    def start(self, problem, method) -> None:
+    def start(self, problem: Problem, method: Method) -> None:
         raise NotImplementedError
 
-    def run(self, ctx, participants: list, evaluate: bool) -> list:
+    def run(self, ctx: Round, participants: list[int], evaluate: bool) -> list[Reply]:
         raise NotImplementedError
 
     def close(self) -> None:
         pass
 
-    def settings(self) -> dict:
+    def state_of(self, client: int) -> dict[str, Any]:
+        """A client's method state, where clients run in this process."""
+        raise NotImplementedError(f"the {self.name} executor keeps client states in other processes")
+
+    def settings(self) -> dict[str, Any]:
         return {"executor": self.name}
 
 
@@ -74,11 +87,11 @@ class SerialExecutor(Executor):
     def run(self, ctx, participants, evaluate):
         return self.group.run(ctx, participants, evaluate)
 
-    def state_of(self, client: int) -> dict:
+    def state_of(self, client: int) -> dict[str, Any]:
         return self.group.state_of(client)
 
 
-def _serve(conn, problem, method, ids) -> None:
+def _serve(conn: Connection, problem: Problem, method: Method, ids: Iterable[int]) -> None:
     """A worker process: builds its group, then answers run requests until told to stop."""
     try:
         group = ClientGroup(problem, method, ids)
@@ -96,7 +109,7 @@ def _serve(conn, problem, method, ids) -> None:
             conn.send(("error", traceback.format_exc()))
 
 
-def _answer(conn, what: str):
+def _answer(conn: Connection, what: str) -> Any:
     status, value = conn.recv()
     if status != "ok":
         raise RuntimeError(f"a client worker failed while {what}:\n{value}")
@@ -106,9 +119,11 @@ def _answer(conn, what: str):
 class ProcessExecutor(Executor):
     name = "processes"
 
-    def __init__(self, workers: int | None = None):
+    def __init__(self, workers: int | None = None) -> None:
         self.workers = check_workers(workers) or os.cpu_count() or 1
-        self.procs, self.conns, self.blocks = [], [], []
+        self.procs: list[BaseProcess] = []
+        self.conns: list[Connection] = []
+        self.blocks: list[list[int]] = []
 
     def start(self, problem, method):
         check_picklable(problem, method)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import socket
+from typing import Any
 
 from .client import ClientGroup
 from .executors import Executor, blocks, check_picklable, check_workers
@@ -43,7 +44,7 @@ def check_reachable(address: str, timeout: float = 3.0) -> None:
 class RayExecutor(Executor):
     name = "ray"
 
-    def __init__(self, workers: int | None = None, address: str | None = None):
+    def __init__(self, workers: int | None = None, address: str | None = None) -> None:
         self.ray = import_ray()
         self.workers = check_workers(workers)
         if address is not None:
@@ -51,7 +52,9 @@ class RayExecutor(Executor):
                 raise TypeError(f"address must be a str, got {type(address).__name__}")
             check_reachable(address)
         self.address = address
-        self.actors, self.blocks, self._started_ray = [], [], False
+        self.actors: list[Any] = []
+        self.blocks: list[list[int]] = []
+        self._started_ray = False
 
     def start(self, problem, method):
         ray = self.ray
@@ -83,7 +86,7 @@ class RayExecutor(Executor):
         replies = [r for part in ray.get(futures) for r in part]
         return sorted(replies, key=lambda r: r.client)
 
-    def placements(self) -> list:
+    def placements(self) -> list[tuple[int, str | None]]:
         """(process id, Ray node id) of each actor: how the cluster spread the clients."""
         return self.ray.get([a.where.remote() for a in self.actors])
 

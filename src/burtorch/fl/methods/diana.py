@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..compressors import Compressor
 from .base import Method, check_lr, mean_of
 
 
@@ -23,13 +24,14 @@ class DIANA(Method):
     name = "diana"
     compressor_kind = "unbiased"
 
-    def __init__(self, lr=None, compressor=None, shift_lr: float | None = None, batch=None):
+    def __init__(self, lr: float | None = None, compressor: Compressor | None = None, shift_lr: float | None = None,
+                 batch: int | None = None) -> None:
         super().__init__(lr, compressor, batch=batch)
         self.shift_lr = check_lr(shift_lr, "shift_lr")
 
     def _bind_defaults(self, n, participation, shard_sizes):
         if self.shift_lr is None:
-            self.shift_lr = 1.0 / (self.compressor.omega + 1.0)
+            self.shift_lr = 1.0 / (self.omega + 1.0)
 
     def server_start(self, x):
         return {"g": None, "h": np.zeros(len(x))}

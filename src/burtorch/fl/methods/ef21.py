@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 
-from ..compressors import full_message
+from ..compressors import Compressor, full_message
 from .base import Method, mean_of
 
 
@@ -42,14 +42,15 @@ class EF21(Method):
     partial_participation = True
     full_first_round = True
 
-    def __init__(self, lr=None, compressor=None, batch=None, init: str = "full"):
+    def __init__(self, lr: float | None = None, compressor: Compressor | None = None, batch: int | None = None,
+                 init: str = "full") -> None:
         super().__init__(lr, compressor, batch=batch)
         if init not in ("full", "compressed"):
             raise ValueError(f"init must be 'full' or 'compressed', got {init!r}")
         self.init = init
 
     def theory_lr(self, sm, n, participation):
-        return ef21_lr(sm.L, sm.L_tilde, self.compressor.alpha * participation)
+        return ef21_lr(sm.L, sm.L_tilde, self.alpha * participation)
 
     def client(self, state, oracle, ctx):
         _, grad = self.local_gradient(oracle)

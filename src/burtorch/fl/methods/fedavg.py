@@ -18,7 +18,8 @@ class FedAvg(Method):
     name = "fedavg"
     partial_participation = True
 
-    def __init__(self, lr=None, local_steps: int = 5, batch=None, server_lr: float = 1.0):
+    def __init__(self, lr: float | None = None, local_steps: int = 5, batch: int | None = None,
+                 server_lr: float = 1.0) -> None:
         super().__init__(lr, None, batch=batch)
         if isinstance(local_steps, bool) or not isinstance(local_steps, int) or local_steps < 1:
             raise ValueError(f"local_steps must be a positive int, got {local_steps!r}")

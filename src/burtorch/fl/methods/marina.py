@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 
 from .. import streams
-from ..compressors import Identity, full_message
+from ..compressors import Compressor, Identity, full_message
 from .base import Method, check_probability, mean_of
 
 
@@ -34,7 +34,8 @@ class MARINA(Method):
     compressor_kind = "unbiased"
     full_first_round = True
 
-    def __init__(self, lr=None, compressor=None, p: float | None = None, batch=None):
+    def __init__(self, lr: float | None = None, compressor: Compressor | None = None, p: float | None = None,
+                 batch: int | None = None) -> None:
         super().__init__(lr, compressor, batch=batch)
         self.p = check_probability("p", p)
         self.uses_previous_point = batch is not None
@@ -42,13 +43,14 @@ class MARINA(Method):
     def _bind_defaults(self, n, participation, shard_sizes):
         if self.p is None:
             if self.batch is None:
-                self.p = min(1.0, self.compressor.bits / (self.compressor.d * self.float_bits))
+                c = self.bound_compressor
+                self.p = min(1.0, c.bits / (c.d * self.float_bits))
             else:
                 m = sum(shard_sizes) / len(shard_sizes)
                 self.p = self.batch / (m + self.batch)
 
     def theory_lr(self, sm, n, participation):
-        p, omega = self.p, self.compressor.omega
+        p, omega = self.p, self.omega
         if self.batch is None:
             return 1.0 / (sm.L + sm.L_tilde * math.sqrt((1.0 - p) * omega / (p * n)))
         spread = omega * sm.L_tilde ** 2 + (1.0 + omega) * sm.L_max ** 2 / self.batch
@@ -89,7 +91,7 @@ class MARINA(Method):
 class PAGE(MARINA):
     name = "page"
 
-    def __init__(self, lr=None, batch: int | None = None, p: float | None = None):
+    def __init__(self, lr: float | None = None, batch: int | None = None, p: float | None = None) -> None:
         if batch is None:
             raise ValueError("page needs a minibatch size (batch)")
         super().__init__(lr, None, p, batch)
