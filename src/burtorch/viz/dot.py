@@ -12,15 +12,15 @@ the record index, which lets a run of leaves inside a span be skipped with a bin
 """
 from __future__ import annotations
 
-from .._core import StaleValueError
-from ..node_selection import select
+from .._core import Arena, StaleValueError
+from ..node_selection import Nodes, select
 
 
 class GraphTooLargeError(ValueError):
     """The graph has more nodes than ``max_nodes`` allows drawing."""
 
 
-def to_dot(root, max_nodes: int = 2000, show_grad: bool = True, rankdir: str = "LR",
+def to_dot(root: Nodes, max_nodes: int = 2000, show_grad: bool = True, rankdir: str = "LR",
            precision: int = 6, max_scalar_args: int = 4, name: str = "burtorch") -> str:
     """DOT text of the graph that ``root`` depends on.
 
@@ -65,7 +65,7 @@ def to_dot(root, max_nodes: int = 2000, show_grad: bool = True, rankdir: str = "
     return "\n".join(lines) + "\n"
 
 
-def _roots(root):
+def _roots(root: Nodes) -> tuple[Arena, list[tuple[int, int]]]:
     try:
         return select(root).single_arena("the roots")
     except StaleValueError:  # a discarded root would draw whatever node now holds its slot
