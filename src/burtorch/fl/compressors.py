@@ -47,7 +47,7 @@ class Message:
 
     __slots__ = ("d", "indices", "values", "bits")
 
-    def __init__(self, d: int, values: np.ndarray, bits: int, indices: np.ndarray | None = None):
+    def __init__(self, d: int, values: np.ndarray, bits: int, indices: np.ndarray | None = None) -> None:
         self.d, self.values, self.bits, self.indices = d, values, bits, indices
 
     @property
@@ -162,15 +162,15 @@ class Identity(Compressor):
     omega = 0.0
     alpha = 1.0
 
-    def _compress(self, x, seed):
+    def _compress(self, x: np.ndarray, seed: int) -> Message:
         return Message(self.d, x.copy(), self.bits)
 
     @property
-    def bits(self):
+    def bits(self) -> int:
         return self.d * self.float_bits
 
     @property
-    def floats(self):
+    def floats(self) -> int:
         return self.d
 
 
@@ -185,14 +185,14 @@ class _Sparsifier(Compressor):
         return np.empty(self.k, dtype=np.int64), np.empty(self.k, dtype=x.dtype)
 
     @property
-    def bits(self):
+    def bits(self) -> int:
         return self.k * (self.float_bits + index_bits(self.d))
 
     @property
-    def floats(self):
+    def floats(self) -> int:
         return self.k
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return f"k={self.k}, "
 
 
@@ -205,7 +205,7 @@ class RandK(_Sparsifier):
         super().__init__(d, k, float_bits, seed)
         self.omega = self.d / self.k - 1.0
 
-    def _compress(self, x, seed):
+    def _compress(self, x: np.ndarray, seed: int) -> Message:
         idx, val = self._buffers(x)
         _native.rand_k(x, self.k, seed, idx, val)
         return Message(self.d, val, self.bits, idx)
@@ -218,7 +218,7 @@ class TopK(_Sparsifier):
         super().__init__(d, k, float_bits, seed)
         self.alpha = self.k / self.d
 
-    def _compress(self, x, seed):
+    def _compress(self, x: np.ndarray, seed: int) -> Message:
         idx, val = self._buffers(x)
         _native.top_k(x, self.k, idx, val)
         return Message(self.d, val, self.bits, idx)
@@ -236,14 +236,14 @@ class RandSeqK(_Sparsifier):
         super().__init__(d, k, float_bits, seed)
         self.omega = self.d / self.k - 1.0
 
-    def _compress(self, x, seed):
+    def _compress(self, x: np.ndarray, seed: int) -> Message:
         val = np.empty(self.k, dtype=x.dtype)
         start = _native.rand_seq_k(x, self.k, seed, val)
         idx = (start + np.arange(self.k, dtype=np.int64)) % self.d
         return Message(self.d, val, self.bits, idx)
 
     @property
-    def bits(self):
+    def bits(self) -> int:
         return self.k * self.float_bits + index_bits(self.d)
 
 
@@ -264,17 +264,17 @@ class Natural(Compressor):
         if self.float_bits not in _EXPONENT_BITS:
             raise ValueError(f"natural compression needs float_bits in {sorted(_EXPONENT_BITS)}, got {float_bits}")
 
-    def _compress(self, x, seed):
+    def _compress(self, x: np.ndarray, seed: int) -> Message:
         out = np.empty_like(x)
         _native.natural(x, seed, out)
         return Message(self.d, out, self.bits)
 
     @property
-    def bits(self):
+    def bits(self) -> int:
         return self.d * (1 + _EXPONENT_BITS[self.float_bits])
 
     @property
-    def floats(self):
+    def floats(self) -> int:
         return 0
 
 
@@ -290,20 +290,20 @@ class RandomDithering(Compressor):
         self.s = check_int("s", s, 1, 2 ** 31)
         self.omega = min(self.d / self.s ** 2, math.sqrt(self.d) / self.s)
 
-    def _compress(self, x, seed):
+    def _compress(self, x: np.ndarray, seed: int) -> Message:
         out = np.empty_like(x)
         _native.dither(x, self.s, seed, out)
         return Message(self.d, out, self.bits)
 
     @property
-    def bits(self):
+    def bits(self) -> int:
         return self.float_bits + self.d * (1 + math.ceil(math.log2(self.s + 1)))
 
     @property
-    def floats(self):
+    def floats(self) -> int:
         return 1
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return f"s={self.s}, "
 
 
@@ -320,15 +320,15 @@ class Scaled(Compressor):
         self.inner = inner
         self.alpha = 1.0 / (inner.omega + 1.0)
 
-    def _compress(self, x, seed):
+    def _compress(self, x: np.ndarray, seed: int) -> Message:
         return self.inner._compress(x, seed).scaled(self.alpha)
 
     @property
-    def bits(self):
+    def bits(self) -> int:
         return self.inner.bits
 
     @property
-    def floats(self):
+    def floats(self) -> int:
         return self.inner.floats
 
     def __repr__(self) -> str:

@@ -81,10 +81,10 @@ class Executor:
 class SerialExecutor(Executor):
     name = "serial"
 
-    def start(self, problem, method):
+    def start(self, problem: Problem, method: Method) -> None:
         self.group = ClientGroup(problem, method, range(problem.n_clients))
 
-    def run(self, ctx, participants, evaluate):
+    def run(self, ctx: Round, participants: list[int], evaluate: bool) -> list[Reply]:
         return self.group.run(ctx, participants, evaluate)
 
     def state_of(self, client: int) -> dict[str, Any]:
@@ -125,7 +125,7 @@ class ProcessExecutor(Executor):
         self.conns: list[Connection] = []
         self.blocks: list[list[int]] = []
 
-    def start(self, problem, method):
+    def start(self, problem: Problem, method: Method) -> None:
         check_picklable(problem, method)
         mp = multiprocessing.get_context("spawn")  # no inherited arenas or threads
         self.blocks = blocks(problem.n_clients, self.workers)
@@ -139,7 +139,7 @@ class ProcessExecutor(Executor):
         for conn in self.conns:
             _answer(conn, "starting")
 
-    def run(self, ctx, participants, evaluate):
+    def run(self, ctx: Round, participants: list[int], evaluate: bool) -> list[Reply]:
         chosen = set(participants)
         asked = []
         for conn, ids in zip(self.conns, self.blocks):
@@ -150,7 +150,7 @@ class ProcessExecutor(Executor):
         replies = [r for conn in asked for r in _answer(conn, f"running round {ctx.t}")]
         return sorted(replies, key=lambda r: r.client)
 
-    def close(self):
+    def close(self) -> None:
         for conn in self.conns:
             try:
                 conn.send(("stop",))
@@ -163,7 +163,7 @@ class ProcessExecutor(Executor):
                 proc.join()
         self.procs, self.conns = [], []
 
-    def settings(self):
+    def settings(self) -> dict[str, Any]:
         return {"executor": self.name, "workers": len(self.blocks) or self.workers}
 
 

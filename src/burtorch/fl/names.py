@@ -20,7 +20,7 @@ class NamesProblem(SampleProblem):
 
     def __init__(self, words: list[str], n_clients: int, hidden: int = 64, block: int = 16, emb: int = 64,
                  max_samples: int | None = 256, split: str = "label", alpha: float = 0.5, seed: int = 0,
-                 chunk: int = 64, source: str = "words"):
+                 chunk: int = 64, source: str = "words") -> None:
         first_letters = [w[0] for w in words]
         parts = splits.split(first_letters, n_clients, split, alpha, seed)
         vocab_source = WordDataset(words, block)  # one tokenizer for every client

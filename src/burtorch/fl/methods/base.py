@@ -26,7 +26,9 @@ if TYPE_CHECKING:
     from ..problem import Smoothness
 
 
-def check_lr(lr, name="lr"):
+# The checks return Any on purpose: lr, p, batch and the like are None until bind() fills them in,
+# a two-phase set-up that annotations cannot express; the methods read them after bind().
+def check_lr(lr: Any, name: str = "lr") -> Any:
     if lr is None:
         return None
     if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not math.isfinite(lr) or lr <= 0:
@@ -34,7 +36,7 @@ def check_lr(lr, name="lr"):
     return float(lr)
 
 
-def check_probability(name, p):
+def check_probability(name: str, p: Any) -> Any:
     if p is None:
         return None
     if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 < p <= 1.0:
@@ -42,7 +44,7 @@ def check_probability(name, p):
     return float(p)
 
 
-def check_batch(batch):
+def check_batch(batch: Any) -> Any:
     if batch is None:
         return None
     if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:

@@ -23,9 +23,17 @@ form up to the minibatch variance (it converges to a neighbourhood); the default
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from ..compressors import Compressor, full_message
 from .base import Method, mean_of
+
+if TYPE_CHECKING:
+    from ..client import Oracle, Reply, Round
+    from ..compressors import Message
+    from ..problem import Smoothness
 
 
 def ef21_lr(L: float, L_tilde: float, alpha: float) -> float:
@@ -49,10 +57,10 @@ class EF21(Method):
             raise ValueError(f"init must be 'full' or 'compressed', got {init!r}")
         self.init = init
 
-    def theory_lr(self, sm, n, participation):
+    def theory_lr(self, sm: Smoothness, n: int, participation: float) -> float | None:
         return ef21_lr(sm.L, sm.L_tilde, self.alpha * participation)
 
-    def client(self, state, oracle, ctx):
+    def client(self, state: dict[str, Any], oracle: Oracle, ctx: Round) -> Message:
         _, grad = self.local_gradient(oracle)
         if "g" not in state:
             if self.init == "full":
@@ -65,7 +73,7 @@ class EF21(Method):
         msg.add_to(state["g"])
         return msg
 
-    def absorb(self, x, server, replies, ctx):
+    def absorb(self, x: np.ndarray, server: dict[str, Any], replies: list[Reply], ctx: Round) -> np.ndarray:
         n = ctx.n_clients
         if server["g"] is None:
             server["g"] = mean_of(replies, n, len(x))
@@ -73,5 +81,5 @@ class EF21(Method):
             server["g"] = server["g"] + mean_of(replies, n, len(x))
         return x
 
-    def settings(self):
+    def settings(self) -> dict[str, Any]:
         return {**super().settings(), "init": self.init}
