@@ -11,6 +11,21 @@ from .estimator import GradientEstimator
 
 
 class PAGE(GradientEstimator):
+    """PAGE over one data set (see the module docstring).
+
+    Args:
+        model: a :class:`burtorch.nn.Module`.
+        data: the data set (a sequence of samples).
+        lr: the step size.
+        batch_size: the minibatch of the rounds that add a gradient difference to the estimate.
+        p: the probability of a full-gradient round (default: b / (m + b), m the data size).
+        loss_fn: ``loss_fn(model, sample) -> Value``; default ``model.loss(*sample)``.
+        seed: the coin's seed; default :func:`burtorch.seeding.next_seed`.
+
+    Raises:
+        ValueError, TypeError: empty data, a batch larger than the data, a bad p.
+    """
+
     method: methods.PAGE
 
     def __init__(self, model: Any, data: Sequence[Any], lr: float, batch_size: int, p: float | None = None,
