@@ -72,7 +72,7 @@ class Message:
     def scaled(self, factor: float) -> Message:
         return Message(self.d, self.values * factor, self.bits, self.indices)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         kind = "dense" if self.indices is None else f"{len(self.indices)} of"
         return f"Message({kind} d={self.d}, bits={self.bits})"
 

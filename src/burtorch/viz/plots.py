@@ -138,7 +138,8 @@ def _list_literal(xs: Iterable[float]) -> str:
     return "[" + ", ".join(_literal(x) for x in xs) + "]"
 
 
-def _sample(fn, lo: float, hi: float, points: int, with_grad: bool):
+def _sample(fn: Callable[[Any], Any], lo: float, hi: float, points: int,
+            with_grad: bool) -> tuple[list[float], list[float], list[float] | None]:
     """Samples ``fn`` (float -> number or Value) on a grid; with_grad also returns d fn / d x."""
     xs = [lo + (hi - lo) * i / (points - 1) for i in range(points)]
     if not with_grad:
