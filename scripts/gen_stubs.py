@@ -20,7 +20,7 @@ PREFIX = r"burtorch\._core\."
 # Aliases the bindings' nb::sig strings refer to.
 HEADER = """\
 from collections.abc import Sequence
-from typing import Any, Protocol, TypeAlias, overload
+from typing import Any, Literal, Protocol, TypeAlias, overload
 
 class _ArrayLike(Protocol):
     def __array__(self, *args: Any, **kwargs: Any) -> Any: ...
@@ -93,8 +93,44 @@ REDUCTIONS = ("reduce_sum", "reduce_sub", "reduce_mul", "reduce_mean", "reduce_s
               "reduce_mean_squares", "reduce_negative_mean", "variance", "variance_biased")
 
 
+# Functions whose result type depends on an argument: one nb::sig describes one signature, so
+# their overloads live here (the binding's own signature is the last, catch-all one).
+_ATTENTION_ARGS = "q: VectorLike, k: VectorLike, v: VectorLike, causal: bool = True, scale: float | None = None"
+_MHA_ARGS = "qkv: VectorLike, heads: int, causal: bool = True, scale: float | None = None"
+OVERLOAD_SIGNATURES = {
+    "Vector\\.__getitem__": [
+        "def __getitem__(self, key: int, /) -> Value | Vector: ...",
+        "def __getitem__(self, key: slice, /) -> Vector: ...",
+    ],
+    "attention": [
+        f"def attention({_ATTENTION_ARGS}, return_weights: Literal[False] = False) -> Vector: ...",
+        f"def attention({_ATTENTION_ARGS}, *, return_weights: Literal[True]) -> tuple[Vector, Vector]: ...",
+        f"def attention({_ATTENTION_ARGS}, return_weights: bool = False) -> Vector | tuple[Vector, Vector]: ...",
+    ],
+    "multi_head_attention": [
+        f"def multi_head_attention({_MHA_ARGS}, return_weights: Literal[False] = False, sequences: int = 1)"
+        " -> Vector: ...",
+        f"def multi_head_attention({_MHA_ARGS}, *, return_weights: Literal[True], sequences: int = 1)"
+        " -> tuple[Vector, list[Vector]]: ...",
+        f"def multi_head_attention({_MHA_ARGS}, return_weights: bool = False, sequences: int = 1)"
+        " -> Vector | tuple[Vector, list[Vector]]: ...",
+    ],
+}
+
+
 def pattern(name: str, lines: list[str]) -> str:
     return PREFIX + name + "$:\n" + "".join("    " + line + "\n" for line in lines) + "\n"
+
+
+def overloads() -> str:
+    text = ""
+    for name, signatures in OVERLOAD_SIGNATURES.items():
+        lines = []
+        for sig in signatures:
+            lines += ["@overload", sig]
+        lines[-1] = lines[-1].removesuffix(" ...")  # the docstring goes under the catch-all one
+        text += pattern(name, lines + [r"\doc"])
+    return text
 
 
 def patterns(core) -> str:
@@ -120,6 +156,8 @@ def patterns(core) -> str:
         "def inner_product_with_bias(x: Sequence[Number], w: Sequence[Number], b: Number, /) -> Value:", r"\doc"])
     text += pattern("leaky_relu", ["def leaky_relu(x: Value, slope: float = 0.01, /) -> Value:", r"\doc"])
     text += pattern("mul_by_constant", ["def mul_by_constant(x: Value, c: float, /) -> Value:", r"\doc"])
+    text += pattern("(_unary_ops|_binary_ops)", [r"\1: tuple[str, ...]"])
+    text += overloads()
     return text
 
 
@@ -133,7 +171,9 @@ def main(stage: str, out: str) -> None:
         with open(pat, "w", encoding="utf-8") as f:
             f.write(patterns(core))
         os.makedirs(out, exist_ok=True)
-        stubgen.main(["-q", "-i", stage, "-m", "burtorch._core", "-r", "-O", out, "-p", pat,
+        # -P: the package's own modules call names that stubgen counts as private (init_,
+        # _push_mode); without them in the stub every such call is a type error.
+        stubgen.main(["-q", "-P", "-i", stage, "-m", "burtorch._core", "-r", "-O", out, "-p", pat,
                       "-M", os.path.join(out, "py.typed")])
 
 

@@ -6,6 +6,9 @@ nodes and records, ``backward()`` sweeps the records once in reverse, and ``chec
 """
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
 from . import _core
 from ._core import (  # noqa: F401  (re-exported API: the engine, its types and every op)
     AnomalyError,
@@ -89,8 +92,14 @@ from .seeding import manual_seed  # noqa: E402,F401
 # library and are never loaded by it.
 _LAZY_MODULES = ("io", "viz", "views", "introspect", "nn", "optim", "data", "oracle", "seeding", "program")
 
+if TYPE_CHECKING:  # what the lazy loader below returns, as type checkers should see it
+    from . import data, introspect, io, nn, optim, oracle, seeding, views, viz  # noqa: F401
+    from .introspect import memory_report  # noqa: F401
+    from .oracle import grad_oracle  # noqa: F401
+    from .views import load_array, numpy_view  # noqa: F401
 
-def __getattr__(name):
+
+def __getattr__(name: str) -> Any:
     import importlib
 
     if name in _LAZY_MODULES:
@@ -121,19 +130,21 @@ class scope:
 
     __slots__ = ("_arena", "_cp")
 
-    def __init__(self, arena: Arena | None = None):
+    def __init__(self, arena: Arena | None = None) -> None:
         self._arena = arena
-        self._cp = None
+        self._cp: Checkpoint | None = None
 
     def __enter__(self) -> Checkpoint:
-        self._cp = checkpoint(self._arena)
-        return self._cp
+        cp = self._cp = checkpoint(self._arena)
+        return cp
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
+        if self._cp is None:
+            raise TypeError("scope.__exit__() without __enter__()")
         rewind(self._cp)
 
 
-def backward(root: Value, seed: float = 1.0, wrt=None) -> None:
+def backward(root: Value, seed: float = 1.0, wrt: Sequence[Value] | None = None) -> None:
     """Reverse sweep from ``root``; the same as ``root.backward(seed, wrt)``.
 
     Args:
@@ -149,7 +160,7 @@ def backward(root: Value, seed: float = 1.0, wrt=None) -> None:
     root.backward(seed, wrt)
 
 
-def reserve(nodes: int, dtype=None) -> None:
+def reserve(nodes: int, dtype: DType | str | None = None) -> None:
     """Commits memory for ``nodes`` nodes in the thread's current arena of ``dtype`` up front.
 
     Raises:
@@ -160,12 +171,12 @@ def reserve(nodes: int, dtype=None) -> None:
     current_arena(dtype).reserve(nodes)
 
 
-def stats(dtype=None) -> dict:
+def stats(dtype: DType | str | None = None) -> dict[str, Any]:
     """Nodes, records and bytes by category of the thread's current arena of ``dtype`` (a dict)."""
     return current_arena(dtype).stats()
 
 
-def zero_grad(values) -> None:
+def zero_grad(values: Iterable[Value]) -> None:
     """Sets the grad of every Value in ``values`` (any iterable of Values) to 0."""
     for v in values:
         v.grad = 0.0
@@ -178,14 +189,14 @@ class labels:
     cost no memory and no time.
     """
 
-    def __init__(self, enabled: bool = True):
+    def __init__(self, enabled: bool = True) -> None:
         self._previous = _core.labels_enabled()
         _core.set_labels(bool(enabled))
 
     def __enter__(self) -> labels:
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         _core.set_labels(self._previous)
 
     @staticmethod

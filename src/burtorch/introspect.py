@@ -8,11 +8,14 @@ share, bytes per node, and the memory committed from the OS. It reads only ``are
 from __future__ import annotations
 
 import sys
+from typing import IO, Any, Literal
+
+from ._core import Arena
 
 _CATEGORIES = ("values", "grads", "generations", "sweep_bounds", "records", "args", "labels")
 
 
-def human_bytes(n: int) -> str:
+def human_bytes(n: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB"):
         if n < 1024 or unit == "GiB":
             return f"{n} B" if unit == "B" else f"{n:.1f} {unit}"
@@ -20,7 +23,7 @@ def human_bytes(n: int) -> str:
     raise AssertionError("unreachable")
 
 
-def format_stats(stats: dict, title: str = "") -> str:
+def format_stats(stats: dict[str, Any], title: str = "") -> str:
     """The text of a memory report for one ``arena.stats()`` dict."""
     nodes = stats["nodes"]
     in_use = stats["bytes_in_use"]
@@ -42,7 +45,7 @@ def format_stats(stats: dict, title: str = "") -> str:
     return "\n".join(lines)
 
 
-def memory_report(arena=None, file=None) -> str:
+def memory_report(arena: Arena | None = None, file: IO[str] | Literal[False] | None = None) -> str:
     """Prints a memory report of ``arena`` (default: the thread's float32 and float64 arenas).
 
     Returns the text; ``file`` defaults to stdout (pass ``file=False`` to only return it).

@@ -2,8 +2,12 @@
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
 
 from . import _core
+
+_F = TypeVar("_F", bound=Callable[..., Any])
 
 
 class _ThreadMode:
@@ -11,20 +15,20 @@ class _ThreadMode:
 
     _name = ""
 
-    def __enter__(self):
+    def __enter__(self) -> _ThreadMode:
         _core._push_mode(self._name, 1)
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         _core._push_mode(self._name, -1)
 
-    def __call__(self, fn):
+    def __call__(self, fn: _F) -> _F:
         @functools.wraps(fn)
-        def wrapper(*args, **kwargs):
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
             with type(self)():
                 return fn(*args, **kwargs)
 
-        return wrapper
+        return cast(_F, wrapper)  # wraps() keeps fn's name and signature
 
 
 class no_grad(_ThreadMode):

@@ -13,7 +13,27 @@ it writes (a rewind may happen between the two). A list made only of Values keep
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any, Protocol, TypeAlias, TypeGuard
+
 from ._core import Arena, StaleValueError, Value
+
+
+class NodeView(Protocol):
+    """A view of nodes: a ``bt.Vector``, or anything with ``.arena`` and ``.spans``."""
+
+    @property
+    def arena(self) -> Arena: ...
+
+    @property
+    def spans(self) -> list[tuple[int, int]]: ...
+
+
+NodeRange: TypeAlias = "tuple[Arena, int, int]"
+Node: TypeAlias = "Value | NodeRange | NodeView"
+Nodes: TypeAlias = "Node | Sequence[Node]"
+# (arena, first, last, the Value it came from or None)
+Segment: TypeAlias = "tuple[Arena, int, int, Value | None]"
 
 FORMS = ("a Value, a list of Values, an (arena, first, last) range or a Vector "
          "(anything with .arena and .spans)")
@@ -33,7 +53,8 @@ class Selection:
 
     __slots__ = ("dtype", "count", "values", "segments", "views")
 
-    def __init__(self, dtype, count, values, segments, views):
+    def __init__(self, dtype: str, count: int, values: Sequence[Value] | None, segments: list[Segment] | None,
+                 views: Sequence[NodeView]) -> None:
         self.dtype = dtype
         self.count = count
         self.values = values
@@ -54,7 +75,7 @@ class Selection:
             return
         for view in self.views:
             _check_view(view)
-        for arena, first, last, handle in self.segments:
+        for arena, first, last, handle in self.segments or ():
             if handle is not None:
                 if not handle.alive:
                     raise StaleValueError(f"the Value at slot {first} was discarded by a rewind")
@@ -62,7 +83,7 @@ class Selection:
                 raise IndexError(f"node range [{first}, {last}) is outside the arena's "
                                  f"{arena.num_nodes} nodes (was it rewound?)")
 
-    def single_arena(self, what: str = "these nodes"):
+    def single_arena(self, what: str = "these nodes") -> tuple[Arena, list[tuple[int, int]]]:
         """``(arena, [(first, last), ...])`` with neighbouring spans merged.
 
         Raises:
@@ -70,11 +91,11 @@ class Selection:
         """
         segments = self.segments
         if segments is None:
-            segments = [(v.arena, v.index, v.index + 1, v) for v in self.values]
+            segments = [(v.arena, v.index, v.index + 1, v) for v in self.values or ()]
         arena = segments[0][0]
         if any(s[0] is not arena for s in segments):
             raise ValueError(f"{what} belong to different arenas")
-        spans = []
+        spans: list[tuple[int, int]] = []
         for _, first, last, _ in segments:
             if spans and spans[-1][1] == first:
                 spans[-1] = (spans[-1][0], last)
@@ -83,7 +104,7 @@ class Selection:
         return arena, spans
 
 
-def select(nodes) -> Selection:
+def select(nodes: Nodes) -> Selection:
     """Resolves ``nodes`` (see the module docstring for the forms) into a :class:`Selection`.
 
     Raises:
@@ -92,6 +113,7 @@ def select(nodes) -> Selection:
         IndexError: a range outside its arena.
         StaleValueError: a Value or a Vector discarded by a rewind.
     """
+    items: Sequence[Any]
     if type(nodes) is list or type(nodes) is tuple:
         if nodes and all(type(v) is Value for v in nodes):
             dtype = nodes[0].dtype
@@ -109,7 +131,8 @@ def select(nodes) -> Selection:
             items = nodes
     else:
         items = (nodes,)
-    segments, views = [], []
+    segments: list[Segment] = []
+    views: list[NodeView] = []
     for item in items:
         if type(item) is Value:
             if not item.alive:
@@ -134,11 +157,11 @@ def select(nodes) -> Selection:
     return Selection(dtype.name, count, None, _coalesce(segments), views)
 
 
-def _is_range(obj) -> bool:
+def _is_range(obj: object) -> TypeGuard[NodeRange]:
     return type(obj) is tuple and len(obj) == 3 and isinstance(obj[0], Arena)
 
 
-def _range_segment(t):
+def _range_segment(t: NodeRange) -> Segment:
     arena, first, last = t
     if type(first) is not int or type(last) is not int:
         raise TypeError(f"a node range is (arena, first, last) with int bounds, got {t!r}")
@@ -147,16 +170,16 @@ def _range_segment(t):
     return (arena, first, last, None)
 
 
-def _check_view(view) -> None:
+def _check_view(view: NodeView) -> None:
     if getattr(view, "alive", True) is False:
         spans = list(view.spans)
         where = f"slot {spans[0][0]}" if spans else "no slots"
         raise StaleValueError(f"a view of {len(spans)} span(s) from {where} was discarded by a rewind")
 
 
-def _coalesce(segments) -> list:
+def _coalesce(segments: list[Segment]) -> list[Segment]:
     """Merges neighbouring ranges of one arena so each needs one native copy (Values stay apart)."""
-    out = []
+    out: list[Segment] = []
     for seg in segments:
         if out:
             arena, first, last, handle = out[-1]

@@ -5,11 +5,20 @@ Parameters live below a checkpoint; for each sample the graph is built, swept ba
 that of one sample's graph, whatever the batch size. :func:`mean_loss` is the same loop without
 backward: the one evaluation loop of the trainer, the research estimators and the benchmarks.
 """
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
 from . import _core
 from .modes import no_grad
 
+# A model is duck-typed (parameter_vector(), loss(*sample), loss_batch(samples)); so is a sample.
+LossFn = Callable[[Any, Any], _core.Value]
 
-def grad_oracle(model, batch, loss_fn=None, zero_grad: bool = True, chunk: int = 1, compile: bool = False) -> float:
+
+def grad_oracle(model: Any, batch: Sequence[Any], loss_fn: LossFn | None = None, zero_grad: bool = True,
+                chunk: int = 1, compile: bool = False) -> float:
     """Accumulates the gradient of the mean loss over ``batch`` into the parameters' grads.
 
     Args:
@@ -51,7 +60,8 @@ def grad_oracle(model, batch, loss_fn=None, zero_grad: bool = True, chunk: int =
                   weight=lambda s: 1, zero_grad=zero_grad)
 
 
-def _sweep(model, items, n, loss_of, weight, zero_grad) -> float:
+def _sweep(model: Any, items: Iterable[Any], n: int, loss_of: Callable[[Any], Any], weight: Callable[[Any], int],
+           zero_grad: bool) -> float:
     """For each item: loss_of(item) (the mean over its weight(item) samples), backward with seed
     weight/n, rewind."""
     if n == 0:
@@ -80,7 +90,7 @@ def _sweep(model, items, n, loss_of, weight, zero_grad) -> float:
     return total / n
 
 
-def mean_loss(model, samples, loss_fn=None) -> float:
+def mean_loss(model: Any, samples: Sequence[Any], loss_fn: LossFn | None = None) -> float:
     """The mean loss over ``samples`` from forward passes only.
 
     Each sample's graph is discarded as soon as its loss is read, so memory is that of one sample;

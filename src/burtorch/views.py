@@ -22,15 +22,20 @@ numpy is imported only when these functions are called.
 """
 from __future__ import annotations
 
-from .node_selection import select
+from typing import TYPE_CHECKING, Any, cast
+
+from .node_selection import Nodes, select
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
-def _check_what(what):
+def _check_what(what: str) -> None:
     if what not in ("values", "grads"):
         raise ValueError(f"what must be 'values' or 'grads', got {what!r}")
 
 
-def numpy_view(x, what: str = "values", writable: bool = False, copy: bool = False):
+def numpy_view(x: Nodes, what: str = "values", writable: bool = False, copy: bool = False) -> np.ndarray:
     """A 1-D numpy array over the values (or grads) of the nodes of ``x``.
 
     Args:
@@ -50,7 +55,7 @@ def numpy_view(x, what: str = "values", writable: bool = False, copy: bool = Fal
     arena, spans = select(x).single_arena()
     if len(spans) == 1:
         first, last = spans[0]
-        return arena.numpy(first, last, what, writable)
+        return cast("np.ndarray", arena.numpy(first, last, what, writable))  # the stub says object
     if not copy:
         raise ValueError(f"these nodes lie in {len(spans)} separate spans, so no single zero-copy array "
                          "covers them; pass copy=True for a copy, or take a view of each span")
@@ -59,7 +64,7 @@ def numpy_view(x, what: str = "values", writable: bool = False, copy: bool = Fal
     return np.concatenate([arena.numpy(first, last, what, False) for first, last in spans])
 
 
-def load_array(x, data, what: str = "values") -> None:
+def load_array(x: Nodes, data: Any, what: str = "values") -> None:
     """Copies numbers into the values or grads of the nodes of ``x`` in bulk.
 
     Numbers are converted to the arena's dtype; everything is checked before anything is

@@ -8,6 +8,7 @@ import random
 import sys
 import time
 from dataclasses import asdict
+from typing import Any
 
 from .arguments import non_negative_int, positive_float, positive_int
 from .trainer import History, sample_text, train, uniform_loss
@@ -253,6 +254,8 @@ def _main(args) -> int:
         items, digest = _read_data(args.model, data_path)
     except (OSError, ValueError) as e:
         raise UsageError(str(e)) from None
+    train_items: Any  # words for the MLP, text for the GPT
+    val_items: Any
     if args.model == "mlp":
         train_items, val_items = data.split(items, 0.1, seed=0)
         tok = data.CharTokenizer("".join(items), specials=".")
@@ -275,6 +278,8 @@ def _main(args) -> int:
         raise UsageError(f"{args.resume} is at step {start}, beyond --steps {steps}")
 
     bt.manual_seed(run["seed"])  # initialisation and every default-seeded sampler follow --seed
+    train_set: data.WordDataset | data.TextDataset
+    val_set: data.WordDataset | data.TextDataset
     if args.model == "mlp":
         train_set = data.WordDataset(train_items, cfg["block"], tok)
         val_set = data.WordDataset(val_items, cfg["block"], tok)
@@ -295,9 +300,9 @@ def _main(args) -> int:
             io.load_state_dict_bytes(ckpt.model_state, model)  # checks everything before writing
         except FormatError as e:
             raise UsageError(f"{args.resume}: the model state does not fit: {e}") from None
-        optimizer.load_state_dict({"steps": meta["optimizer_steps"], "buffers": ckpt.optimizer_buffers})
-        history = History(**meta["history"])
-        rng.setstate(_tuplify(meta["rng"]))
+        optimizer.load_state_dict({"steps": ckpt.meta["optimizer_steps"], "buffers": ckpt.optimizer_buffers})
+        history = History(**ckpt.meta["history"])
+        rng.setstate(_tuplify(ckpt.meta["rng"]))
 
     save_path = args.save or args.resume or f"burtorch-{args.model}.ckpt"
 

@@ -16,6 +16,7 @@ import statistics
 import subprocess
 import sys
 import time
+from typing import Any
 
 
 def _names_problem(clients: int, hidden: int, max_samples: int, data=None):
@@ -86,7 +87,7 @@ def main(argv=None) -> int:
 
     from ..fl import EF21, TopK
 
-    results = {"settings": vars(args), "mlp": [], "tiny": []}
+    results: dict[str, Any] = {"settings": vars(args), "mlp": [], "tiny": []}
     problem = _names_problem(args.clients, args.hidden, args.max_samples, args.data)
     d = len(problem.initial_point(1))
     make = lambda: EF21(0.1, TopK(d, args.k))  # noqa: E731

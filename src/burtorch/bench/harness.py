@@ -13,6 +13,7 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 from . import frameworks as fw
 from .child import PREFIX
@@ -29,7 +30,7 @@ THREAD_ENV = {
 # the preset says "all" (the paper preset) or the user names the configs.
 COMPILING = ("torch-compile", "mlx-compile")
 
-PRESETS = {
+PRESETS: dict[str, dict[str, dict[str, Any]]] = {
     # name: per-workload settings; budget_s lets slow peers measure fewer iterations per run
     "quick": {
         "tiny": {"n": 5_000, "reps": 3, "warmup": 200, "budget_s": 0.5},
@@ -96,8 +97,8 @@ def configs_for(workload: str, entry: fw.Entry, preset: str, overrides: dict) ->
         if subset is not None:
             grid = [eb for eb in grid if eb in subset]
         return [{**base, "e": int(e), "b": int(b)} for e, b in grid]
-    grid = list(batches) if subset is None else [b for b in batches if b in subset]
-    return [{**base, "b": int(b)} for b in grid]
+    sizes = list(batches) if subset is None else [b for b in batches if b in subset]
+    return [{**base, "b": int(b)} for b in sizes]
 
 
 def plan(workloads, entries, preset="full", overrides=None, against=()) -> tuple[list, list]:
@@ -140,6 +141,7 @@ def run_job(job: Job, cpu=None, timeout: float = 900.0) -> dict:
         timer.start()
         init_s, result = None, None
         try:
+            assert proc.stdout is not None  # stdout=PIPE
             for line in proc.stdout:
                 if not line.startswith(PREFIX):
                     continue

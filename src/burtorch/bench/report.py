@@ -10,6 +10,7 @@ import json
 import statistics
 import sys
 from pathlib import Path
+from typing import Any
 
 from ..io.atomic import write_atomic
 from ..viz.plots import save_figure
@@ -46,7 +47,7 @@ def scaled(row: dict, phase: str) -> tuple:
 
 def groups(runs: list) -> list:
     """[(workload, config_key, rows)] in workload order, rows in run order."""
-    out = {}
+    out: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for r in runs:
         out.setdefault((r["workload"], config_key(r.get("config") or {})), []).append(r)
     order = {w: i for i, w in enumerate(WORKLOAD_ORDER)}
@@ -176,7 +177,7 @@ def render_markdown(doc: dict, png_names: dict | None = None) -> str:
             current = workload
             out.append(f"\n### {spec.title}\n")
             out.append(f"Timed region: {spec.timed_region}. Agreement: {spec.agreement_rule}.\n")
-            regions = {}
+            regions: dict[str, str] = {}
             for r in (x for _, _, rs in groups(doc["runs"]) for x in rs):
                 if r["workload"] == workload and r["status"] == "ok":
                     regions.setdefault(r["name"], r["timed_region"])
@@ -218,7 +219,7 @@ def _bars(ax, categories, series, ylabel, title) -> None:
 
 def _panels(workload: str, cfgs: list) -> dict:
     """{panel title: (categories, {framework: {category: median}})}; W4 gets one panel per b."""
-    panels = {}
+    panels: dict[str, Any] = {}
     for ckey, rows in cfgs:
         parts = dict(p.split("=") for p in ckey.split() if "=" in p)
         if workload == "mlp":
@@ -247,7 +248,8 @@ def render_png(doc: dict, out_dir: Path) -> dict:
     except ImportError:
         return {}
     out_dir.mkdir(parents=True, exist_ok=True)
-    written, by_workload = {}, {}
+    written: dict[str, Any] = {}
+    by_workload: dict[str, list[Any]] = {}
     for workload, ckey, rows in groups(doc["runs"]):
         by_workload.setdefault(workload, []).append((ckey, rows))
     for workload, cfgs in by_workload.items():
@@ -313,7 +315,7 @@ def ours_like_paper(doc: dict) -> list:
 def render_readme(doc: dict, png_names: dict, png_prefix: str = "") -> str:
     meta = doc["meta"]
     m = meta["machine"]
-    versions = {}
+    versions: dict[str, str] = {}
     for r in doc["runs"]:
         versions.update(r.get("versions") or {})
     out = [

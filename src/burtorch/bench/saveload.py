@@ -9,20 +9,23 @@ in place) next to the peers, side by side in one run, so what durability costs i
 from __future__ import annotations
 
 import argparse
+import functools
 import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from typing import Any
 
 from ..app.arguments import positive_int
 from .specs import W3_NAMES, close, w2_values
 
 
-def _variants(directory):
+def _variants(directory: str) -> list[tuple[str, Callable[[], Any]]]:
     """(name, factory) of every W3 runner available here."""
     from .frameworks import impl_burtorch
 
-    out = [
+    out: list[tuple[str, Callable[[], Any]]] = [
         ("burtorch io.save (default: atomic, durable)",
          lambda: impl_burtorch.SaveLoadRunner(directory, atomic=True, durable=True)),
         ("burtorch io.save(durable=False)",
@@ -36,7 +39,7 @@ def _variants(directory):
         except ImportError:
             print(f"{label}: not installed, skipped")
             continue
-        out.append((label, lambda mod=mod: mod.make_runner("saveload", "plain", {"dir": directory})))
+        out.append((label, functools.partial(mod.make_runner, "saveload", "plain", {"dir": directory})))
     return out
 
 

@@ -51,7 +51,7 @@ def render_summary(doc: dict, json_name: str) -> str:
                     if not s:
                         cells.append("-")
                         continue
-                    mark = "" if r.get("agrees") else " (DISAGREES)"
+                    mark = "" if r is not None and r.get("agrees") else " (DISAGREES)"
                     ratio = "" if n == "burtorch" or s["ratio"] is None else f" [{_fmt(s['ratio'], 3)}]"
                     cells.append(f"{_fmt(s['median'])}{ratio}{mark}")
                 label = ckey if len(phases) == 1 else f"{ph}" if ckey == "-" else f"{ckey} {ph}"

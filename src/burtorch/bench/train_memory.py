@@ -31,11 +31,11 @@ def main(argv=None):
                                                   "(default: $BURTORCH_DATA)")
     ap.add_argument("--steps", type=positive_int, default=20, help="training steps per process")
     args = ap.parse_args(argv)
-    shakespeare = find_data_file("tinyshakespeare.txt", args.data)
-    names = find_data_file("names.txt", args.data)
-    if shakespeare is None or names is None:
+    shakespeare_path = find_data_file("tinyshakespeare.txt", args.data)
+    names_path = find_data_file("names.txt", args.data)
+    if shakespeare_path is None or names_path is None:
         ap.error("give --data DIR (or set $BURTORCH_DATA) with names.txt and tinyshakespeare.txt")
-    shakespeare, names = str(shakespeare), str(names)
+    shakespeare, names = str(shakespeare_path), str(names_path)
     base = [sys.executable, "-m", "burtorch", "train"]
     rows = []
     for b in (1, 2, 4, 8, 16, 32, 64):

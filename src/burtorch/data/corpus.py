@@ -4,6 +4,8 @@ The default corpus is the standard library's own documentation text (`pydoc_data
 every Python installation carries, so training works offline with no download. Its words (lower-
 case letters only, 3-12 long, distinct) are the default word list for the name-generation MLP.
 """
+from __future__ import annotations
+
 import re
 
 from ..io.regular_file import read_regular
@@ -20,7 +22,7 @@ def default_text() -> str:
     return "\n".join(topics[k] for k in sorted(topics))
 
 
-def default_words() -> list:
+def default_words() -> list[str]:
     words = sorted(set(re.findall(r"\b[a-z]{3,12}\b", default_text())))
     return words
 
@@ -54,7 +56,7 @@ def read_text(path: str, limit: int = 50_000_000) -> str:
         raise ValueError(f"{path} is not UTF-8 text ({e.reason} at byte {e.start})") from None
 
 
-def read_words(path: str) -> list:
+def read_words(path: str) -> list[str]:
     """One word per line (names.txt), blank lines skipped; checks as :func:`read_text`.
 
     Raises:

@@ -1,9 +1,20 @@
 """Datasets for the two character-level models, with deterministic splits and samplers."""
+from __future__ import annotations
+
 import random
 from array import array
+from collections.abc import Iterable
+from typing import Protocol, TypeAlias, TypeVar
 
 from ..seeding import next_seed
 from .tokenizer import CharTokenizer
+
+# A makemore example: the context's token ids and the next token's id.
+WordSample: TypeAlias = "tuple[tuple[int, ...], int]"
+# A text window: the ids of block characters and of the block characters one further.
+TextSample: TypeAlias = "tuple[list[int], list[int]]"
+_Sample = TypeVar("_Sample", covariant=True)
+_T = TypeVar("_T")
 
 
 class WordDataset:
@@ -19,7 +30,8 @@ class WordDataset:
             :func:`burtorch.seeding.next_seed`.
     """
 
-    def __init__(self, words, block: int = 16, tokenizer: CharTokenizer | None = None, seed: int | None = None):
+    def __init__(self, words: Iterable[str], block: int = 16, tokenizer: CharTokenizer | None = None,
+                 seed: int | None = None) -> None:
         words = [w for w in words if w]
         if not words:
             raise ValueError("WordDataset needs at least one non-empty word")
@@ -45,16 +57,16 @@ class WordDataset:
     def vocab_size(self) -> int:
         return self.tokenizer.vocab_size
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self._tgt)
 
-    def __getitem__(self, i):
+    def __getitem__(self, i: int) -> WordSample:
         if not -len(self) <= i < len(self):
             raise IndexError(f"example {i} out of range for {len(self)} examples")
         i %= len(self)
         return (tuple(self._ctx[i * self.block:(i + 1) * self.block]), self._tgt[i])
 
-    def batch(self, b: int, rng: random.Random | None = None) -> list:
+    def batch(self, b: int, rng: random.Random | None = None) -> list[WordSample]:
         """``b`` examples drawn uniformly with replacement.
 
         Args:
@@ -75,7 +87,8 @@ class TextDataset:
         seed: as in :class:`WordDataset`.
     """
 
-    def __init__(self, text: str, block: int = 8, tokenizer: CharTokenizer | None = None, seed: int | None = None):
+    def __init__(self, text: str, block: int = 8, tokenizer: CharTokenizer | None = None,
+                 seed: int | None = None) -> None:
         if len(text) < block + 1:
             raise ValueError(f"the text has {len(text)} characters; a block of {block} needs at least {block + 1}")
         self.block = block
@@ -90,26 +103,32 @@ class TextDataset:
     def vocab_size(self) -> int:
         return self.tokenizer.vocab_size
 
-    def __len__(self):
+    def __len__(self) -> int:
         return len(self.ids) - self.block
 
-    def __getitem__(self, i):
+    def __getitem__(self, i: int) -> TextSample:
         w = self.ids[i:i + self.block + 1].tolist()
         return (w[:-1], w[1:])
 
-    def batch(self, b: int, rng: random.Random | None = None) -> list:
+    def batch(self, b: int, rng: random.Random | None = None) -> list[TextSample]:
         """``b`` windows drawn uniformly with replacement (``rng`` as in :meth:`WordDataset.batch`)."""
         return _draw(self, b, rng if rng is not None else self.rng)
 
 
-def _draw(dataset, b: int, rng: random.Random) -> list:
+class _Indexable(Protocol[_Sample]):
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, i: int, /) -> _Sample: ...
+
+
+def _draw(dataset: _Indexable[_Sample], b: int, rng: random.Random) -> list[_Sample]:
     if isinstance(b, bool) or not isinstance(b, int) or b < 1:
         raise ValueError(f"a batch needs a positive number of samples, got {b!r}")
     n = len(dataset)
     return [dataset[rng.randrange(n)] for _ in range(b)]
 
 
-def split(items, val_fraction: float = 0.1, seed: int | None = None):
+def split(items: Iterable[_T], val_fraction: float = 0.1, seed: int | None = None) -> tuple[list[_T], list[_T]]:
     """A shuffled split into (train, val) lists.
 
     Args:
@@ -131,7 +150,7 @@ def split(items, val_fraction: float = 0.1, seed: int | None = None):
     return items[k:], items[:k]
 
 
-def split_text(text: str, val_fraction: float = 0.1):
+def split_text(text: str, val_fraction: float = 0.1) -> tuple[str, str]:
     """The last `val_fraction` of the text is the validation text (as nanoGPT does)."""
     k = int(len(text) * (1 - val_fraction))
     return text[:k], text[k:]

@@ -5,6 +5,41 @@ local process pool or on Ray (see docs/federated.md).
 Names are loaded on first use, so `burtorch --help` (which imports burtorch.fl.cli) stays free of
 numpy."""
 import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # what __getattr__ below loads, as type checkers should see it
+    from . import (  # noqa: F401
+        cli,
+        client,
+        compressors,
+        executors,
+        federation,
+        libsvm,
+        logistic,
+        methods,
+        names,
+        plots,
+        problem,
+        ray_executor,
+        splits,
+        streams,
+    )
+    from .compressors import (  # noqa: F401
+        COMPRESSORS,
+        Compressor,
+        Identity,
+        Message,
+        Natural,
+        RandK,
+        RandomDithering,
+        RandSeqK,
+        Scaled,
+        TopK,
+        make_compressor,
+    )
+    from .federation import Federation  # noqa: F401
+    from .methods import DCGD, DIANA, EF21, GD, MARINA, METHODS, PAGE, FedAvg, Method, make_method  # noqa: F401
+    from .problem import ModelProblem, Problem, SampleProblem, Smoothness  # noqa: F401
 
 _HOME = {
     "Federation": "federation",
@@ -19,7 +54,7 @@ _SUBMODULES = ("client", "cli", "compressors", "executors", "federation", "libsv
                "plots", "problem", "ray_executor", "splits", "streams")
 
 
-def __getattr__(name):
+def __getattr__(name: str) -> Any:
     if name in _HOME:
         value = getattr(importlib.import_module(f".{_HOME[name]}", __name__), name)
         globals()[name] = value
@@ -29,5 +64,5 @@ def __getattr__(name):
     raise AttributeError(f"module 'burtorch.fl' has no attribute {name!r}")
 
 
-def __dir__():
+def __dir__() -> list[str]:
     return sorted(list(globals()) + __all__)

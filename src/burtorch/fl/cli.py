@@ -2,8 +2,13 @@
 record and plots against rounds and communicated bits."""
 from __future__ import annotations
 
+import functools
 import json
 import sys
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from ..app.progress import Progress
 
 # The names, spelled out so that `burtorch --help` does not import numpy (a test keeps them in
 # step with the modules that define them).
@@ -135,8 +140,7 @@ def main(args) -> int:
         progress = None if args.quiet else Progress(args.rounds, every=max(1, args.rounds // 10))
         with Federation(problem, method, args.participation, args.executor, args.workers, args.address, seed,
                         args.eval_every) as fed:
-            fed.run(args.rounds, None if progress is None else
-                    (lambda r, pr=progress: pr.update(r["round"] + 1, r.get("loss", r["oracle_loss"]) or 0.0, None)))
+            fed.run(args.rounds, None if progress is None else functools.partial(_show_round, progress))
             results.append({"label": label, "settings": fed.settings(), "records": fed.records})
         last = results[-1]["records"][-1]
         line = (f"{label}: round {last['round']}  loss {last.get('loss', float('nan')):.6g}  "
@@ -155,3 +159,7 @@ def main(args) -> int:
 
         plot_runs(results, args.plot, title=f"{problem.settings()['problem']}: {problem.n_clients} clients")
     return 0
+
+
+def _show_round(progress: Progress, record: dict[str, Any]) -> None:
+    progress.update(record["round"] + 1, record.get("loss", record["oracle_loss"]) or 0.0, None)

@@ -10,12 +10,19 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .. import _core
 from . import streams
+
+if TYPE_CHECKING:
+    from .compressors import Message
+    from .methods import Method
+    from .problem import Problem
 
 
 @dataclass
@@ -38,23 +45,23 @@ class Reply:
     local loss and gradient at x (for the run's metrics, not counted as communication)."""
 
     client: int
-    message: object
+    message: Message | None
     samples: int
     loss: float | None
-    metric: tuple | None = None
+    metric: tuple[float, np.ndarray] | None = None
 
 
 class Oracle:
     """One client's gradients in one round; full local gradients at x are computed once."""
 
-    def __init__(self, group: ClientGroup, client: int, ctx: Round):
+    def __init__(self, group: ClientGroup, client: int, ctx: Round) -> None:
         self.group, self.client, self.ctx = group, client, ctx
         self.seed, self.round = ctx.seed, ctx.t
         self.samples = 0
         self.loss_at_x: float | None = None
-        self._full = None
+        self._full: tuple[float, np.ndarray] | None = None
 
-    def gradient(self, x: np.ndarray, indices=None):
+    def gradient(self, x: np.ndarray, indices: Sequence[int] | np.ndarray | None = None) -> tuple[float, np.ndarray]:
         """(loss, gradient as a new float64 array) of the mean loss over the client's shard (or
         the samples at ``indices``) at point x."""
         loss, grad = self.group.evaluate(self.client, x, indices)
@@ -63,7 +70,7 @@ class Oracle:
             self.loss_at_x = loss
         return loss, grad
 
-    def full(self):
+    def full(self) -> tuple[float, np.ndarray]:
         if self._full is None:
             self._full = self.gradient(self.ctx.x)
         return self._full
@@ -73,17 +80,17 @@ class Oracle:
         r = streams.rng(self.seed, streams.MINIBATCH, self.client, self.round, key)
         return np.array(sorted(r.sample(range(self.group.shard_size(self.client)), b)), dtype=np.int64)
 
-    def minibatch(self, b: int, key: int = 0):
+    def minibatch(self, b: int, key: int = 0) -> tuple[float, np.ndarray]:
         return self.gradient(self.ctx.x, self.minibatch_indices(b, key))
 
 
 class ClientGroup:
     """Clients ``ids`` of ``problem`` running ``method``; lives in whichever process hosts them."""
 
-    def __init__(self, problem, method, ids):
+    def __init__(self, problem: Problem, method: Method, ids: Iterable[int]) -> None:
         self.problem, self.method = problem, method
         self.ids = list(ids)
-        self.states = {i: {} for i in self.ids}
+        self.states: dict[int, dict[str, Any]] = {i: {} for i in self.ids}
         self.arena = _core.Arena(problem.dtype)
         with self.arena:
             self.model = problem.make_model()
@@ -100,13 +107,14 @@ class ClientGroup:
         else:
             self.params.set_data(x.tolist())
 
-    def evaluate(self, i: int, x: np.ndarray, indices=None):
+    def evaluate(self, i: int, x: np.ndarray,
+                 indices: Sequence[int] | np.ndarray | None = None) -> tuple[float, np.ndarray]:
         self._load(x)
         with self.params.arena:  # the sample's nodes go where the replica's parameters are
             loss = self.problem.accumulate(self.model, self.problem.shards[i], indices)
         return loss, np.array(self.params.numpy("grads"), dtype=np.float64)
 
-    def run(self, ctx: Round, participants, evaluate: bool) -> list:
+    def run(self, ctx: Round, participants: Iterable[int], evaluate: bool) -> list[Reply]:
         """The round for this group's clients: participants compute their messages; with
         ``evaluate`` every client also reports its full local loss and gradient at x."""
         taking_part = set(participants)
@@ -122,10 +130,10 @@ class ClientGroup:
             replies.append(Reply(i, message, oracle.samples, oracle.loss_at_x, metric))
         return replies
 
-    def state_of(self, i: int) -> dict:
+    def state_of(self, i: int) -> dict[str, Any]:
         return self.states[i]
 
-    def where(self) -> tuple:
+    def where(self) -> tuple[int, str | None]:
         """(process id, Ray node id or None): where this group lives."""
         ray = sys.modules.get("ray")
         node = ray.get_runtime_context().get_node_id() if ray is not None and ray.is_initialized() else None

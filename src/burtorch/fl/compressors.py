@@ -15,6 +15,8 @@ from their own seeded stream, call after call.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -25,7 +27,7 @@ from . import streams
 _native = _core.compress
 
 
-def check_int(name, value, lo, hi=None):
+def check_int(name: str, value: Any, lo: int, hi: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise TypeError(f"{name} must be an int, got {type(value).__name__}")
     value = int(value)
@@ -45,7 +47,7 @@ class Message:
 
     __slots__ = ("d", "indices", "values", "bits")
 
-    def __init__(self, d: int, values: np.ndarray, bits: int, indices: np.ndarray | None = None):
+    def __init__(self, d: int, values: np.ndarray, bits: int, indices: np.ndarray | None = None) -> None:
         self.d, self.values, self.bits, self.indices = d, values, bits, indices
 
     @property
@@ -70,7 +72,7 @@ class Message:
     def scaled(self, factor: float) -> Message:
         return Message(self.d, self.values * factor, self.bits, self.indices)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         kind = "dense" if self.indices is None else f"{len(self.indices)} of"
         return f"Message({kind} d={self.d}, bits={self.bits})"
 
@@ -87,7 +89,7 @@ class Compressor:
     omega: float | None = None
     alpha: float | None = None
 
-    def __init__(self, d: int, float_bits: int = 32, seed: int | None = None):
+    def __init__(self, d: int, float_bits: int = 32, seed: int | None = None) -> None:
         self.d = check_int("d", d, 1)
         self.float_bits = check_int("float_bits", float_bits, 1)
         self._seed = next_seed() if seed is None else seed
@@ -97,7 +99,7 @@ class Compressor:
         """Restarts the stream used when compress() is called without a seed."""
         self._seed, self._calls = seed, 0
 
-    def _vector(self, x) -> np.ndarray:
+    def _vector(self, x: Any) -> np.ndarray:
         if isinstance(x, _core.Vector):
             raise TypeError("pass a Vector's grads as vector.numpy('grads'), or use compress_grad_(vector)")
         if isinstance(x, np.ndarray) and x.dtype in (np.float32, np.float64):
@@ -113,7 +115,7 @@ class Compressor:
             raise ValueError(f"{type(self).__name__} was built for d={self.d}, got shape {arr.shape}")
         return arr
 
-    def compress(self, x, seed: int | None = None) -> Message:
+    def compress(self, x: np.ndarray | Sequence[float], seed: int | None = None) -> Message:
         """Compresses a d-vector (numpy float32/float64 or a sequence of numbers)."""
         if seed is None:
             seed = streams.derive(self._seed, streams.STANDALONE, self._calls)
@@ -122,9 +124,9 @@ class Compressor:
 
     __call__ = compress
 
-    def compress_grad_(self, vector, seed: int | None = None) -> Message:
+    def compress_grad_(self, vector: _core.Vector, seed: int | None = None) -> Message:
         """Replaces the grads of a Vector by their compression (zero-copy when it is contiguous)."""
-        grads = vector.numpy("grads", writable=vector.contiguous)
+        grads: Any = vector.numpy("grads", writable=vector.contiguous)  # the stub says object
         msg = self.compress(grads, seed)
         if vector.contiguous:
             grads[:] = msg.dense()
@@ -145,7 +147,7 @@ class Compressor:
         """Float values in one message."""
         raise NotImplementedError
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         consts = f"omega={self.omega:g}" if self.unbiased else f"alpha={self.alpha:g}"
         return f"{type(self).__name__}(d={self.d}, {self.extra_repr()}{consts})"
 
@@ -160,37 +162,37 @@ class Identity(Compressor):
     omega = 0.0
     alpha = 1.0
 
-    def _compress(self, x, seed):
+    def _compress(self, x: np.ndarray, seed: int) -> Message:
         return Message(self.d, x.copy(), self.bits)
 
     @property
-    def bits(self):
+    def bits(self) -> int:
         return self.d * self.float_bits
 
     @property
-    def floats(self):
+    def floats(self) -> int:
         return self.d
 
 
 class _Sparsifier(Compressor):
     """Keeps k coordinates: a message is k values and k indices."""
 
-    def __init__(self, d: int, k: int, float_bits: int = 32, seed: int | None = None):
+    def __init__(self, d: int, k: int, float_bits: int = 32, seed: int | None = None) -> None:
         super().__init__(d, float_bits, seed)
         self.k = check_int("k", k, 1, self.d)
 
-    def _buffers(self, x):
+    def _buffers(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         return np.empty(self.k, dtype=np.int64), np.empty(self.k, dtype=x.dtype)
 
     @property
-    def bits(self):
+    def bits(self) -> int:
         return self.k * (self.float_bits + index_bits(self.d))
 
     @property
-    def floats(self):
+    def floats(self) -> int:
         return self.k
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return f"k={self.k}, "
 
 
@@ -199,11 +201,11 @@ class RandK(_Sparsifier):
 
     unbiased = True
 
-    def __init__(self, d: int, k: int, float_bits: int = 32, seed: int | None = None):
+    def __init__(self, d: int, k: int, float_bits: int = 32, seed: int | None = None) -> None:
         super().__init__(d, k, float_bits, seed)
         self.omega = self.d / self.k - 1.0
 
-    def _compress(self, x, seed):
+    def _compress(self, x: np.ndarray, seed: int) -> Message:
         idx, val = self._buffers(x)
         _native.rand_k(x, self.k, seed, idx, val)
         return Message(self.d, val, self.bits, idx)
@@ -212,11 +214,11 @@ class RandK(_Sparsifier):
 class TopK(_Sparsifier):
     """The k largest magnitudes (ties: lower index first): deterministic, contractive, alpha = k/d."""
 
-    def __init__(self, d: int, k: int, float_bits: int = 32, seed: int | None = None):
+    def __init__(self, d: int, k: int, float_bits: int = 32, seed: int | None = None) -> None:
         super().__init__(d, k, float_bits, seed)
         self.alpha = self.k / self.d
 
-    def _compress(self, x, seed):
+    def _compress(self, x: np.ndarray, seed: int) -> Message:
         idx, val = self._buffers(x)
         _native.top_k(x, self.k, idx, val)
         return Message(self.d, val, self.bits, idx)
@@ -230,18 +232,18 @@ class RandSeqK(_Sparsifier):
 
     unbiased = True
 
-    def __init__(self, d: int, k: int, float_bits: int = 32, seed: int | None = None):
+    def __init__(self, d: int, k: int, float_bits: int = 32, seed: int | None = None) -> None:
         super().__init__(d, k, float_bits, seed)
         self.omega = self.d / self.k - 1.0
 
-    def _compress(self, x, seed):
+    def _compress(self, x: np.ndarray, seed: int) -> Message:
         val = np.empty(self.k, dtype=x.dtype)
         start = _native.rand_seq_k(x, self.k, seed, val)
         idx = (start + np.arange(self.k, dtype=np.int64)) % self.d
         return Message(self.d, val, self.bits, idx)
 
     @property
-    def bits(self):
+    def bits(self) -> int:
         return self.k * self.float_bits + index_bits(self.d)
 
 
@@ -257,22 +259,22 @@ class Natural(Compressor):
     unbiased = True
     omega = 1.0 / 8.0
 
-    def __init__(self, d: int, float_bits: int = 32, seed: int | None = None):
+    def __init__(self, d: int, float_bits: int = 32, seed: int | None = None) -> None:
         super().__init__(d, float_bits, seed)
         if self.float_bits not in _EXPONENT_BITS:
             raise ValueError(f"natural compression needs float_bits in {sorted(_EXPONENT_BITS)}, got {float_bits}")
 
-    def _compress(self, x, seed):
+    def _compress(self, x: np.ndarray, seed: int) -> Message:
         out = np.empty_like(x)
         _native.natural(x, seed, out)
         return Message(self.d, out, self.bits)
 
     @property
-    def bits(self):
+    def bits(self) -> int:
         return self.d * (1 + _EXPONENT_BITS[self.float_bits])
 
     @property
-    def floats(self):
+    def floats(self) -> int:
         return 0
 
 
@@ -283,25 +285,25 @@ class RandomDithering(Compressor):
 
     unbiased = True
 
-    def __init__(self, d: int, s: int = 1, float_bits: int = 32, seed: int | None = None):
+    def __init__(self, d: int, s: int = 1, float_bits: int = 32, seed: int | None = None) -> None:
         super().__init__(d, float_bits, seed)
         self.s = check_int("s", s, 1, 2 ** 31)
         self.omega = min(self.d / self.s ** 2, math.sqrt(self.d) / self.s)
 
-    def _compress(self, x, seed):
+    def _compress(self, x: np.ndarray, seed: int) -> Message:
         out = np.empty_like(x)
         _native.dither(x, self.s, seed, out)
         return Message(self.d, out, self.bits)
 
     @property
-    def bits(self):
+    def bits(self) -> int:
         return self.float_bits + self.d * (1 + math.ceil(math.log2(self.s + 1)))
 
     @property
-    def floats(self):
+    def floats(self) -> int:
         return 1
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return f"s={self.s}, "
 
 
@@ -309,25 +311,27 @@ class Scaled(Compressor):
     """C(x) = Q(x) / (omega + 1) for an unbiased Q: contractive with alpha = 1 / (omega + 1), which
     lets EF21 use RandK, RandSeqK, natural compression or dithering."""
 
-    def __init__(self, inner: Compressor):
-        if not isinstance(inner, Compressor) or not inner.unbiased:
+    alpha: float
+
+    def __init__(self, inner: Compressor) -> None:
+        if not isinstance(inner, Compressor) or not inner.unbiased or inner.omega is None:
             raise TypeError("Scaled() wraps an unbiased Compressor")
         super().__init__(inner.d, inner.float_bits, inner._seed)
         self.inner = inner
         self.alpha = 1.0 / (inner.omega + 1.0)
 
-    def _compress(self, x, seed):
+    def _compress(self, x: np.ndarray, seed: int) -> Message:
         return self.inner._compress(x, seed).scaled(self.alpha)
 
     @property
-    def bits(self):
+    def bits(self) -> int:
         return self.inner.bits
 
     @property
-    def floats(self):
+    def floats(self) -> int:
         return self.inner.floats
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"Scaled({self.inner!r}, alpha={self.alpha:g})"
 
 

@@ -15,17 +15,26 @@ import multiprocessing
 import os
 import pickle
 import traceback
+from collections.abc import Iterable
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
+from typing import TYPE_CHECKING, Any
 
-from .client import ClientGroup
+from .client import ClientGroup, Reply, Round
+
+if TYPE_CHECKING:
+    from .methods import Method
+    from .problem import Problem
 
 EXECUTORS = ("serial", "processes", "ray")
 
 
-def blocks(n_clients: int, workers: int) -> list:
+def blocks(n_clients: int, workers: int) -> list[list[int]]:
     """Client ids cut into ``workers`` contiguous blocks of near-equal size (none empty)."""
     workers = min(workers, n_clients)
     base, extra = divmod(n_clients, workers)
-    out, start = [], 0
+    out: list[list[int]] = []
+    start = 0
     for w in range(workers):
         size = base + (1 if w < extra else 0)
         out.append(list(range(start, start + size)))
@@ -33,7 +42,7 @@ def blocks(n_clients: int, workers: int) -> list:
     return out
 
 
-def check_workers(workers) -> int | None:
+def check_workers(workers: Any) -> int | None:
     if workers is None:
         return None
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
@@ -41,7 +50,7 @@ def check_workers(workers) -> int | None:
     return workers
 
 
-def check_picklable(problem, method) -> None:
+def check_picklable(problem: Problem, method: Method) -> None:
     try:
         pickle.dumps((problem, method))
     except Exception as e:
@@ -52,33 +61,37 @@ def check_picklable(problem, method) -> None:
 class Executor:
     name = "executor"
 
-    def start(self, problem, method) -> None:
+    def start(self, problem: Problem, method: Method) -> None:
         raise NotImplementedError
 
-    def run(self, ctx, participants: list, evaluate: bool) -> list:
+    def run(self, ctx: Round, participants: list[int], evaluate: bool) -> list[Reply]:
         raise NotImplementedError
 
     def close(self) -> None:
         pass
 
-    def settings(self) -> dict:
+    def state_of(self, client: int) -> dict[str, Any]:
+        """A client's method state, where clients run in this process."""
+        raise NotImplementedError(f"the {self.name} executor keeps client states in other processes")
+
+    def settings(self) -> dict[str, Any]:
         return {"executor": self.name}
 
 
 class SerialExecutor(Executor):
     name = "serial"
 
-    def start(self, problem, method):
+    def start(self, problem: Problem, method: Method) -> None:
         self.group = ClientGroup(problem, method, range(problem.n_clients))
 
-    def run(self, ctx, participants, evaluate):
+    def run(self, ctx: Round, participants: list[int], evaluate: bool) -> list[Reply]:
         return self.group.run(ctx, participants, evaluate)
 
-    def state_of(self, client: int) -> dict:
+    def state_of(self, client: int) -> dict[str, Any]:
         return self.group.state_of(client)
 
 
-def _serve(conn, problem, method, ids) -> None:
+def _serve(conn: Connection, problem: Problem, method: Method, ids: Iterable[int]) -> None:
     """A worker process: builds its group, then answers run requests until told to stop."""
     try:
         group = ClientGroup(problem, method, ids)
@@ -96,7 +109,7 @@ def _serve(conn, problem, method, ids) -> None:
             conn.send(("error", traceback.format_exc()))
 
 
-def _answer(conn, what: str):
+def _answer(conn: Connection, what: str) -> Any:
     status, value = conn.recv()
     if status != "ok":
         raise RuntimeError(f"a client worker failed while {what}:\n{value}")
@@ -106,11 +119,13 @@ def _answer(conn, what: str):
 class ProcessExecutor(Executor):
     name = "processes"
 
-    def __init__(self, workers: int | None = None):
+    def __init__(self, workers: int | None = None) -> None:
         self.workers = check_workers(workers) or os.cpu_count() or 1
-        self.procs, self.conns, self.blocks = [], [], []
+        self.procs: list[BaseProcess] = []
+        self.conns: list[Connection] = []
+        self.blocks: list[list[int]] = []
 
-    def start(self, problem, method):
+    def start(self, problem: Problem, method: Method) -> None:
         check_picklable(problem, method)
         mp = multiprocessing.get_context("spawn")  # no inherited arenas or threads
         self.blocks = blocks(problem.n_clients, self.workers)
@@ -124,7 +139,7 @@ class ProcessExecutor(Executor):
         for conn in self.conns:
             _answer(conn, "starting")
 
-    def run(self, ctx, participants, evaluate):
+    def run(self, ctx: Round, participants: list[int], evaluate: bool) -> list[Reply]:
         chosen = set(participants)
         asked = []
         for conn, ids in zip(self.conns, self.blocks):
@@ -135,7 +150,7 @@ class ProcessExecutor(Executor):
         replies = [r for conn in asked for r in _answer(conn, f"running round {ctx.t}")]
         return sorted(replies, key=lambda r: r.client)
 
-    def close(self):
+    def close(self) -> None:
         for conn in self.conns:
             try:
                 conn.send(("stop",))
@@ -148,7 +163,7 @@ class ProcessExecutor(Executor):
                 proc.join()
         self.procs, self.conns = [], []
 
-    def settings(self):
+    def settings(self) -> dict[str, Any]:
         return {"executor": self.name, "workers": len(self.blocks) or self.workers}
 
 

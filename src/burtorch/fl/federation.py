@@ -16,17 +16,20 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
 from ..seeding import next_seed
 from . import streams
-from .client import Round
-from .executors import make_executor
+from .client import Reply, Round
+from .executors import Executor, make_executor
 from .methods import Method
+from .problem import Problem
 
 
-def check_participation(p) -> float:
+def check_participation(p: Any) -> float:
     if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 < p <= 1.0:
         raise ValueError(f"participation must be in (0, 1], got {p!r}")
     return float(p)
@@ -39,9 +42,9 @@ class Federation:
     problem (compressor kind and dimension, participation, batch size, step size), the executor
     (Ray installed, cluster reachable) and the problem's picklability for other processes."""
 
-    def __init__(self, problem, method: Method, participation: float = 1.0, executor="serial",
-                 workers: int | None = None, address: str | None = None, seed: int | None = None,
-                 eval_every: int = 1):
+    def __init__(self, problem: Problem, method: Method, participation: float = 1.0,
+                 executor: str | Executor = "serial", workers: int | None = None, address: str | None = None,
+                 seed: int | None = None, eval_every: int = 1) -> None:
         if not isinstance(method, Method):
             raise TypeError(f"expected a burtorch.fl Method, got {type(method).__name__}")
         self.problem, self.method = problem, method
@@ -56,22 +59,22 @@ class Federation:
         method.bind(self.d, self.n, self.participation, problem.smoothness(), problem.shard_sizes())
         self.executor = make_executor(executor, workers, address) if isinstance(executor, str) else executor
         self.server = method.server_start(self.x)
-        self.x_prev = None
+        self.x_prev: np.ndarray | None = None
         self.t = 0
-        self.records: list = []
+        self.records: list[dict[str, Any]] = []
         self.total_bits = 0
         self.total_floats = 0
         self.total_samples = 0
         self.executor.start(problem, method)
 
     # ---- one round ----
-    def participants(self, t: int) -> list:
+    def participants(self, t: int) -> list[int]:
         if self.participation == 1.0 or (t == 0 and self.method.full_first_round):
             return list(range(self.n))
         m = max(1, round(self.participation * self.n))
         return sorted(streams.rng(self.seed, streams.PARTICIPANTS, t).sample(range(self.n), m))
 
-    def round(self, evaluate: bool | None = None) -> dict:
+    def round(self, evaluate: bool | None = None) -> dict[str, Any]:
         t = self.t
         if t > 0:
             self.x_prev = self.x
@@ -85,14 +88,15 @@ class Federation:
         replies = self.executor.run(ctx, chosen, evaluate)
         seconds = time.perf_counter() - start
         messages = [r for r in replies if r.message is not None]
+        sent = [r.message for r in replies if r.message is not None]
         point = self.x
         self.x = self.method.absorb(self.x, self.server, messages, ctx)
-        bits = sum(r.message.bits for r in messages)
+        bits = sum(m.bits for m in sent)
         self.total_bits += bits
-        self.total_floats += sum(r.message.floats for r in messages)
+        self.total_floats += sum(m.floats for m in sent)
         self.total_samples += sum(r.samples for r in messages)
         oracle_losses = [r.loss for r in messages if r.loss is not None]
-        record = {"round": t, "participants": len(messages), "bits": bits,
+        record: dict[str, Any] = {"round": t, "participants": len(messages), "bits": bits,
                   "bits_per_client": self.total_bits / self.n, "seconds": seconds,
                   "oracle_loss": sum(oracle_losses) / len(oracle_losses) if oracle_losses else None}
         if coin is not None:
@@ -103,9 +107,11 @@ class Federation:
         self.t += 1
         return record
 
-    def _metrics(self, replies, d) -> dict:
+    def _metrics(self, replies: list[Reply], d: int) -> dict[str, float]:
         loss, grad = 0.0, np.zeros(d)
         for r in replies:  # client order
+            if r.metric is None:
+                raise RuntimeError(f"client {r.client} did not report its metrics in an evaluation round")
             loss += r.metric[0]
             grad += r.metric[1]
         loss /= self.n
@@ -116,7 +122,7 @@ class Federation:
                                      "lower the step size")
         return {"loss": loss, "grad_norm": norm}
 
-    def run(self, rounds: int, progress=None) -> list:
+    def run(self, rounds: int, progress: Callable[[dict[str, Any]], object] | None = None) -> list[dict[str, Any]]:
         """``rounds`` more rounds (the last one always evaluated); returns the records."""
         if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
             raise ValueError(f"rounds must be a positive int, got {rounds!r}")
@@ -128,15 +134,15 @@ class Federation:
         return self.records
 
     # ---- the run's description and lifetime ----
-    def settings(self) -> dict:
+    def settings(self) -> dict[str, Any]:
         return {**self.problem.settings(), **self.method.settings(), **self.executor.settings(),
                 "participation": self.participation, "seed": self.seed, "d": self.d}
 
     def close(self) -> None:
         self.executor.close()
 
-    def __enter__(self):
+    def __enter__(self) -> Federation:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()

@@ -12,7 +12,7 @@ import os
 import numpy as np
 
 
-def read_libsvm(path: str, max_features: int = 1_000_000) -> tuple:
+def read_libsvm(path: str, max_features: int = 1_000_000) -> tuple[np.ndarray, np.ndarray]:
     """(A, y): a dense float64 matrix of samples x features and the labels mapped to -1/+1.
 
     Binary labels of any two values are mapped to -1 (the smaller) and +1 (the larger)."""

@@ -7,6 +7,9 @@ on a seeded synthetic data set (or a LibSVM file) split among the clients.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import numpy as np
 
 from .. import _core
@@ -17,13 +20,14 @@ from .problem import Problem, Smoothness
 
 class LogisticModel(Module):
     dtype = _core.float64
+    w: _core.Vector
 
-    def __init__(self, dim: int, lam: float):
+    def __init__(self, dim: int, lam: float) -> None:
         super().__init__()
         self.lam = lam
         self.param("w", dim, init="normal", a=0.0, b=1.0)
 
-    def loss_of(self, margins_matrix: np.ndarray):
+    def loss_of(self, margins_matrix: np.ndarray) -> _core.Value:
         """Mean loss over rows b_j = -y_j a_j (so the loss term is softplus(b_j^T w))."""
         m, d = margins_matrix.shape
         B = _core.leaves(margins_matrix.ravel(), shape=(m, d), dtype=_core.float64)
@@ -38,7 +42,7 @@ class LogisticProblem(Problem):
     name = "logistic"
 
     def __init__(self, A: np.ndarray, y: np.ndarray, n_clients: int, split: str = "label", alpha: float = 0.5,
-                 lam: float = 0.1, seed: int = 0, source: str = "synthetic"):
+                 lam: float = 0.1, seed: int = 0, source: str = "synthetic") -> None:
         A = np.asarray(A, dtype=np.float64)
         y = np.asarray(y, dtype=np.float64)
         if A.ndim != 2 or len(A) != len(y):
@@ -49,10 +53,11 @@ class LogisticProblem(Problem):
         super().__init__([np.ascontiguousarray(-y[p, None] * A[p]) for p in parts])
         self.dim, self.lam, self.split, self.source = A.shape[1], float(lam), split, source
 
-    def make_model(self):
+    def make_model(self) -> LogisticModel:
         return LogisticModel(self.dim, self.lam)
 
-    def accumulate(self, model, shard, indices=None):
+    def accumulate(self, model: LogisticModel, shard: np.ndarray,
+                   indices: Sequence[int] | np.ndarray | None = None) -> float:
         rows = shard if indices is None else shard[indices]
         params = model.parameter_vector()
         params.zero_grad()
@@ -65,7 +70,7 @@ class LogisticProblem(Problem):
         finally:
             arena.rewind(cp)
 
-    def smoothness(self):
+    def smoothness(self) -> Smoothness:
         # softplus'' <= 1/4 and |(t^2 / (1 + t^2))''| <= 2 (at t = 0)
         reg = 2.0 * self.lam
         local = [np.linalg.eigvalsh(B.T @ B / len(B))[-1] / 4.0 + reg for B in self.shards]
@@ -74,7 +79,7 @@ class LogisticProblem(Problem):
         L_max = max(float(np.max(np.einsum("ij,ij->i", B, B))) for B in self.shards) / 4.0 + reg
         return Smoothness(float(L), float(np.sqrt(np.mean(np.square(local)))), L_max)
 
-    def settings(self):
+    def settings(self) -> dict[str, Any]:
         return {**super().settings(), "dim": self.dim, "lam": self.lam, "split": self.split, "data": self.source}
 
 

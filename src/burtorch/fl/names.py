@@ -3,6 +3,8 @@ letter, i.i.d. or Dirichlet over first letters) and trains the character MLP on 
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -16,16 +18,16 @@ from .problem import SampleProblem
 class NamesProblem(SampleProblem):
     name = "names"
 
-    def __init__(self, words: list, n_clients: int, hidden: int = 64, block: int = 16, emb: int = 64,
+    def __init__(self, words: list[str], n_clients: int, hidden: int = 64, block: int = 16, emb: int = 64,
                  max_samples: int | None = 256, split: str = "label", alpha: float = 0.5, seed: int = 0,
-                 chunk: int = 64, source: str = "words"):
+                 chunk: int = 64, source: str = "words") -> None:
         first_letters = [w[0] for w in words]
         parts = splits.split(first_letters, n_clients, split, alpha, seed)
         vocab_source = WordDataset(words, block)  # one tokenizer for every client
         shards = []
         for i, part in enumerate(parts):
             ds = WordDataset([words[j] for j in part], block, vocab_source.tokenizer)
-            picks = range(len(ds))
+            picks: Sequence[int] | np.ndarray = range(len(ds))
             if max_samples is not None and len(ds) > max_samples:
                 picks = np.sort(np.random.default_rng(streams.derive(seed, streams.DATA, 3, i))
                                 .choice(len(ds), max_samples, replace=False))
@@ -34,9 +36,9 @@ class NamesProblem(SampleProblem):
         super().__init__(factory, shards, chunk=chunk, dtype=MakemoreMLP.dtype)
         self.hidden, self.source = hidden, source
 
-    def settings(self):
+    def settings(self) -> dict[str, Any]:
         return {**super().settings(), "model": f"MakemoreMLP(e={self.hidden})", "data": self.source}
 
 
-def from_file(path: str, n_clients: int, **kw) -> NamesProblem:
+def from_file(path: str, n_clients: int, **kw: Any) -> NamesProblem:
     return NamesProblem(read_words(path), n_clients, source=str(path), **kw)

@@ -6,12 +6,14 @@ classes and data, no lambdas) for the processes and ray executors; the serial ex
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from .. import _core, seeding
-from ..oracle import grad_oracle
+from ..oracle import LossFn, grad_oracle
 
 
 @dataclass(frozen=True)
@@ -27,7 +29,7 @@ class Smoothness:
 
 
 @contextlib.contextmanager
-def seeded_defaults(seed: int):
+def seeded_defaults(seed: int) -> Iterator[None]:
     """Runs a block under bt.manual_seed(seed) and restores the caller's stream of default seeds
     afterwards, so building a model for its initial point leaves the user's stream untouched."""
     saved = seeding._state
@@ -38,7 +40,7 @@ def seeded_defaults(seed: int):
         seeding._state = saved
 
 
-def check_shards(shards) -> list:
+def check_shards(shards: Sequence[Any]) -> list[Any]:
     if not isinstance(shards, (list, tuple)) or not shards:
         raise ValueError("shards must be a non-empty list with one data set per client")
     for i, shard in enumerate(shards):
@@ -57,20 +59,20 @@ class Problem:
     name = "problem"
     dtype = _core.float64
 
-    def __init__(self, shards):
+    def __init__(self, shards: Sequence[Any]) -> None:
         self.shards = check_shards(shards)
 
     @property
     def n_clients(self) -> int:
         return len(self.shards)
 
-    def shard_sizes(self) -> list:
+    def shard_sizes(self) -> list[int]:
         return [len(s) for s in self.shards]
 
-    def make_model(self):
+    def make_model(self) -> Any:
         raise NotImplementedError
 
-    def accumulate(self, model, shard, indices=None) -> float:
+    def accumulate(self, model: Any, shard: Any, indices: Sequence[int] | np.ndarray | None = None) -> float:
         """Leaves the gradient of the mean loss over shard[indices] (all of it for None) in the
         model's parameter grads (zeroed first) and returns that mean loss."""
         raise NotImplementedError
@@ -85,7 +87,7 @@ class Problem:
             model = self.make_model()
         return np.array(model.parameter_vector().numpy(), dtype=np.float64)
 
-    def settings(self) -> dict:
+    def settings(self) -> dict[str, Any]:
         return {"problem": self.name, "clients": self.n_clients, "samples": sum(self.shard_sizes())}
 
 
@@ -96,7 +98,8 @@ class SampleProblem(Problem):
 
     name = "samples"
 
-    def __init__(self, model_factory, shards, loss_fn=None, chunk: int = 1, dtype=None):
+    def __init__(self, model_factory: Callable[[], Any], shards: Sequence[Any], loss_fn: LossFn | None = None,
+                 chunk: int = 1, dtype: _core.DType | None = None) -> None:
         super().__init__(shards)
         if not callable(model_factory):
             raise TypeError("model_factory must be callable (a Module class or a function returning a Module)")
@@ -106,10 +109,10 @@ class SampleProblem(Problem):
         if dtype is not None:
             self.dtype = dtype
 
-    def make_model(self):
+    def make_model(self) -> Any:
         return self.model_factory()
 
-    def accumulate(self, model, shard, indices=None):
+    def accumulate(self, model: Any, shard: Any, indices: Sequence[int] | np.ndarray | None = None) -> float:
         batch = shard if indices is None else [shard[i] for i in indices]
         return grad_oracle(model, batch, self.loss_fn, chunk=self.chunk)
 
@@ -120,7 +123,7 @@ class ModelProblem(SampleProblem):
 
     name = "model"
 
-    def __init__(self, model, shards, loss_fn=None):
+    def __init__(self, model: Any, shards: Sequence[Any], loss_fn: LossFn | None = None) -> None:
         if not hasattr(model, "parameter_vector"):
             raise TypeError(f"expected a burtorch.nn.Module, got {type(model).__name__}")
         params = model.parameter_vector()
@@ -129,5 +132,5 @@ class ModelProblem(SampleProblem):
         super().__init__(lambda: model, shards, loss_fn, dtype=params.dtype)
         self.model = model
 
-    def initial_point(self, seed):
+    def initial_point(self, seed: int) -> np.ndarray:
         return np.array(self.model.parameter_vector().data, dtype=np.float64)

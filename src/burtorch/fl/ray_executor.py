@@ -10,14 +10,20 @@ from __future__ import annotations
 
 import os
 import socket
+from typing import TYPE_CHECKING, Any
 
 from .client import ClientGroup
 from .executors import Executor, blocks, check_picklable, check_workers
 
+if TYPE_CHECKING:
+    from .client import Reply, Round
+    from .methods import Method
+    from .problem import Problem
+
 INSTALL_HINT = "the ray executor needs Ray: pip install \"burtorch[fl]\" (or pip install ray)"
 
 
-def import_ray():
+def import_ray() -> Any:
     try:
         import ray
     except ImportError:
@@ -43,7 +49,7 @@ def check_reachable(address: str, timeout: float = 3.0) -> None:
 class RayExecutor(Executor):
     name = "ray"
 
-    def __init__(self, workers: int | None = None, address: str | None = None):
+    def __init__(self, workers: int | None = None, address: str | None = None) -> None:
         self.ray = import_ray()
         self.workers = check_workers(workers)
         if address is not None:
@@ -51,9 +57,11 @@ class RayExecutor(Executor):
                 raise TypeError(f"address must be a str, got {type(address).__name__}")
             check_reachable(address)
         self.address = address
-        self.actors, self.blocks, self._started_ray = [], [], False
+        self.actors: list[Any] = []
+        self.blocks: list[list[int]] = []
+        self._started_ray = False
 
-    def start(self, problem, method):
+    def start(self, problem: Problem, method: Method) -> None:
         ray = self.ray
         check_picklable(problem, method)
         os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -71,7 +79,7 @@ class RayExecutor(Executor):
                        for ids in self.blocks]
         ray.get([a.shard_size.remote(ids[0]) for a, ids in zip(self.actors, self.blocks)])  # surface start errors
 
-    def run(self, ctx, participants, evaluate):
+    def run(self, ctx: Round, participants: list[int], evaluate: bool) -> list[Reply]:
         ray = self.ray
         chosen = set(participants)
         ctx_ref = ray.put(ctx)
@@ -83,11 +91,11 @@ class RayExecutor(Executor):
         replies = [r for part in ray.get(futures) for r in part]
         return sorted(replies, key=lambda r: r.client)
 
-    def placements(self) -> list:
+    def placements(self) -> list[tuple[int, str | None]]:
         """(process id, Ray node id) of each actor: how the cluster spread the clients."""
         return self.ray.get([a.where.remote() for a in self.actors])
 
-    def close(self):
+    def close(self) -> None:
         for a in self.actors:
             self.ray.kill(a)
         self.actors = []
@@ -95,5 +103,5 @@ class RayExecutor(Executor):
             self.ray.shutdown()
             self._started_ray = False
 
-    def settings(self):
+    def settings(self) -> dict[str, Any]:
         return {"executor": self.name, "workers": len(self.blocks) or self.workers, "address": self.address}

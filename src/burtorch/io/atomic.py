@@ -15,6 +15,11 @@ from __future__ import annotations
 import os
 import re
 import threading
+from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from _typeshed import ReadableBuffer, StrPath
 
 SUFFIX = ".burtorch-tmp"
 _ORPHAN = re.compile(r"^\..*\.(\d+)\.[0-9a-f]{12}" + re.escape(SUFFIX) + "$")
@@ -23,11 +28,11 @@ _MAX_NAME_IN_TEMP = 96  # keeps temp names under NAME_MAX whatever the destinati
 _TEMP_FLAGS = (os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
                | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0))
 _TEMP_MODE = 0o600
-_swept: set = set()
+_swept: set[str] = set()
 _swept_lock = threading.Lock()
 
 
-def write_atomic(path, chunks, *, durable: bool = True) -> None:
+def write_atomic(path: StrPath, chunks: Iterable[ReadableBuffer], *, durable: bool = True) -> None:
     """Writes the bytes-like ``chunks`` in order to ``path``, atomically.
 
     Args:
@@ -67,7 +72,7 @@ def write_atomic(path, chunks, *, durable: bool = True) -> None:
         _fsync_directory(directory)
 
 
-def _create_temp(directory: str, name: str):
+def _create_temp(directory: str, name: str) -> tuple[int, str]:
     """Creates a new temporary file as ``tempfile.mkstemp`` does (exclusive, not through a link,
     mode 0600, a random name), named so that :func:`remove_orphans` can tell whose it is."""
     prefix = os.path.join(directory, f".{name[:_MAX_NAME_IN_TEMP]}.{os.getpid()}.")
@@ -80,7 +85,7 @@ def _create_temp(directory: str, name: str):
     raise FileExistsError(f"no free temporary name in {directory}")
 
 
-def remove_orphans(directory: str, once: bool = False) -> list:
+def remove_orphans(directory: str, once: bool = False) -> list[str]:
     """Removes the temporary files in ``directory`` left by saves whose process is gone.
 
     Args:
@@ -96,7 +101,7 @@ def remove_orphans(directory: str, once: bool = False) -> list:
             if directory in _swept:
                 return []
             _swept.add(directory)
-    removed = []
+    removed: list[str] = []
     try:
         entries = list(os.scandir(directory))
     except OSError:
@@ -146,7 +151,7 @@ def _umask() -> int:
     return mask
 
 
-def write_all(fd: int, data) -> None:
+def write_all(fd: int, data: ReadableBuffer) -> None:
     """Writes all of ``data`` (bytes-like) to ``fd``, however many calls it takes."""
     mv = memoryview(data).cast("B")
     while mv:

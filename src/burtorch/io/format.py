@@ -30,6 +30,11 @@ from __future__ import annotations
 import struct
 import sys
 import zlib
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, NoReturn
+
+if TYPE_CHECKING:
+    from _typeshed import ReadableBuffer
 
 MAGIC = b"BURT"
 VERSION = 1
@@ -60,7 +65,8 @@ class Header:
     __slots__ = ("dtype", "what", "count", "payload_bytes", "payload_crc", "header_size",
                  "byteorder", "names")
 
-    def __init__(self, dtype, what, count, payload_bytes, payload_crc, header_size, byteorder, names):
+    def __init__(self, dtype: str, what: str, count: int, payload_bytes: int, payload_crc: int, header_size: int,
+                 byteorder: int, names: list[tuple[str, int]] | None) -> None:
         self.dtype = dtype
         self.what = what
         self.count = count
@@ -85,7 +91,7 @@ def payload_size(dtype: str, what: str, count: int) -> int:
     return count * ITEMSIZE[dtype] * (2 if what == "both" else 1)
 
 
-def encode_name_table(entries) -> bytes:
+def encode_name_table(entries: Sequence[tuple[str, int]]) -> bytes:
     """``entries``: (name, count) pairs, in payload order."""
     parts = [_TABLE_LEN.pack(len(entries))]
     for name, count in entries:
@@ -96,7 +102,7 @@ def encode_name_table(entries) -> bytes:
     return b"".join(parts)
 
 
-def encode_header(dtype: str, what: str, count: int, payload, table: bytes = b"") -> bytes:
+def encode_header(dtype: str, what: str, count: int, payload: ReadableBuffer, table: bytes = b"") -> bytes:
     """The header bytes that go before ``payload`` (any bytes-like object)."""
     size = len(payload) if isinstance(payload, (bytes, bytearray)) else memoryview(payload).nbytes
     fixed = FIXED_HEADER.pack(MAGIC, VERSION, DTYPE_CODES[dtype], WHAT_CODES[what],
@@ -106,7 +112,7 @@ def encode_header(dtype: str, what: str, count: int, payload, table: bytes = b""
     return fixed[:_CRC_SPAN] + header_crc.to_bytes(4, "little") + table
 
 
-def decode_header(buf, total_size: int) -> Header:
+def decode_header(buf: ReadableBuffer, total_size: int) -> Header:
     """Parses and checks the header at the start of ``buf`` (bytes-like; may be longer).
 
     ``total_size`` is the size of the whole file or byte string, so a truncated payload or trailing
@@ -156,7 +162,7 @@ def decode_header(buf, total_size: int) -> Header:
     return Header(dtype, what, count, payload_bytes, payload_crc, header_size, byteorder, names)
 
 
-def declared_size(head) -> int:
+def declared_size(head: ReadableBuffer) -> int:
     """The file size the fixed header ``head`` declares (header, name table and payload).
 
     Checks the magic and version first, so that a file that is not burtorch's says so.
@@ -171,7 +177,7 @@ def declared_size(head) -> int:
     return header_size + payload_bytes
 
 
-def read_declared(read, size: int | None = None, limit: int | None = None) -> bytes:
+def read_declared(read: Callable[[int], bytes], size: int | None = None, limit: int | None = None) -> bytes:
     """Reads one burtorch file through ``read(n)``, never past what its header declares.
 
     Args:
@@ -210,14 +216,15 @@ def read_declared(read, size: int | None = None, limit: int | None = None) -> by
     return data
 
 
-def _raise_size_mismatch(actual: int, declared: int):
+def _raise_size_mismatch(actual: int, declared: int) -> NoReturn:
     if actual < declared:
         raise FormatError(f"truncated burtorch file: {actual:,} bytes, the header declares {declared:,}")
     raise FormatError(f"corrupt burtorch file: bytes after the payload (the header declares {declared:,})")
 
 
-def _read_n(read, n: int) -> bytes:
-    chunks, remaining = [], n
+def _read_n(read: Callable[[int], bytes], n: int) -> bytes:
+    chunks: list[bytes] = []
+    remaining = n
     while remaining > 0:
         chunk = read(min(remaining, 1 << 24))
         if not chunk:
@@ -227,7 +234,7 @@ def _read_n(read, n: int) -> bytes:
     return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
-def _decode_name_table(table: memoryview, count: int):
+def _decode_name_table(table: memoryview, count: int) -> list[tuple[str, int]]:
     try:
         (n,) = _TABLE_LEN.unpack_from(table, 0)
         pos = _TABLE_LEN.size
@@ -255,6 +262,6 @@ def _decode_name_table(table: memoryview, count: int):
     return entries
 
 
-def check_payload(header: Header, payload) -> None:
+def check_payload(header: Header, payload: ReadableBuffer) -> None:
     if zlib.crc32(payload) != header.payload_crc:
         raise FormatError("corrupt burtorch file: payload checksum mismatch")

@@ -8,11 +8,15 @@ from __future__ import annotations
 
 import array
 import struct
+from typing import TYPE_CHECKING
 
 from ..node_selection import Selection
 from .format import ITEMSIZE, NATIVE_BYTEORDER
 
-_STRUCTS: dict = {}
+if TYPE_CHECKING:
+    from _typeshed import ReadableBuffer
+
+_STRUCTS: dict[tuple[str, int, int], struct.Struct] = {}
 
 
 def value_struct(dtype: str, count: int, byteorder: int) -> struct.Struct:
@@ -43,13 +47,14 @@ def read_payload(t: Selection, what: str) -> bytes:
 
 def _read_segments(t: Selection, what: str) -> bytes:
     t.check_alive()
-    if len(t.segments) == 1:
-        arena, first, last, _ = t.segments[0]
+    segments = t.segments or []
+    if len(segments) == 1:
+        arena, first, last, _ = segments[0]
         return arena.read_bytes(first, last, what)
-    return b"".join([arena.read_bytes(first, last, what) for arena, first, last, _ in t.segments])
+    return b"".join([arena.read_bytes(first, last, what) for arena, first, last, _ in segments])
 
 
-def write_payload(t: Selection, payload, what: str, byteorder: int) -> None:
+def write_payload(t: Selection, payload: ReadableBuffer, what: str, byteorder: int) -> None:
     """Writes a checked payload (bytes-like, ``what`` blocks in ``byteorder``) into the targets."""
     block = t.count * ITEMSIZE[t.dtype]
     parts = [("values", 0), ("grads", block)] if what == "both" else [(what, 0)]
@@ -73,7 +78,7 @@ def write_payload(t: Selection, payload, what: str, byteorder: int) -> None:
     itemsize = ITEMSIZE[t.dtype]
     for part, offset in parts:
         pos = offset
-        for arena, first, last, _ in t.segments:
+        for arena, first, last, _ in t.segments or ():
             n = (last - first) * itemsize
             arena.write_bytes(first, mv[pos:pos + n], part)
             pos += n

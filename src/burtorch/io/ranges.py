@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import os
 import stat
+from typing import TYPE_CHECKING
 
-from ..node_selection import select
+from ..node_selection import Nodes, Selection, select
 from .atomic import write_all, write_atomic
 from .format import (
     FIXED_SIZE,
@@ -19,8 +20,11 @@ from .format import (
 from .payload import read_payload, write_payload
 from .regular_file import NotRegularFileError, open_regular
 
+if TYPE_CHECKING:
+    from _typeshed import ReadableBuffer, StrPath, SupportsRead, SupportsWrite
 
-def dumps(values, what: str = "values") -> bytes:
+
+def dumps(values: Nodes, what: str = "values") -> bytes:
     """The header and payload of ``values`` as bytes (the layout of :mod:`burtorch.io.format`).
 
     Args:
@@ -40,7 +44,7 @@ def dumps(values, what: str = "values") -> bytes:
     return encode_header(t.dtype, what, t.count, payload) + payload
 
 
-def loads(data, values, what: str | None = "values") -> None:
+def loads(data: ReadableBuffer, values: Nodes, what: str | None = "values") -> None:
     """Loads bytes made by :func:`dumps` (or a file's content) into ``values``.
 
     Args:
@@ -58,7 +62,8 @@ def loads(data, values, what: str | None = "values") -> None:
     _load_from_buffer(mv, len(mv), select(values), what)
 
 
-def save(file, values, what: str = "values", *, atomic: bool = True, durable: bool = True) -> None:
+def save(file: StrPath | SupportsWrite[bytes], values: Nodes, what: str = "values", *, atomic: bool = True,
+         durable: bool = True) -> None:
     """Saves the values and/or grads of ``values`` to ``file``.
 
     Args:
@@ -90,7 +95,7 @@ def save(file, values, what: str = "values", *, atomic: bool = True, durable: bo
         _write_in_place(path, header, payload)
 
 
-def load(file, values, what: str | None = "values") -> None:
+def load(file: StrPath | SupportsRead[bytes], values: Nodes, what: str | None = "values") -> None:
     """Loads a file made by :func:`save` into ``values`` (same positions, same count and dtype).
 
     Args:
@@ -119,7 +124,7 @@ def load(file, values, what: str | None = "values") -> None:
     _load_from_buffer(data, len(data), t, what)
 
 
-def _load_from_buffer(buf, size: int, t, what) -> None:
+def _load_from_buffer(buf: ReadableBuffer, size: int, t: Selection, what: str | None) -> None:
     header = decode_header(buf, size)
     if what is None:
         what = header.what

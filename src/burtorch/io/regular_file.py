@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import os
 import stat
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from _typeshed import StrPath
 
 _KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"),
           (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
@@ -18,7 +22,7 @@ class NotRegularFileError(ValueError):
     """The path names a directory, a FIFO, a device or a socket where a regular file was expected."""
 
 
-def open_regular(path) -> tuple:
+def open_regular(path: StrPath) -> tuple[int, int]:
     """Opens ``path`` for reading, refusing anything but a regular file.
 
     Returns:
@@ -46,7 +50,7 @@ def open_regular(path) -> tuple:
     return fd, st.st_size
 
 
-def read_regular(path, limit: int) -> bytes:
+def read_regular(path: StrPath, limit: int) -> bytes:
     """The whole content of the regular file ``path``, refusing files larger than ``limit`` bytes.
 
     Raises:
@@ -68,7 +72,8 @@ def read_regular(path, limit: int) -> bytes:
 
 def read_up_to(fd: int, n: int) -> bytes:
     """Up to ``n`` bytes from ``fd``: fewer only at the end of the file."""
-    chunks, remaining = [], n
+    chunks: list[bytes] = []
+    remaining = n
     while remaining > 0:
         chunk = os.read(fd, min(remaining, 1 << 24))
         if not chunk:

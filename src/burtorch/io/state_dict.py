@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import array
 import os
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, TypeVar, overload
 
-from ..node_selection import select
+from ..node_selection import Nodes, Selection, select
 from .atomic import write_atomic
 from .format import (
     ITEMSIZE,
@@ -28,13 +30,26 @@ from .format import (
 from .payload import read_payload, write_payload
 from .regular_file import open_regular
 
+if TYPE_CHECKING:
+    from _typeshed import StrPath
 
-def _named_targets(module_or_mapping):
+
+class HasStateDict(Protocol):
+    """A model: anything with ``state_dict()`` (a :class:`burtorch.nn.Module`)."""
+
+    def state_dict(self) -> Mapping[str, Any]: ...
+
+
+StateDictSource: TypeAlias = "HasStateDict | Mapping[str, Nodes]"
+_Target = TypeVar("_Target", bound="HasStateDict | Mapping[str, Nodes]")
+
+
+def _named_targets(module_or_mapping: StateDictSource) -> tuple[list[tuple[str, Selection]], str]:
     sd = module_or_mapping.state_dict() if hasattr(module_or_mapping, "state_dict") else module_or_mapping
     if not hasattr(sd, "items"):
         raise TypeError("expected a module with state_dict() or a mapping name -> Value/list/view, "
                         f"got {type(module_or_mapping).__name__}")
-    named = []
+    named: list[tuple[str, Selection]] = []
     for name, target in sd.items():
         if not isinstance(name, str):
             raise TypeError(f"state dict names must be str, got {name!r}")
@@ -48,7 +63,7 @@ def _named_targets(module_or_mapping):
     return named, dtype
 
 
-def state_dict_bytes(module_or_mapping) -> bytes:
+def state_dict_bytes(module_or_mapping: StateDictSource) -> bytes:
     """The bytes :func:`save_state_dict` writes: header, name table and every parameter's values.
 
     Args:
@@ -65,7 +80,7 @@ def state_dict_bytes(module_or_mapping) -> bytes:
     return encode_header(dtype, "values", sum(t.count for _, t in named), payload, table) + payload
 
 
-def save_state_dict(module_or_mapping, path, *, durable: bool = True) -> None:
+def save_state_dict(module_or_mapping: StateDictSource, path: StrPath, *, durable: bool = True) -> None:
     """Saves every parameter's values under its name to ``path``, atomically.
 
     Args:
@@ -79,7 +94,12 @@ def save_state_dict(module_or_mapping, path, *, durable: bool = True) -> None:
     write_atomic(os.fspath(path), (state_dict_bytes(module_or_mapping),), durable=durable)
 
 
-def load_state_dict(path, into=None, *, strict: bool = True):
+@overload
+def load_state_dict(path: StrPath, into: None = None, *, strict: bool = True) -> dict[str, array.array[float]]: ...
+@overload
+def load_state_dict(path: StrPath, into: _Target, *, strict: bool = True) -> _Target: ...
+def load_state_dict(path: StrPath, into: _Target | None = None, *,
+                    strict: bool = True) -> _Target | dict[str, array.array[float]]:
     """Reads a state dict file.
 
     Args:
@@ -105,7 +125,13 @@ def load_state_dict(path, into=None, *, strict: bool = True):
     return load_state_dict_bytes(data, into, strict=strict)
 
 
-def load_state_dict_bytes(data, into=None, *, strict: bool = True):
+@overload
+def load_state_dict_bytes(data: bytes | bytearray | memoryview, into: None = None, *,
+                          strict: bool = True) -> dict[str, array.array[float]]: ...
+@overload
+def load_state_dict_bytes(data: bytes | bytearray | memoryview, into: _Target, *, strict: bool = True) -> _Target: ...
+def load_state_dict_bytes(data: bytes | bytearray | memoryview, into: _Target | None = None, *,
+                          strict: bool = True) -> _Target | dict[str, array.array[float]]:
     """:func:`load_state_dict` from the bytes :func:`state_dict_bytes` made."""
     header = decode_header(data, len(data))
     if header.names is None:
@@ -115,13 +141,13 @@ def load_state_dict_bytes(data, into=None, *, strict: bool = True):
     payload = memoryview(data)[header.header_size:]
     check_payload(header, payload)
     itemsize = ITEMSIZE[header.dtype]
-    blocks = {}
+    blocks: dict[str, memoryview] = {}
     pos = 0
     for name, count in header.names:
         blocks[name] = payload[pos:pos + count * itemsize]
         pos += count * itemsize
     if into is None:
-        out = {}
+        out: dict[str, array.array[float]] = {}
         for name, block in blocks.items():
             arr = array.array("f" if header.dtype == "float32" else "d")
             arr.frombytes(block)

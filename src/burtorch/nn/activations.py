@@ -1,7 +1,11 @@
 """Activation functions by name, for scalar Values and Vectors alike (both have the methods)."""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
 
 
-def activation(name):
+def activation(name: str | None) -> Callable[[Any], Any]:
     """'relu', 'tanh', 'sigmoid', 'identity'/None -> a function of a Value or a Vector."""
     if name in (None, "identity", "linear"):
         return lambda x: x

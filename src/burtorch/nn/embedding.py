@@ -1,4 +1,9 @@
 """Embedding: a (num x dim) table; a lookup is a view of its rows (no copy, no record)."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
 from .. import _core
 from .module import Module
 
@@ -14,13 +19,15 @@ class Embedding(Module):
         dtype: ``bt.float32`` (default) or ``bt.float64``.
     """
 
-    def __init__(self, num: int, dim: int, dtype=None):
+    weight: _core.Vector
+
+    def __init__(self, num: int, dim: int, dtype: _core.DType | None = None) -> None:
         super().__init__(dtype)
         self.num, self.dim = num, dim
         self.param("weight", (num, dim), "normal", 0.0, 1.0)
 
-    def forward(self, ids):
+    def forward(self, ids: int | Sequence[int] | Any) -> _core.Vector:
         return _core.embedding(self.weight, ids)
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return f"{self.num}, {self.dim}"

@@ -1,4 +1,6 @@
 """LayerNorm over the last dimension (each row), one range record."""
+from __future__ import annotations
+
 from .. import _core
 from .module import Module
 
@@ -12,14 +14,17 @@ class LayerNorm(Module):
         dtype: ``bt.float32`` (default) or ``bt.float64``.
     """
 
-    def __init__(self, dim: int, eps: float = 1e-5, dtype=None):
+    weight: _core.Vector
+    bias: _core.Vector
+
+    def __init__(self, dim: int, eps: float = 1e-5, dtype: _core.DType | None = None) -> None:
         super().__init__(dtype)
         self.dim, self.eps = dim, eps
         self.param("weight", dim, "ones")
         self.param("bias", dim)
 
-    def forward(self, x):
+    def forward(self, x: _core.VectorLike) -> _core.Vector:
         return _core.layer_norm(x, self.weight, self.bias, self.eps)
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return f"{self.dim}, eps={self.eps}"

@@ -1,4 +1,6 @@
 """Linear: y = W x + b as one range record (the whole layer is one native call)."""
+from __future__ import annotations
+
 import math
 
 from .. import _core
@@ -18,7 +20,10 @@ class Linear(Module):
         dtype: ``bt.float32`` (default) or ``bt.float64``.
     """
 
-    def __init__(self, nin: int, nout: int, bias: bool = True, dtype=None):
+    weight: _core.Vector
+    bias: _core.Vector | None
+
+    def __init__(self, nin: int, nout: int, bias: bool = True, dtype: _core.DType | None = None) -> None:
         super().__init__(dtype)
         self.nin, self.nout = nin, nout
         k = 1.0 / math.sqrt(nin)
@@ -28,8 +33,8 @@ class Linear(Module):
         else:
             self.bias = None
 
-    def forward(self, x):
+    def forward(self, x: _core.VectorLike) -> _core.Vector:
         return _core.linear(x, self.weight, self.bias)
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return f"{self.nin}, {self.nout}, bias={self.bias is not None}"

@@ -1,4 +1,10 @@
 """Multi-layer perceptron from Linear layers with an activation between them."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from .. import _core
 from .activations import activation
 from .linear import Linear
 from .module import Module
@@ -19,7 +25,8 @@ class MLP(Module):
         ValueError: an unknown activation.
     """
 
-    def __init__(self, nin: int, sizes, act: str | None = "relu", final_act: str | None = None, dtype=None):
+    def __init__(self, nin: int, sizes: Sequence[int], act: str | None = "relu", final_act: str | None = None,
+                 dtype: _core.DType | None = None) -> None:
         super().__init__(dtype)
         dims = [nin] + list(sizes)
         self.layers = [Linear(a, b, dtype=dtype) for a, b in zip(dims, dims[1:])]
@@ -27,11 +34,12 @@ class MLP(Module):
         self._final = activation(final_act)
         self.act_name = act
 
-    def forward(self, x):
+    def forward(self, x: _core.VectorLike) -> _core.Vector:
+        h: Any = x
         for i, layer in enumerate(self.layers):
-            x = layer(x)
-            x = self._act(x) if i < len(self.layers) - 1 else self._final(x)
-        return x
+            h = layer(h)
+            h = self._act(h) if i < len(self.layers) - 1 else self._final(h)
+        return h
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return f"act={self.act_name}"

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, cast
 
 from .. import _core
 from ..seeding import next_seed
@@ -16,9 +18,11 @@ class Module:
     are one native loop each.
     """
 
-    dtype = _core.float32
+    dtype: _core.DType = _core.float32
+    training: bool
+    _params: OrderedDict[str, _core.Vector]  # set in __init__ past __setattr__
 
-    def __init__(self, dtype=None):
+    def __init__(self, dtype: _core.DType | None = None) -> None:
         """Args:
             dtype: ``bt.float32`` (the default of every module) or ``bt.float64``: the dtype of
                 the parameters this module creates with :meth:`param`.
@@ -31,16 +35,16 @@ class Module:
             object.__setattr__(self, "dtype", dtype)
 
     # ---- creating parameters ----
-    def param(self, name: str, shape, init: str = "zeros", a: float = 0.0, b: float = 1.0,
-              seed: int | None = None, dtype=None) -> _core.Vector:
+    def param(self, name: str, shape: int | Sequence[int], init: str = "zeros", a: float = 0.0, b: float = 1.0,
+              seed: int | None = None, dtype: _core.DType | None = None) -> _core.Vector:
         """Creates a parameter block of `shape` and registers it as `name`.
 
         init: 'zeros', 'ones', 'constant' (value a), 'uniform' on [a, b), 'normal' (mean a, std b).
         """
         if "_params" not in self.__dict__:
             raise RuntimeError(f"{type(self).__name__}.__init__ must call super().__init__() first")
-        shape = (shape,) if isinstance(shape, int) else tuple(shape)
-        v = _core.leaves(shape=shape, dtype=dtype or self.dtype)
+        dims = cast("tuple[int] | tuple[int, int]", (shape,) if isinstance(shape, int) else tuple(shape))
+        v = _core.leaves(shape=dims, dtype=dtype or self.dtype)  # a shape of other rank raises there
         if init == "ones":
             _core.init_(v, "constant", 1.0, 0.0, 0)
         elif init in ("uniform", "normal", "constant"):
@@ -51,14 +55,14 @@ class Module:
         object.__setattr__(self, name, v)
         return v
 
-    def __setattr__(self, name, value):
+    def __setattr__(self, name: str, value: Any) -> None:
         if isinstance(value, _core.Vector) and name in self.__dict__.get("_params", {}):
             raise AttributeError(f"parameter {name!r} is a view of arena nodes; use load_state_dict or "
                                  f"{name}.set_data(...) to change its values")
         object.__setattr__(self, name, value)
 
     # ---- walking the tree ----
-    def children(self):
+    def children(self) -> Iterator[tuple[str, Module]]:
         for name, value in self.__dict__.items():
             if isinstance(value, Module):
                 yield name, value
@@ -66,13 +70,13 @@ class Module:
                 for i, m in enumerate(value):
                     yield f"{name}.{i}", m
 
-    def named_parameters(self, prefix: str = ""):
+    def named_parameters(self, prefix: str = "") -> Iterator[tuple[str, _core.Vector]]:
         for name, p in self._params.items():
             yield prefix + name, p
         for cname, child in self.children():
             yield from child.named_parameters(prefix + cname + ".")
 
-    def parameters(self) -> list:
+    def parameters(self) -> list[_core.Vector]:
         return [p for _, p in self.named_parameters()]
 
     def parameter_vector(self) -> _core.Vector:
@@ -90,7 +94,7 @@ class Module:
         """name -> Vector view of the parameter (like PyTorch, views, not copies)."""
         return OrderedDict(self.named_parameters())
 
-    def load_state_dict(self, state, strict: bool = True) -> None:
+    def load_state_dict(self, state: Mapping[str, Any], strict: bool = True) -> None:
         """Copies values into the parameters: all of them, or none if any entry is bad.
 
         Args:
@@ -113,7 +117,8 @@ class Module:
         unexpected = [k for k in state if k not in own]
         if strict and (missing or unexpected):
             raise KeyError(f"state_dict mismatch: missing {missing}, unexpected {unexpected}")
-        checked = []  # every entry is converted and checked before any parameter changes
+        # every entry is converted and checked before any parameter changes
+        checked: list[tuple[_core.Vector, list[float]]] = []
         for name, p in own.items():
             if name in state:
                 checked.append((p, _as_floats(name, state[name], p)))
@@ -129,13 +134,13 @@ class Module:
     def eval(self) -> Module:
         return self.train(False)
 
-    def __call__(self, *args, **kwargs):
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.forward(*args, **kwargs)
 
-    def forward(self, *args, **kwargs):
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
         raise NotImplementedError
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         lines = [f"{type(self).__name__}({self.extra_repr()}"]
         for name, child in self.children():
             lines.append(f"  ({name}): " + repr(child).replace("\n", "\n  "))
@@ -145,7 +150,7 @@ class Module:
         return ""
 
 
-def _as_floats(name: str, src, p) -> list:
+def _as_floats(name: str, src: Any, p: _core.Vector) -> list[float]:
     """``src`` as a list of floats for parameter ``p`` (checked: count and type)."""
     if isinstance(src, _core.Vector):
         src = src.data

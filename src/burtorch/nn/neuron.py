@@ -1,5 +1,10 @@
 """The paper's scalar constructions (its appendix F.1): a neuron is an inner product with bias of
 scalar Values followed by an activation, one record for the inner product."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import cast
+
 from .. import _core
 from .activations import activation
 from .module import Module
@@ -17,7 +22,11 @@ class Neuron(Module):
         dtype: ``bt.float32`` (default) or ``bt.float64``.
     """
 
-    def __init__(self, nin: int, act: str | None = "relu", init_range: float = 1.0, dtype=None):
+    w: _core.Vector
+    b: _core.Vector
+
+    def __init__(self, nin: int, act: str | None = "relu", init_range: float = 1.0,
+                 dtype: _core.DType | None = None) -> None:
         super().__init__(dtype)
         self.nin = nin
         self.act_name = act
@@ -25,13 +34,13 @@ class Neuron(Module):
         self.param("w", nin, "uniform", -init_range, init_range)
         self.param("b", 1)
 
-    def forward(self, x):
+    def forward(self, x: _core.Vector | Sequence[_core.Value | float]) -> _core.Value:
         xs = x.values() if isinstance(x, _core.Vector) else list(x)
         if len(xs) != self.nin:
             raise ValueError(f"Neuron expects {self.nin} inputs, got {len(xs)}")
-        return self._act(_core.inner_product_with_bias(xs, self.w.values(), self.b[0]))
+        return self._act(_core.inner_product_with_bias(xs, self.w.values(), cast(_core.Value, self.b[0])))
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return f"{self.nin}, act={self.act_name}"
 
 
@@ -45,9 +54,9 @@ class Layer(Module):
         dtype: ``bt.float32`` (default) or ``bt.float64``.
     """
 
-    def __init__(self, nin: int, nout: int, act: str | None = "relu", dtype=None):
+    def __init__(self, nin: int, nout: int, act: str | None = "relu", dtype: _core.DType | None = None) -> None:
         super().__init__(dtype)
         self.neurons = [Neuron(nin, act, dtype=dtype) for _ in range(nout)]
 
-    def forward(self, x):
+    def forward(self, x: _core.Vector | Sequence[_core.Value | float]) -> list[_core.Value]:
         return [n(x) for n in self.neurons]

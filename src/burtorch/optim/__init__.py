@@ -5,6 +5,7 @@ The research methods and compressors run on burtorch.fl (which works on numpy ar
 on first use, so that training with SGD or Adam needs neither numpy nor fl.
 """
 import importlib
+from typing import TYPE_CHECKING, Any
 
 from ..oracle import mean_loss
 from .adam import Adam, AdamW
@@ -19,8 +20,25 @@ _LAZY = {
 
 __all__ = ["Optimizer", "SGD", "Adam", "AdamW", "mean_loss", *_LAZY]
 
+if TYPE_CHECKING:  # what __getattr__ below loads, as type checkers should see it
+    from .compressors import (  # noqa: F401
+        Compressor,
+        Identity,
+        Natural,
+        RandK,
+        RandomDithering,
+        RandSeqK,
+        Scaled,
+        TopK,
+    )
+    from .ef21 import EF21  # noqa: F401
+    from .estimator import GradientEstimator  # noqa: F401
+    from .gd import GD  # noqa: F401
+    from .marina import MARINA  # noqa: F401
+    from .page import PAGE  # noqa: F401
 
-def __getattr__(name):
+
+def __getattr__(name: str) -> Any:
     if name in _LAZY:
         return getattr(importlib.import_module(_LAZY[name], __name__), name)
     raise AttributeError(f"module 'burtorch.optim' has no attribute {name!r}")

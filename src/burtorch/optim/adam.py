@@ -1,5 +1,7 @@
+from __future__ import annotations
+
 from .. import _core
-from .optimizer import Optimizer, _check_hyper
+from .optimizer import Optimizer, Params, _check_hyper
 
 
 class Adam(Optimizer):
@@ -20,7 +22,8 @@ class Adam(Optimizer):
     buffers = 2
     decoupled = False
 
-    def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0.0):
+    def __init__(self, params: Params, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
+                 weight_decay: float = 0.0) -> None:
         self.lr = _check_hyper("lr", lr)
         self.beta1 = _check_hyper("beta1", betas[0], hi=1.0)
         self.beta2 = _check_hyper("beta2", betas[1], hi=1.0)
@@ -42,5 +45,6 @@ class AdamW(Adam):
 
     decoupled = True
 
-    def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0.01):
+    def __init__(self, params: Params, lr: float = 1e-3, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
+                 weight_decay: float = 0.01) -> None:
         super().__init__(params, lr, betas, eps, weight_decay)

@@ -14,15 +14,23 @@ worker, cumulative, the initial message included).
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 from ..fl.federation import Federation
+from ..fl.methods import Method
 from ..fl.problem import ModelProblem
-from ..oracle import mean_loss  # noqa: F401  (part of burtorch.optim's API)
+from ..oracle import (
+    LossFn,
+    mean_loss,  # noqa: F401  (part of burtorch.optim's API)
+)
 
 
 class GradientEstimator:
     """Base of GD, PAGE, EF21 and MARINA: ``method`` (a burtorch.fl Method) over ``shards``."""
 
-    def __init__(self, model, shards, method, loss_fn=None, seed: int | None = None):
+    def __init__(self, model: Any, shards: Sequence[Sequence[Any]], method: Method, loss_fn: LossFn | None = None,
+                 seed: int | None = None) -> None:
         self.model = model
         self.fed = Federation(ModelProblem(model, shards, loss_fn), method, seed=seed, eval_every=0)
         self.method = method
@@ -39,11 +47,11 @@ class GradientEstimator:
         return self.loss
 
     @property
-    def lr(self) -> float:
+    def lr(self) -> float | None:
         return self.method.lr
 
     @property
-    def g(self) -> list | None:
+    def g(self) -> list[float] | None:
         g = self.fed.server.get("g")
         return None if g is None else g.tolist()
 
@@ -72,5 +80,5 @@ class GradientEstimator:
         """Rounds after the first in which the coin chose full gradients (PAGE, MARINA)."""
         return self.fed.server.get("full_rounds", 0)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"{type(self).__name__}(d={self.d}, workers={self.n_workers}, {self.method!r}, steps={self.steps})"

@@ -1,7 +1,12 @@
 """MARINA on a model (Gorbunov, Burlachenko, Li, Richtarik 2021; the rule is burtorch.fl.methods.marina)."""
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 from ..fl import methods
+from ..fl.compressors import Compressor
+from ..oracle import LossFn
 from .estimator import GradientEstimator
 
 
@@ -22,8 +27,10 @@ class MARINA(GradientEstimator):
         ValueError, TypeError: an empty shard, a compressor of another kind or size, a bad p.
     """
 
-    def __init__(self, model, shards, lr: float, compressor, p: float | None = None, loss_fn=None,
-                 seed: int | None = None):
+    method: methods.MARINA
+
+    def __init__(self, model: Any, shards: Sequence[Sequence[Any]], lr: float, compressor: Compressor,
+                 p: float | None = None, loss_fn: LossFn | None = None, seed: int | None = None) -> None:
         super().__init__(model, shards, methods.MARINA(lr, compressor, p=p), loss_fn, seed)
 
     @property

@@ -1,8 +1,19 @@
 """The optimizer protocol: parameters as one view, native in-place steps, PyTorch's names."""
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any, TypeAlias
+
 from .. import _core
 
+if TYPE_CHECKING:
+    from ..nn.module import Module
 
-def _as_vector(params) -> _core.Vector:
+# What an optimizer optimizes: a module, its parameters() or one Vector.
+Params: TypeAlias = "Module | Iterable[_core.Vector] | _core.Vector"
+
+
+def _as_vector(params: Any) -> _core.Vector:
     if hasattr(params, "parameters"):  # a Module
         params = params.parameters()
     if isinstance(params, _core.Vector):
@@ -16,7 +27,7 @@ def _as_vector(params) -> _core.Vector:
     return _core.cat(params)
 
 
-def _check_hyper(name, value, lo=0.0, hi=None, lo_open=False):
+def _check_hyper(name: str, value: float, lo: float = 0.0, hi: float | None = None, lo_open: bool = False) -> float:
     if not isinstance(value, (int, float)) or value != value:
         raise ValueError(f"{name} must be a number, got {value!r}")
     if (value <= lo if lo_open else value < lo) or (hi is not None and value >= hi):
@@ -39,7 +50,7 @@ class Optimizer:
 
     buffers = 0
 
-    def __init__(self, params):
+    def __init__(self, params: Params) -> None:
         self.params = _as_vector(params)
         self.state = _core.OptimState(self.params, self.buffers)
 
@@ -49,10 +60,10 @@ class Optimizer:
     def step(self) -> None:
         raise NotImplementedError
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         """``{"steps": int, "buffers": list of floats}``: everything :meth:`load_state_dict` needs."""
         return {"steps": self.state.steps, "buffers": self.state.state()}
 
-    def load_state_dict(self, d: dict) -> None:
+    def load_state_dict(self, d: Mapping[str, Any]) -> None:
         """Restores what :meth:`state_dict` returned (the buffer count must match)."""
         self.state.load_state(list(d["buffers"]), int(d["steps"]))

@@ -1,5 +1,7 @@
+from __future__ import annotations
+
 from .. import _core
-from .optimizer import Optimizer, _check_hyper
+from .optimizer import Optimizer, Params, _check_hyper
 
 
 class SGD(Optimizer):
@@ -18,8 +20,8 @@ class SGD(Optimizer):
         TypeError: parameters that are not Vectors.
     """
 
-    def __init__(self, params, lr: float = 0.1, momentum: float = 0.0, weight_decay: float = 0.0,
-                 dampening: float = 0.0, nesterov: bool = False):
+    def __init__(self, params: Params, lr: float = 0.1, momentum: float = 0.0, weight_decay: float = 0.0,
+                 dampening: float = 0.0, nesterov: bool = False) -> None:
         self.lr = _check_hyper("lr", lr)
         self.momentum = _check_hyper("momentum", momentum)
         self.weight_decay = _check_hyper("weight_decay", weight_decay)

@@ -12,15 +12,21 @@ the record index, which lets a run of leaves inside a span be skipped with a bin
 """
 from __future__ import annotations
 
-from .._core import StaleValueError
-from ..node_selection import select
+from collections.abc import Iterator
+from typing import cast
+
+from .._core import Arena, StaleValueError, Value
+from ..node_selection import Nodes, select
+
+# arena.record(r): (op, first output, number of outputs, argument spans [(first, count)], immediate)
+Record = tuple[str, int, int, list[tuple[int, int]], float]
 
 
 class GraphTooLargeError(ValueError):
     """The graph has more nodes than ``max_nodes`` allows drawing."""
 
 
-def to_dot(root, max_nodes: int = 2000, show_grad: bool = True, rankdir: str = "LR",
+def to_dot(root: Nodes, max_nodes: int = 2000, show_grad: bool = True, rankdir: str = "LR",
            precision: int = 6, max_scalar_args: int = 4, name: str = "burtorch") -> str:
     """DOT text of the graph that ``root`` depends on.
 
@@ -68,7 +74,7 @@ def to_dot(root, max_nodes: int = 2000, show_grad: bool = True, rankdir: str = "
     return "\n".join(lines) + "\n"
 
 
-def _roots(root):
+def _roots(root: Nodes) -> tuple[Arena, list[tuple[int, int]]]:
     try:
         return select(root).single_arena("the roots")
     except StaleValueError:  # a discarded root would draw whatever node now holds its slot
@@ -102,27 +108,30 @@ def _span(first: int, last: int) -> str:
 class _Walk:
     """Collects DOT nodes and edges; ``pending`` holds records whose arguments are not yet drawn."""
 
-    def __init__(self, arena, max_nodes, show_grad, precision, max_scalar_args):
+    def __init__(self, arena: Arena, max_nodes: int, show_grad: bool, precision: int, max_scalar_args: int) -> None:
         self.arena = arena
         self.max_nodes = max_nodes
         self.show_grad = show_grad
         self.precision = precision
         self.max_scalar_args = max_scalar_args
         self.max_shown_outputs = 4
-        self.nodes = {}  # key -> (sort key, key, attrs)
-        self.edges = set()
-        self.pending = []
-        self._records = {}
+        self.nodes: dict[str, tuple[tuple[int, int], str, str]] = {}  # key -> (sort key, key, attrs)
+        self.edges: set[tuple[str, str, str]] = set()
+        self.pending: list[tuple[int, str, bool]] = []
+        self._records: dict[int, Record] = {}
         self._num_records = arena.num_records
 
     # -- arena access ------------------------------------------------------------------------
-    def record(self, r):
+    def record(self, r: int) -> Record:
         rec = self._records.get(r)
         if rec is None:
-            rec = self._records[r] = self.arena.record(r)
+            rec = self._records[r] = cast(Record, self.arena.record(r))  # the stub says tuple
         return rec
 
-    def is_scalar(self, rec) -> bool:
+    def value(self, slot: int) -> Value:
+        return cast(Value, self.arena.value(slot))  # the stub says object
+
+    def is_scalar(self, rec: Record) -> bool:
         return rec[2] == 1 and sum(count for _, count in rec[3]) <= self.max_scalar_args
 
     def next_record_output(self, slot: int) -> int:
@@ -136,7 +145,7 @@ class _Walk:
                 hi = mid
         return self.record(lo)[1] if lo < self._num_records else self.arena.num_nodes
 
-    def runs(self, first: int, last: int):
+    def runs(self, first: int, last: int) -> Iterator[tuple[int, int, int]]:
         """Splits [first, last) into runs with one producer each: (start, end, record or -1)."""
         s = first
         while s < last:
@@ -150,7 +159,7 @@ class _Walk:
             s = end
 
     # -- drawing ---------------------------------------------------------------------------------
-    def add_node(self, key, sort_key, attrs):
+    def add_node(self, key: str, sort_key: tuple[int, int], attrs: str) -> None:
         if len(self.nodes) >= self.max_nodes:
             raise GraphTooLargeError(
                 f"the graph has more than max_nodes={self.max_nodes} nodes to draw; pass a larger "
@@ -161,14 +170,14 @@ class _Walk:
         return f"{x:.{self.precision}g}"
 
     def slot_text(self, slot: int) -> str:
-        v = self.arena.value(slot)
+        v = self.value(slot)
         text = f"#{slot}" + (f" {v.label}" if v.label is not None else "") + " data " + self.number(v.data)
         return text + (" grad " + self.number(v.grad) if self.show_grad else "")
 
     def value_node(self, slot: int) -> str:
         key = f"v{slot}"
         if key not in self.nodes:
-            v = self.arena.value(slot)
+            v = self.value(slot)
             head = f"#{slot}" + (f" {v.label}" if v.label is not None else "")
             fields = [_record_text(head), "data " + self.number(v.data)]
             if self.show_grad:
@@ -176,11 +185,11 @@ class _Walk:
             self.add_node(key, (slot, 1), 'shape=record, label="{ ' + " | ".join(fields) + ' }"')
         return key
 
-    def op_text(self, rec) -> str:
+    def op_text(self, rec: Record) -> str:
         op, imm = rec[0], rec[4]
         return op if imm == 0 else f"{op} {self.number(imm)}"
 
-    def producers(self, first: int, last: int, split_leaves: bool = False):
+    def producers(self, first: int, last: int, split_leaves: bool = False) -> Iterator[tuple[str, tuple[int, int]]]:
         """Yields (DOT key, (start, end)) for each producer of the slots [first, last).
 
         A run of leaves is one box, or (``split_leaves``) one value node per leaf.

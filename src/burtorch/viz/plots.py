@@ -12,13 +12,22 @@ from __future__ import annotations
 import io
 import math
 import os
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from ..io.atomic import write_atomic
+
+if TYPE_CHECKING:
+    from _typeshed import StrPath
+    from matplotlib.figure import Figure
+
+# Numbers or Values (anything float() takes).
+Numbers = Iterable[Any]
 
 INSTALL_HINT = "matplotlib is not installed: pip install matplotlib (or pip install 'burtorch[plot]')"
 
 
-def _matplotlib_figure():
+def _matplotlib_figure() -> type[Figure]:
     try:
         from matplotlib.figure import Figure
     except ImportError:
@@ -26,7 +35,7 @@ def _matplotlib_figure():
     return Figure
 
 
-def save_figure(fig, path, **savefig_args) -> None:
+def save_figure(fig: Figure, path: StrPath, **savefig_args: Any) -> None:
     """Saves a matplotlib Figure to ``path`` through the atomic writer (the format from the
     extension, PNG without one), so a crash never leaves half a picture."""
     path = os.fspath(path)
@@ -36,7 +45,7 @@ def save_figure(fig, path, **savefig_args) -> None:
     write_atomic(path, (buf.getbuffer(),), durable=False)
 
 
-def _floats(values, what: str) -> list:
+def _floats(values: Numbers, what: str) -> list[float]:
     try:
         out = [float(v) for v in values]
     except TypeError:
@@ -46,7 +55,7 @@ def _floats(values, what: str) -> list:
     return out
 
 
-def _matrix(matrix) -> list:
+def _matrix(matrix: Any) -> list[list[float]]:
     """Rows of floats from nested sequences, a numpy array or anything with ``tolist()``."""
     if hasattr(matrix, "tolist") and not isinstance(matrix, (list, tuple)):
         matrix = matrix.tolist()
@@ -61,8 +70,8 @@ def _matrix(matrix) -> list:
     return rows
 
 
-def loss_curve(values, path, title: str = "loss", xlabel: str = "step", ylabel: str = "loss",
-               log_y: bool = False, smooth: int = 0):
+def loss_curve(values: Numbers, path: StrPath, title: str = "loss", xlabel: str = "step", ylabel: str = "loss",
+               log_y: bool = False, smooth: int = 0) -> Figure:
     """Plots ``values`` (numbers or Values, one per step) to ``path``; returns the Figure.
 
     ``smooth`` > 1 adds a moving average over that many steps beside the raw curve.
@@ -88,8 +97,9 @@ def loss_curve(values, path, title: str = "loss", xlabel: str = "step", ylabel: 
     return fig
 
 
-def heatmap(matrix, path, annotate: bool = False, fmt: str = ".2f", title: str = "",
-            cmap: str = "viridis", xlabels=None, ylabels=None):
+def heatmap(matrix: Any, path: StrPath, annotate: bool = False, fmt: str = ".2f", title: str = "",
+            cmap: str = "viridis", xlabels: Sequence[str] | None = None,
+            ylabels: Sequence[str] | None = None) -> Figure:
     """Draws a matrix (for example a weight matrix or attention weights) to ``path``.
 
     ``annotate`` writes each cell's number (formatted with ``fmt``) into the cell. Returns the Figure.
@@ -124,11 +134,12 @@ def _literal(x: float) -> str:
     return repr(x) if math.isfinite(x) else f"float({str(x)!r})"
 
 
-def _list_literal(xs) -> str:
+def _list_literal(xs: Iterable[float]) -> str:
     return "[" + ", ".join(_literal(x) for x in xs) + "]"
 
 
-def _sample(fn, lo: float, hi: float, points: int, with_grad: bool):
+def _sample(fn: Callable[[Any], Any], lo: float, hi: float, points: int,
+            with_grad: bool) -> tuple[list[float], list[float], list[float] | None]:
     """Samples ``fn`` (float -> number or Value) on a grid; with_grad also returns d fn / d x."""
     xs = [lo + (hi - lo) * i / (points - 1) for i in range(points)]
     if not with_grad:
@@ -151,7 +162,8 @@ def _sample(fn, lo: float, hi: float, points: int, with_grad: bool):
     return xs, ys, grads
 
 
-def function_plot_script(fn, x_range=(-5.0, 5.0), points: int = 200, title: str = "",
+def function_plot_script(fn: str | Callable[[Any], Any], x_range: tuple[float, float] = (-5.0, 5.0),
+                         points: int = 200, title: str = "",
                          output: str = "function.png", with_grad: bool = False) -> str:
     """A standalone Matplotlib script plotting a function of one variable over ``x_range``.
 
@@ -196,8 +208,9 @@ def function_plot_script(fn, x_range=(-5.0, 5.0), points: int = 200, title: str 
     return "\n".join(lines)
 
 
-def heatmap_script(matrix, annotate: bool = True, fmt: str = ".2f", title: str = "",
-                   cmap: str = "viridis", output: str = "heatmap.png", xlabels=None, ylabels=None) -> str:
+def heatmap_script(matrix: Any, annotate: bool = True, fmt: str = ".2f", title: str = "", cmap: str = "viridis",
+                   output: str = "heatmap.png", xlabels: Sequence[str] | None = None,
+                   ylabels: Sequence[str] | None = None) -> str:
     """A standalone Matplotlib script drawing ``matrix`` as a heatmap, cells annotated if asked."""
     rows = _matrix(matrix)
     format(0.0, fmt)

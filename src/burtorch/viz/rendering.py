@@ -4,9 +4,14 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from typing import TYPE_CHECKING, Any
 
 from ..io.atomic import write_atomic
+from ..node_selection import Nodes
 from .dot import to_dot
+
+if TYPE_CHECKING:
+    from _typeshed import StrPath
 
 INSTALL_HINT = (
     "rendering needs the Graphviz 'dot' program: install it with 'apt-get install graphviz' "
@@ -19,7 +24,7 @@ class GraphvizMissingError(RuntimeError):
     """Graphviz's ``dot`` program is not installed."""
 
 
-def render(root, path, engine: str = "dot", timeout: float = 60.0, **to_dot_args) -> str:
+def render(root: Nodes, path: StrPath, engine: str = "dot", timeout: float = 60.0, **to_dot_args: Any) -> str:
     """Draws the graph of ``root`` to ``path``; the format comes from the extension.
 
     ``.dot``/``.gv`` write the DOT text itself (no Graphviz needed); ``.svg``, ``.png``, ``.pdf``

@@ -67,7 +67,7 @@ def select(names) -> list:
     """Entries for a comma list of names or families ("torch" means every torch variant)."""
     if not names:
         return list(ENTRIES)
-    out = []
+    out: list[Entry] = []
     for name in names:
         matches = [e for e in ENTRIES if e.name == name or e.name.split("-")[0] == name]
         if not matches:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from typing import Any
 
 from ..specs import W3_NAMES
 
@@ -17,7 +18,7 @@ class FileSaveLoadRunner:
         fd, self.path = tempfile.mkstemp(prefix="w3-", suffix=suffix, dir=directory)
         os.close(fd)
         save(self.path, payload)
-        self._loaded = None
+        self._loaded: Any = None  # set by run(), read after it
 
     def run(self, phase: str, n: int) -> None:
         path = self.path

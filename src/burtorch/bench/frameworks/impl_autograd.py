@@ -1,6 +1,8 @@
 """HIPS autograd: traces the function on boxed floats at every call, then sweeps back."""
 from __future__ import annotations
 
+from typing import Any
+
 import autograd
 import autograd.numpy as anp
 
@@ -32,7 +34,8 @@ class GraphRunner:
 
     def __init__(self, forward, leaves):
         self._fn = autograd.value_and_grad(forward, argnum=(0, 1))
-        self._leaves, self._last = leaves, None
+        self._leaves = leaves
+        self._last: Any = None  # set by run(), read after it
 
     def run(self, phase: str, n: int) -> None:
         fn, (a0, b0) = self._fn, self._leaves

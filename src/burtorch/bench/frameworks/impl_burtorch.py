@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from typing import Any
 
 import burtorch as bt
 from burtorch.oracle import mean_loss
@@ -38,7 +39,7 @@ class GraphRunner:
     def __init__(self, build, leaves):
         self._build = build
         self._leaves = leaves
-        self._last = None
+        self._last: Any = None  # set by run(), read after it
 
     def run(self, phase: str, n: int) -> None:
         # Like the peers: the numbers are read once, from the last iteration, outside the loop.

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
 # One intra-op thread, set before jax is imported; the process is pinned to one core anyway.
 os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1")
@@ -37,7 +38,7 @@ class GraphRunner:
         self._leaves = tuple(jnp.float64(v) for v in leaves)
         self.timed_region = (f"{variant} jax.value_and_grad(f, argnums=(0, 1))(a, b) with fresh "
                              "FP64 leaves + block_until_ready per iteration")
-        self._last = None
+        self._last: Any = None  # set by run(), read after it
 
     def run(self, phase: str, n: int) -> None:
         fn, (a0, b0), f64, ready = self._fn, self._leaves, jnp.float64, jax.block_until_ready

@@ -1,6 +1,8 @@
 """micrograd (Karpathy): one Python object per scalar, recursive topological sort in backward."""
 from __future__ import annotations
 
+from typing import Any
+
 from micrograd.engine import Value
 
 from ...app.paper_graphs import w1_graph, w2_graph
@@ -31,7 +33,8 @@ class GraphRunner:
     timed_region = "Value leaves + ops + g.backward() per iteration (garbage collector frees nodes)"
 
     def __init__(self, build, leaves):
-        self._build, self._leaves, self._last = build, leaves, None
+        self._build, self._leaves = build, leaves
+        self._last: Any = None  # set by run(), read after it
 
     def run(self, phase: str, n: int) -> None:
         build, (a0, b0) = self._build, self._leaves

@@ -1,6 +1,8 @@
 """MLX on the CPU (mlx-cpu on Linux): eager (lazy graph, evaluated every step) and mx.compile."""
 from __future__ import annotations
 
+from typing import Any
+
 import mlx.core as mx
 from mlx.utils import tree_map
 
@@ -35,7 +37,8 @@ class GraphRunner:
 
     def __init__(self, forward, leaves):
         self._fn = mx.value_and_grad(forward, argnums=[0, 1])
-        self._leaves, self._last = leaves, None
+        self._leaves = leaves
+        self._last: Any = None  # set by run(), read after it
 
     def run(self, phase: str, n: int) -> None:
         fn, (a0, b0), array, f64, ev = self._fn, self._leaves, mx.array, mx.float64, mx.eval

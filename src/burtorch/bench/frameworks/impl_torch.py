@@ -1,6 +1,8 @@
 """PyTorch: eager, TorchScript (W1/W2) and torch.compile, on one CPU thread."""
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 
@@ -68,7 +70,8 @@ class GraphRunner:
             forward = torch.compile(forward, fullgraph=True)
         self.timed_region = (f"torch.tensor leaves (requires_grad) + {variant} forward + "
                              "g.backward() per iteration (the graph is freed by backward)")
-        self._forward, self._leaves, self._last = forward, leaves, None
+        self._forward, self._leaves = forward, leaves
+        self._last: Any = None  # set by run(), read after it
 
     def run(self, phase: str, n: int) -> None:
         forward, (a0, b0), tensor = self._forward, self._leaves, torch.tensor

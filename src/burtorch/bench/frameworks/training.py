@@ -8,6 +8,7 @@ trains from the same weights on the same batches.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from .. import data as bdata
 from ..specs import (
@@ -49,8 +50,9 @@ class TrainRunner:
         self.params = self.to_params(np_params)
         self.batches = [self.to_batch(x, y) for x, y in np_batches]
         self._cursor = 0
-        self._first_loss = None
-        self._loss_before = self._loss_after = None
+        self._first_loss: Any = None  # the framework's own loss object of the first step
+        self._loss_before: float | None = None
+        self._loss_after: float | None = None
 
     # --- supplied by each framework -------------------------------------------------------
     def to_params(self, np_params: dict):

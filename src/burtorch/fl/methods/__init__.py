@@ -1,6 +1,7 @@
 """The federated methods and their names on the command line."""
 from __future__ import annotations
 
+from ..compressors import Compressor
 from .base import Method
 from .diana import DIANA
 from .ef21 import EF21
@@ -14,8 +15,8 @@ COMPRESSING = ("dcgd", "ef21", "ef21-sgd", "ef21-pp", "marina", "vr-marina", "di
 METHODS = ("gd", "dcgd", "ef21", "ef21-sgd", "ef21-pp", "marina", "vr-marina", "page", "diana", "fedavg")
 
 
-def make_method(name: str, lr=None, compressor=None, batch=None, p=None, local_steps: int = 5,
-                server_lr: float = 1.0) -> Method:
+def make_method(name: str, lr: float | None = None, compressor: Compressor | None = None, batch: int | None = None,
+                p: float | None = None, local_steps: int = 5, server_lr: float = 1.0) -> Method:
     """A method by name, with the options that apply to it (the others must be left at None)."""
     if name == "gd":
         return GD(lr)

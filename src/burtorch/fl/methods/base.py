@@ -13,14 +13,22 @@ or on another machine:
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .. import streams
 from ..compressors import Compressor, Message, full_message
 
+if TYPE_CHECKING:
+    from ..client import Oracle, Reply, Round
+    from ..problem import Smoothness
 
-def check_lr(lr, name="lr"):
+
+# The checks return Any on purpose: lr, p, batch and the like are None until bind() fills them in,
+# a two-phase set-up that annotations cannot express; the methods read them after bind().
+def check_lr(lr: Any, name: str = "lr") -> Any:
     if lr is None:
         return None
     if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not math.isfinite(lr) or lr <= 0:
@@ -28,7 +36,7 @@ def check_lr(lr, name="lr"):
     return float(lr)
 
 
-def check_probability(name, p):
+def check_probability(name: str, p: Any) -> Any:
     if p is None:
         return None
     if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 < p <= 1.0:
@@ -36,7 +44,7 @@ def check_probability(name, p):
     return float(p)
 
 
-def check_batch(batch):
+def check_batch(batch: Any) -> Any:
     if batch is None:
         return None
     if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
@@ -44,10 +52,12 @@ def check_batch(batch):
     return batch
 
 
-def mean_of(replies, n: int, d: int) -> np.ndarray:
+def mean_of(replies: Sequence[Reply], n: int, d: int) -> np.ndarray:
     """(1/n) * the sum of the replies' messages, summed in client order (bitwise reproducible)."""
     acc = np.zeros(d)
     for r in replies:
+        if r.message is None:
+            raise ValueError(f"client {r.client} sent no message")
         r.message.add_to(acc)
     acc /= n
     return acc
@@ -61,7 +71,7 @@ class Method:
     uses_previous_point = False           # clients evaluate at the previous point too
 
     def __init__(self, lr: float | None = None, compressor: Compressor | None = None, float_bits: int = 32,
-                 batch: int | None = None):
+                 batch: int | None = None) -> None:
         self.lr = check_lr(lr)
         if compressor is not None and not isinstance(compressor, Compressor):
             raise TypeError(f"expected a Compressor, got {type(compressor).__name__}")
@@ -70,7 +80,8 @@ class Method:
         self.batch = check_batch(batch)
 
     # ---- set-up, before any round ----
-    def bind(self, d: int, n: int, participation: float, smoothness, shard_sizes) -> None:
+    def bind(self, d: int, n: int, participation: float, smoothness: Smoothness | None,
+             shard_sizes: Sequence[int]) -> None:
         """Checks the method against the problem and fills in the theory's defaults."""
         c = self.compressor
         if self.compressor_kind is None and c is not None:
@@ -101,44 +112,67 @@ class Method:
                 raise ValueError(f"{self.name} needs lr: {why}")
             self.lr = lr
 
-    def _bind_defaults(self, n, participation, shard_sizes) -> None:
+    def _bind_defaults(self, n: int, participation: float, shard_sizes: Sequence[int]) -> None:
         pass
 
-    def theory_lr(self, sm, n: int, participation: float) -> float | None:
+    def theory_lr(self, sm: Smoothness, n: int, participation: float) -> float | None:
         return None
 
+    # ---- the compressor's constants, for the methods bind() checked to have a compressor ----
+    @property
+    def bound_compressor(self) -> Compressor:
+        if self.compressor is None:
+            raise ValueError(f"{self.name} needs a compressor")
+        return self.compressor
+
+    @property
+    def omega(self) -> float:
+        """omega of the compressor (unbiased ones only)."""
+        omega = self.bound_compressor.omega
+        if omega is None:
+            raise ValueError(f"{self.name} needs an unbiased compressor")
+        return omega
+
+    @property
+    def alpha(self) -> float:
+        """alpha of the compressor (contractive ones only)."""
+        alpha = self.bound_compressor.alpha
+        if alpha is None:
+            raise ValueError(f"{self.name} needs a contractive compressor")
+        return alpha
+
     # ---- server ----
-    def server_start(self, x: np.ndarray) -> dict:
+    def server_start(self, x: np.ndarray) -> dict[str, Any]:
         return {"g": None}
 
     def draw_coin(self, seed: int, t: int) -> bool | None:
         return None
 
-    def advance(self, x: np.ndarray, server: dict) -> np.ndarray:
+    def advance(self, x: np.ndarray, server: dict[str, Any]) -> np.ndarray:
         """The point of the next round: x - lr * g."""
         return x if server["g"] is None else x - self.lr * server["g"]
 
-    def absorb(self, x: np.ndarray, server: dict, replies: list, ctx) -> np.ndarray:
+    def absorb(self, x: np.ndarray, server: dict[str, Any], replies: list[Reply], ctx: Round) -> np.ndarray:
         raise NotImplementedError
 
     # ---- client ----
-    def client(self, state: dict, oracle, ctx) -> Message:
+    def client(self, state: dict[str, Any], oracle: Oracle, ctx: Round) -> Message:
         raise NotImplementedError
 
-    def send(self, v: np.ndarray, oracle) -> Message:
+    def send(self, v: np.ndarray, oracle: Oracle) -> Message:
         """v compressed with this round's client seed, or sent whole without a compressor."""
         if self.compressor is None:
             return full_message(v, self.float_bits)
         return self.compressor.compress(v, streams.derive(oracle.seed, streams.COMPRESS, oracle.client, oracle.round))
 
-    def local_gradient(self, oracle, key: int = 0):
+    def local_gradient(self, oracle: Oracle, key: int = 0) -> tuple[float, np.ndarray]:
         """The client's full local gradient, or a minibatch one when the method has a batch size."""
         if self.batch is None:
             return oracle.full()
         return oracle.minibatch(self.batch, key=key)
 
     # ---- description for logs and JSON ----
-    def settings(self) -> dict:
+    def settings(self) -> dict[str, Any]:
         out = {"method": self.name, "lr": self.lr}
         if self.compressor is not None:
             out["compressor"] = repr(self.compressor)
@@ -146,5 +180,5 @@ class Method:
             out["batch"] = self.batch
         return out
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"{type(self).__name__}({', '.join(f'{k}={v}' for k, v in self.settings().items() if k != 'method')})"

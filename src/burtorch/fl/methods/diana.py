@@ -14,38 +14,47 @@ not know (its analysis is for the proximal setting with extra assumptions).
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
 import numpy as np
 
+from ..compressors import Compressor
 from .base import Method, check_lr, mean_of
+
+if TYPE_CHECKING:
+    from ..client import Oracle, Reply, Round
+    from ..compressors import Message
 
 
 class DIANA(Method):
     name = "diana"
     compressor_kind = "unbiased"
 
-    def __init__(self, lr=None, compressor=None, shift_lr: float | None = None, batch=None):
+    def __init__(self, lr: float | None = None, compressor: Compressor | None = None, shift_lr: float | None = None,
+                 batch: int | None = None) -> None:
         super().__init__(lr, compressor, batch=batch)
         self.shift_lr = check_lr(shift_lr, "shift_lr")
 
-    def _bind_defaults(self, n, participation, shard_sizes):
+    def _bind_defaults(self, n: int, participation: float, shard_sizes: Sequence[int]) -> None:
         if self.shift_lr is None:
-            self.shift_lr = 1.0 / (self.compressor.omega + 1.0)
+            self.shift_lr = 1.0 / (self.omega + 1.0)
 
-    def server_start(self, x):
+    def server_start(self, x: np.ndarray) -> dict[str, Any]:
         return {"g": None, "h": np.zeros(len(x))}
 
-    def client(self, state, oracle, ctx):
+    def client(self, state: dict[str, Any], oracle: Oracle, ctx: Round) -> Message:
         _, grad = self.local_gradient(oracle)
         h = state.setdefault("h", np.zeros(len(grad)))
         msg = self.send(grad - h, oracle)
         msg.add_to(h, self.shift_lr)
         return msg
 
-    def absorb(self, x, server, replies, ctx):
+    def absorb(self, x: np.ndarray, server: dict[str, Any], replies: list[Reply], ctx: Round) -> np.ndarray:
         mean = mean_of(replies, len(replies), len(x))
         server["g"] = server["h"] + mean
         server["h"] = server["h"] + self.shift_lr * mean
         return x
 
-    def settings(self):
+    def settings(self) -> dict[str, Any]:
         return {**super().settings(), "shift_lr": self.shift_lr}

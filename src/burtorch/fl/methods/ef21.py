@@ -23,9 +23,17 @@ form up to the minibatch variance (it converges to a neighbourhood); the default
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING, Any
 
-from ..compressors import full_message
+import numpy as np
+
+from ..compressors import Compressor, full_message
 from .base import Method, mean_of
+
+if TYPE_CHECKING:
+    from ..client import Oracle, Reply, Round
+    from ..compressors import Message
+    from ..problem import Smoothness
 
 
 def ef21_lr(L: float, L_tilde: float, alpha: float) -> float:
@@ -42,16 +50,17 @@ class EF21(Method):
     partial_participation = True
     full_first_round = True
 
-    def __init__(self, lr=None, compressor=None, batch=None, init: str = "full"):
+    def __init__(self, lr: float | None = None, compressor: Compressor | None = None, batch: int | None = None,
+                 init: str = "full") -> None:
         super().__init__(lr, compressor, batch=batch)
         if init not in ("full", "compressed"):
             raise ValueError(f"init must be 'full' or 'compressed', got {init!r}")
         self.init = init
 
-    def theory_lr(self, sm, n, participation):
-        return ef21_lr(sm.L, sm.L_tilde, self.compressor.alpha * participation)
+    def theory_lr(self, sm: Smoothness, n: int, participation: float) -> float | None:
+        return ef21_lr(sm.L, sm.L_tilde, self.alpha * participation)
 
-    def client(self, state, oracle, ctx):
+    def client(self, state: dict[str, Any], oracle: Oracle, ctx: Round) -> Message:
         _, grad = self.local_gradient(oracle)
         if "g" not in state:
             if self.init == "full":
@@ -64,7 +73,7 @@ class EF21(Method):
         msg.add_to(state["g"])
         return msg
 
-    def absorb(self, x, server, replies, ctx):
+    def absorb(self, x: np.ndarray, server: dict[str, Any], replies: list[Reply], ctx: Round) -> np.ndarray:
         n = ctx.n_clients
         if server["g"] is None:
             server["g"] = mean_of(replies, n, len(x))
@@ -72,5 +81,5 @@ class EF21(Method):
             server["g"] = server["g"] + mean_of(replies, n, len(x))
         return x
 
-    def settings(self):
+    def settings(self) -> dict[str, Any]:
         return {**super().settings(), "init": self.init}

@@ -11,21 +11,30 @@ With one full-batch local step and server_lr = 1 this is GD.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
 from .base import Method, check_lr, mean_of
+
+if TYPE_CHECKING:
+    from ..client import Oracle, Reply, Round
+    from ..compressors import Message
 
 
 class FedAvg(Method):
     name = "fedavg"
     partial_participation = True
 
-    def __init__(self, lr=None, local_steps: int = 5, batch=None, server_lr: float = 1.0):
+    def __init__(self, lr: float | None = None, local_steps: int = 5, batch: int | None = None,
+                 server_lr: float = 1.0) -> None:
         super().__init__(lr, None, batch=batch)
         if isinstance(local_steps, bool) or not isinstance(local_steps, int) or local_steps < 1:
             raise ValueError(f"local_steps must be a positive int, got {local_steps!r}")
         self.local_steps = local_steps
         self.server_lr = check_lr(server_lr, "server_lr")
 
-    def client(self, state, oracle, ctx):
+    def client(self, state: dict[str, Any], oracle: Oracle, ctx: Round) -> Message:
         y = ctx.x.copy()
         for step in range(self.local_steps):
             indices = None if self.batch is None else oracle.minibatch_indices(self.batch, key=step)
@@ -33,11 +42,11 @@ class FedAvg(Method):
             y -= self.lr * grad
         return self.send(ctx.x - y, oracle)
 
-    def advance(self, x, server):
+    def advance(self, x: np.ndarray, server: dict[str, Any]) -> np.ndarray:
         return x
 
-    def absorb(self, x, server, replies, ctx):
+    def absorb(self, x: np.ndarray, server: dict[str, Any], replies: list[Reply], ctx: Round) -> np.ndarray:
         return x - self.server_lr * mean_of(replies, len(replies), len(x))
 
-    def settings(self):
+    def settings(self) -> dict[str, Any]:
         return {**super().settings(), "local_steps": self.local_steps, "server_lr": self.server_lr}

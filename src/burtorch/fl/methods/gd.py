@@ -11,21 +11,30 @@ With partial participation the mean runs over the round's participants S_t.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
 from .base import Method, mean_of
+
+if TYPE_CHECKING:
+    from ..client import Oracle, Reply, Round
+    from ..compressors import Message
+    from ..problem import Smoothness
 
 
 class GD(Method):
     name = "gd"
     partial_participation = True
 
-    def theory_lr(self, sm, n, participation):
+    def theory_lr(self, sm: Smoothness, n: int, participation: float) -> float | None:
         return 1.0 / sm.L if participation == 1.0 and self.batch is None else None
 
-    def client(self, state, oracle, ctx):
+    def client(self, state: dict[str, Any], oracle: Oracle, ctx: Round) -> Message:
         _, grad = self.local_gradient(oracle)
         return self.send(grad, oracle)
 
-    def absorb(self, x, server, replies, ctx):
+    def absorb(self, x: np.ndarray, server: dict[str, Any], replies: list[Reply], ctx: Round) -> np.ndarray:
         server["g"] = mean_of(replies, len(replies), len(x))
         return x
 
@@ -34,5 +43,5 @@ class DCGD(GD):
     name = "dcgd"
     compressor_kind = "any"
 
-    def theory_lr(self, sm, n, participation):
+    def theory_lr(self, sm: Smoothness, n: int, participation: float) -> float | None:
         return None

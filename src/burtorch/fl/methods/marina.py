@@ -23,10 +23,19 @@ omega = 0) gives PAGE's Theorem 1 step 1 / (L (1 + sqrt((1 - p) / (p b)))).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
 
 from .. import streams
-from ..compressors import Identity, full_message
+from ..compressors import Compressor, Identity, full_message
 from .base import Method, check_probability, mean_of
+
+if TYPE_CHECKING:
+    from ..client import Oracle, Reply, Round
+    from ..compressors import Message
+    from ..problem import Smoothness
 
 
 class MARINA(Method):
@@ -34,31 +43,33 @@ class MARINA(Method):
     compressor_kind = "unbiased"
     full_first_round = True
 
-    def __init__(self, lr=None, compressor=None, p: float | None = None, batch=None):
+    def __init__(self, lr: float | None = None, compressor: Compressor | None = None, p: float | None = None,
+                 batch: int | None = None) -> None:
         super().__init__(lr, compressor, batch=batch)
         self.p = check_probability("p", p)
         self.uses_previous_point = batch is not None
 
-    def _bind_defaults(self, n, participation, shard_sizes):
+    def _bind_defaults(self, n: int, participation: float, shard_sizes: Sequence[int]) -> None:
         if self.p is None:
             if self.batch is None:
-                self.p = min(1.0, self.compressor.bits / (self.compressor.d * self.float_bits))
+                c = self.bound_compressor
+                self.p = min(1.0, c.bits / (c.d * self.float_bits))
             else:
                 m = sum(shard_sizes) / len(shard_sizes)
                 self.p = self.batch / (m + self.batch)
 
-    def theory_lr(self, sm, n, participation):
-        p, omega = self.p, self.compressor.omega
+    def theory_lr(self, sm: Smoothness, n: int, participation: float) -> float | None:
+        p, omega = self.p, self.omega
         if self.batch is None:
             return 1.0 / (sm.L + sm.L_tilde * math.sqrt((1.0 - p) * omega / (p * n)))
         spread = omega * sm.L_tilde ** 2 + (1.0 + omega) * sm.L_max ** 2 / self.batch
         return 1.0 / (sm.L + math.sqrt((1.0 - p) / (p * n) * spread))
 
-    def draw_coin(self, seed, t):
+    def draw_coin(self, seed: int, t: int) -> bool | None:
         # tossed every round, so the stream does not depend on p
         return streams.rng(seed, streams.COIN, t).random() < self.p
 
-    def client(self, state, oracle, ctx):
+    def client(self, state: dict[str, Any], oracle: Oracle, ctx: Round) -> Message:
         if ctx.t == 0 or ctx.coin:
             _, grad = oracle.full()
             if self.batch is None:
@@ -69,39 +80,42 @@ class MARINA(Method):
             delta = grad - state["grad"]
             state["grad"] = grad
         else:
+            if ctx.x_prev is None:  # the server sends it to methods with uses_previous_point
+                raise ValueError("VR-MARINA's round came without the previous point")
             indices = oracle.minibatch_indices(self.batch)
             _, new = oracle.gradient(ctx.x, indices)
             _, old = oracle.gradient(ctx.x_prev, indices)
             delta = new - old
         return self.send(delta, oracle)
 
-    def absorb(self, x, server, replies, ctx):
+    def absorb(self, x: np.ndarray, server: dict[str, Any], replies: list[Reply], ctx: Round) -> np.ndarray:
         mean = mean_of(replies, len(replies), len(x))
         full = ctx.t == 0 or ctx.coin
         server["g"] = mean if full else server["g"] + mean
         server["full_rounds"] = server.get("full_rounds", 0) + (1 if full and ctx.t > 0 else 0)
         return x
 
-    def settings(self):
+    def settings(self) -> dict[str, Any]:
         return {**super().settings(), "p": self.p}
 
 
 class PAGE(MARINA):
     name = "page"
 
-    def __init__(self, lr=None, batch: int | None = None, p: float | None = None):
+    def __init__(self, lr: float | None = None, batch: int | None = None, p: float | None = None) -> None:
         if batch is None:
             raise ValueError("page needs a minibatch size (batch)")
         super().__init__(lr, None, p, batch)
 
-    def bind(self, d, n, participation, smoothness, shard_sizes):
+    def bind(self, d: int, n: int, participation: float, smoothness: Smoothness | None,
+             shard_sizes: Sequence[int]) -> None:
         self.compressor = Identity(d, self.float_bits)
         super().bind(d, n, participation, smoothness, shard_sizes)
 
-    def send(self, v, oracle):
+    def send(self, v: np.ndarray, oracle: Oracle) -> Message:
         return full_message(v, self.float_bits)
 
-    def settings(self):
+    def settings(self) -> dict[str, Any]:
         out = super().settings()
         out.pop("compressor", None)
         return out

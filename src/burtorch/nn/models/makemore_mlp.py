@@ -1,4 +1,8 @@
 """The character-level MLP of Bengio et al. (2003) as in makemore (workload W4)."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
 from ... import _core
 from ..embedding import Embedding
 from ..linear import Linear
@@ -20,7 +24,8 @@ class MakemoreMLP(Module):
         dtype: ``bt.float32`` (default) or ``bt.float64``.
     """
 
-    def __init__(self, vocab: int = 27, block: int = 16, emb: int = 64, hidden: int = 64, dtype=None):
+    def __init__(self, vocab: int = 27, block: int = 16, emb: int = 64, hidden: int = 64,
+                 dtype: _core.DType | None = None) -> None:
         super().__init__(dtype)
         self.vocab, self.block, self.emb_dim, self.hidden = vocab, block, emb, hidden
         self.embed = Embedding(vocab, emb, dtype=dtype)
@@ -28,23 +33,23 @@ class MakemoreMLP(Module):
         self.fc2 = Linear(hidden, vocab, dtype=dtype)
 
     @classmethod
-    def paper(cls, hidden: int = 64, vocab: int = 27, dtype=None) -> "MakemoreMLP":
+    def paper(cls, hidden: int = 64, vocab: int = 27, dtype: _core.DType | None = None) -> MakemoreMLP:
         """The paper's W4: block 16, embedding 64, hidden e in {4, 16, ..., 1024}, FP32."""
         return cls(vocab=vocab, block=16, emb=64, hidden=hidden, dtype=dtype)
 
-    def forward(self, context):
+    def forward(self, context: Sequence[int]) -> _core.Vector:
         if len(context) != self.block:
             raise ValueError(f"MakemoreMLP expects a context of {self.block} token ids, got {len(context)}")
         x = self.embed(context).flatten()
         return self.fc2(self.fc1(x).tanh())
 
-    def loss(self, context, target):
+    def loss(self, context: Sequence[int], target: int) -> _core.Value:
         return _core.cross_entropy(self.forward(context), target)
 
-    def loss_batch(self, samples):
+    def loss_batch(self, samples: Sequence[tuple[Sequence[int], int]]) -> _core.Value:
         """Mean loss of k (context, target) samples as ONE graph: the contexts' embeddings form a
         (k x block*emb) view and each layer is one record over k rows (W is read once, not k times)."""
-        ids = []
+        ids: list[int] = []
         for ctx, _ in samples:
             if len(ctx) != self.block:
                 raise ValueError(f"MakemoreMLP expects contexts of {self.block} token ids, got {len(ctx)}")
@@ -52,5 +57,5 @@ class MakemoreMLP(Module):
         x = self.embed(ids).reshape(len(samples), self.block * self.emb_dim)
         return _core.cross_entropy(self.fc2(self.fc1(x).tanh()), [t for _, t in samples])
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return f"vocab={self.vocab}, block={self.block}, emb={self.emb_dim}, hidden={self.hidden}"

@@ -1,4 +1,8 @@
 """A miniature GPT (Karpathy's gpt.py, scaled down as in the paper; workload W5)."""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
 from ... import _core
 from ..attention import MultiHeadAttention
 from ..embedding import Embedding
@@ -17,7 +21,7 @@ class Block(Module):
         dtype: ``bt.float32`` (default) or ``bt.float64``.
     """
 
-    def __init__(self, dim: int, heads: int, ff_mult: int = 4, dtype=None):
+    def __init__(self, dim: int, heads: int, ff_mult: int = 4, dtype: _core.DType | None = None) -> None:
         super().__init__(dtype)
         self.ln1 = LayerNorm(dim, dtype=dtype)
         self.attn = MultiHeadAttention(dim, heads, causal=True, dtype=dtype)
@@ -25,7 +29,7 @@ class Block(Module):
         self.ff1 = Linear(dim, ff_mult * dim, dtype=dtype)
         self.ff2 = Linear(ff_mult * dim, dim, dtype=dtype)
 
-    def forward(self, x, sequences: int = 1):
+    def forward(self, x: _core.Vector, sequences: int = 1) -> _core.Vector:
         x = x + self.attn(self.ln1(x), sequences=sequences)
         return x + self.ff2(self.ff1(self.ln2(x)).relu())
 
@@ -46,7 +50,7 @@ class MiniGPT(Module):
     """
 
     def __init__(self, vocab: int = 65, block: int = 8, dim: int = 24, layers: int = 6, heads: int = 6,
-                 dtype=None):
+                 dtype: _core.DType | None = None) -> None:
         super().__init__(dtype)
         self.vocab, self.block, self.dim, self.n_layers, self.n_heads = vocab, block, dim, layers, heads
         self.tok = Embedding(vocab, dim, dtype=dtype)
@@ -56,10 +60,10 @@ class MiniGPT(Module):
         self.head = Linear(dim, vocab, dtype=dtype)
 
     @classmethod
-    def paper(cls, vocab: int = 65, dtype=None) -> "MiniGPT":
+    def paper(cls, vocab: int = 65, dtype: _core.DType | None = None) -> MiniGPT:
         return cls(vocab=vocab, block=8, dim=24, layers=6, heads=6, dtype=dtype)
 
-    def forward(self, ids):
+    def forward(self, ids: Sequence[int]) -> _core.Vector:
         T = len(ids)
         if not 1 <= T <= self.block:
             raise ValueError(f"MiniGPT takes 1..{self.block} tokens, got {T}")
@@ -68,11 +72,11 @@ class MiniGPT(Module):
             x = blk(x)
         return self.head(self.ln_f(x))
 
-    def loss(self, ids, targets):
+    def loss(self, ids: Sequence[int], targets: Sequence[int]) -> _core.Value:
         """Cross-entropy averaged over the positions."""
         return _core.cross_entropy(self.forward(ids), targets)
 
-    def loss_batch(self, samples):
+    def loss_batch(self, samples: Sequence[tuple[Sequence[int], Sequence[int]]]) -> _core.Value:
         """Mean loss of k (ids, targets) sequences of one length as ONE graph: the sequences are
         stacked as (k*T) rows, every layer is one record over them, attention stays per sequence."""
         T = len(samples[0][0])
@@ -87,6 +91,6 @@ class MiniGPT(Module):
         logits = self.head(self.ln_f(x))
         return _core.cross_entropy(logits, [t for s in samples for t in s[1]])
 
-    def extra_repr(self):
+    def extra_repr(self) -> str:
         return (f"vocab={self.vocab}, block={self.block}, dim={self.dim}, layers={self.n_layers}, "
                 f"heads={self.n_heads}")
