@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # ASan + UBSan, two ways:
-#  1. the C++ core's own tests (tests/cpp/test_core.cpp), no Python involved;
+#  1. the C++ core's own tests (tests/cpp/test_core.cpp, tests/cpp/test_gemm.cpp), no Python
+#     involved;
 #  2. the Python extension itself built with the sanitizers, running the Python test suite, so
 #     the binding layer (where bad input from users arrives) is checked too.
 # Usage: scripts/sanitize.sh [build-dir]   (set SANITIZE_PYTEST_ARGS to choose tests)
@@ -14,6 +15,16 @@ echo "sanitize: C++ core tests"
 "${CXX:-g++}" -std=c++20 -O1 -g "${flags[@]}" -fopenmp-simd -Wall -Wextra -Wno-missing-field-initializers \
   "$here/tests/cpp/test_core.cpp" -o "$out/test_core"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 "$out/test_core"
+
+# The linear layer's kernels pick their SIMD at build time: test the portable ones and this
+# machine's (AVX-512 or AVX2 where present).
+for simd in portable native; do
+  echo "sanitize: GEMM kernel tests ($simd)"
+  arch=(); [ "$simd" = native ] && arch=(-march=native)
+  "${CXX:-g++}" -std=c++20 -O1 -g "${arch[@]}" "${flags[@]}" -Wall -Wextra \
+    "$here/tests/cpp/test_gemm.cpp" -o "$out/test_gemm_$simd"
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 "$out/test_gemm_$simd"
+done
 
 echo "sanitize: Python extension built with ASan + UBSan, running the test suite"
 site="$out/site"
