@@ -232,8 +232,9 @@ inline uint32_t range_dot(Arena<T>& A, const Spans& x, const Spans& w) {
 // x: rows * in values; W: one span of out * in (row-major, rows of W are output units);
 // b: one span of out, or absent. Output rows * out. The products are the register-tiled
 // kernels of kernels/gemm.hpp; the forward's scratch holds the operand it transposes.
+// Whether the forward may need scratch (in * out): when some layer width would run tiles.
 template <typename T>
-inline bool linear_uses_transpose(uint32_t rows, uint32_t in) { return !gemm::forward_by_dots(rows, in); }
+inline bool linear_uses_transpose(uint32_t rows, uint32_t in) { return !gemm::forward_by_dots(rows, in, SIZE_MAX); }
 
 template <typename T>
 inline void linear_fwd(const T* x, const T* W, const T* b, T* y, uint32_t rows, uint32_t in, uint32_t out,

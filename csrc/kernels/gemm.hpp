@@ -35,11 +35,14 @@ namespace bt::gemm {
 
 using simd::Simd;
 
-// The forward over a few rows of a wide input takes dot products along `in` (W is read once,
-// in order, and no scratch is needed); otherwise it runs tiles (measured crossover on AVX-512:
-// dots win below 8 rows when in >= 64, tiles win from 8 rows, and at any row count for narrow
-// inputs, where a dot product is mostly its final reduction).
-inline bool forward_by_dots(size_t rows, size_t in) { return rows < 2 || (rows < 8 && in >= 64); }
+// The forward takes dot products along `in` for a few rows or a few outputs of a wide input
+// (W is read once, in order, and no scratch is needed); otherwise it runs tiles. Measured on
+// AVX-512: dots win below 8 rows or 8 outputs when in >= 64; tiles win elsewhere, and at any
+// size for narrow inputs, where a dot product is mostly its final reduction. `out` is the
+// layer's, not a sub-range's, so a split does not change the path.
+inline bool forward_by_dots(size_t rows, size_t in, size_t out) {
+    return rows < 2 || (in >= 64 && (rows < 8 || out < 8));
+}
 
 // Register tile: MR rows of accumulators times NV vectors. 32 registers on AVX-512 hold
 // 8 x 2 accumulators with room for loads; 16 on AVX2 hold 6 x 2.
@@ -220,23 +223,25 @@ BT_ALWAYS_INLINE void axpy_chain(T* y, const T* alpha, const T* x, size_t ldx, s
 }
 
 // Row counts below which the gradients stream W (or gW) row by row with chained axpys instead
-// of tiles: a tile's rows would be mostly empty, and rows of W are read in order.
+// of tiles: a tile's rows would be mostly empty, and rows of W are read in order. grad_input
+// does the same for fewer than 8 outputs, where a tile would load and store its block of gx
+// for a handful of k steps.
 inline constexpr size_t kAxpyRows = 4;
 
 // ---- the products ----------------------------------------------------------------------------
 
 // Scratch (elements of T) the forward needs for these rows and output units.
-inline size_t forward_scratch(size_t rows, size_t in, size_t o0, size_t o1) {
-    return forward_by_dots(rows, in) ? 0 : in * std::min(rows, o1 - o0);
+inline size_t forward_scratch(size_t rows, size_t in, size_t out, size_t o0, size_t o1) {
+    return forward_by_dots(rows, in, out) ? 0 : in * std::min(rows, o1 - o0);
 }
 
 // y[r, o] = b[o] + sum_i x[r, i] W[o, i] (b may be null) for all rows and o in [o0, o1).
-// `scratch` holds forward_scratch(rows, in, o0, o1) elements (may be null when that is 0).
+// `scratch` holds forward_scratch(rows, in, out, o0, o1) elements (may be null when that is 0).
 template <typename T>
 inline void forward(const T* x, const T* W, const T* b, T* y, size_t rows, size_t in, size_t out, size_t o0,
                     size_t o1, T* scratch) {
     if (o0 >= o1) return;
-    if (forward_by_dots(rows, in)) {
+    if (forward_by_dots(rows, in, out)) {
         // Four rows of W at a time (read from memory once, then from cache for every row of x).
         size_t o = o0;
         for (; o + 4 <= o1; o += 4)
@@ -295,7 +300,7 @@ template <typename T>
 inline void grad_input(const T* gy, const T* W, T* gx, size_t rows, size_t in, size_t out, size_t r0, size_t r1) {
     (void)rows;
     if (r0 >= r1) return;
-    if (r1 - r0 < kAxpyRows) {
+    if (r1 - r0 < kAxpyRows || out < 8) {
         size_t o = 0;
         for (; o + 4 <= out; o += 4)
             for (size_t r = r0; r < r1; ++r) axpy_chain<T, 4>(gx + r * in, gy + r * out + o, W + o * in, in, in);

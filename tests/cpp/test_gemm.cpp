@@ -58,7 +58,7 @@ static void check_shape(size_t rows, size_t in, size_t out, bool bias) {
     const T* bp = bias ? b.data() : nullptr;
 
     // ---- the whole product against the double reference
-    std::vector<T> scratch(gemm::forward_scratch(rows, in, 0, out) + 1);
+    std::vector<T> scratch(gemm::forward_scratch(rows, in, out, 0, out) + 1);
     std::vector<T> y(rows * out, T(-7));
     gemm::forward(x.data(), W.data(), bp, y.data(), rows, in, out, 0, out, scratch.data());
     double worst = 0;
@@ -107,7 +107,7 @@ static void check_shape(size_t rows, size_t in, size_t out, bool bias) {
         const size_t ocuts[4] = {0, c1, c2, out};
         std::vector<T> ys(rows * out, T(-7)), gWs = gW0, gbs = gb0;
         for (int p = 0; p < 3; ++p) {
-            std::vector<T> s(gemm::forward_scratch(rows, in, ocuts[p], ocuts[p + 1]) + 1);
+            std::vector<T> s(gemm::forward_scratch(rows, in, out, ocuts[p], ocuts[p + 1]) + 1);
             gemm::forward(x.data(), W.data(), bp, ys.data(), rows, in, out, ocuts[p], ocuts[p + 1], s.data());
             gemm::grad_weight(gy.data(), x.data(), gWs.data(), bias ? gbs.data() : nullptr, rows, in, out, ocuts[p],
                               ocuts[p + 1]);
@@ -156,7 +156,7 @@ static void check_chain_order(size_t rows, size_t in, size_t out) {
     gemm::grad_weight(gy.data(), x.data(), gW.data(), static_cast<T*>(nullptr), rows, in, out, 0, out);
     CHECK(same_bits(gx, gx_ref), "%s grad_input %zux%zux%zu is not the fma chain over o", tn, rows, in, out);
     CHECK(same_bits(gW, gW_ref), "%s grad_weight %zux%zux%zu is not the fma chain over r", tn, rows, in, out);
-    if (!gemm::forward_by_dots(rows, in)) {
+    if (!gemm::forward_by_dots(rows, in, out)) {
         std::vector<T> y(rows * out), y_ref(rows * out);
         for (size_t r = 0; r < rows; ++r)
             for (size_t o = 0; o < out; ++o) {
@@ -164,7 +164,7 @@ static void check_chain_order(size_t rows, size_t in, size_t out) {
                 for (size_t i = 0; i < in; ++i) s = madd(x[r * in + i], W[o * in + i], s);
                 y_ref[r * out + o] = s;
             }
-        std::vector<T> scratch(gemm::forward_scratch(rows, in, 0, out));
+        std::vector<T> scratch(gemm::forward_scratch(rows, in, out, 0, out));
         gemm::forward(x.data(), W.data(), b.data(), y.data(), rows, in, out, 0, out, scratch.data());
         CHECK(same_bits(y, y_ref), "%s forward %zux%zux%zu is not the fma chain over i", tn, rows, in, out);
     }
