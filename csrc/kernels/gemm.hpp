@@ -11,8 +11,8 @@
 // rows [r0, r1)) so that threads can share one layer. Whatever the split, every element is the
 // same chain of fused multiply-adds in index order, started from the value it accumulates into
 // (the bias for the forward), so a split gives the same bits as the whole. The one exception is
-// the forward over a few rows (forward_by_dots), which takes dot products along `in`; that
-// choice too depends only on the shape, not on the split.
+// the forward over a few rows or outputs (forward_by_dots), which takes dot products along
+// `in`; that choice too depends only on the layer's shape, not on the split.
 //
 // Why no BLAS: measured on the target shapes (see src/burtorch/bench/gemm_floor.py), these
 // kernels reach most of single-thread OpenBLAS on the wide W4 layer and beat a BLAS call on
