@@ -231,8 +231,16 @@ inline constexpr size_t kAxpyRows = 4;
 // ---- the products ----------------------------------------------------------------------------
 
 // Scratch (elements of T) the forward needs for these rows and output units.
+// Which operand the tiled forward transposes for n_out output units: W (in * n_out moves) or
+// x (rows * in moves, plus rows * n_out scattered stores of y^T), whichever moves less. When x
+// is chosen, rows < n_out, so either way the scratch fits in in * out.
+inline bool forward_transposes_w(size_t rows, size_t in, size_t n_out) {
+    return in * n_out <= rows * (in + n_out);
+}
+
 inline size_t forward_scratch(size_t rows, size_t in, size_t out, size_t o0, size_t o1) {
-    return forward_by_dots(rows, in, out) ? 0 : in * std::min(rows, o1 - o0);
+    if (forward_by_dots(rows, in, out)) return 0;
+    return forward_transposes_w(rows, in, o1 - o0) ? in * (o1 - o0) : in * rows;
 }
 
 // y[r, o] = b[o] + sum_i x[r, i] W[o, i] (b may be null) for all rows and o in [o0, o1).
@@ -255,10 +263,10 @@ inline void forward(const T* x, const T* W, const T* b, T* y, size_t rows, size_
     }
     // Vectors run along a contiguous dimension of the result, so one operand is transposed
     // into scratch: W (giving y row by row, vectors along o) or x (giving y^T, vectors along
-    // rows, stored transposed), whichever is smaller. Both are the same chain of multiply-adds
-    // over i from b[o], so which one runs does not change a bit.
+    // rows, stored transposed). Both are the same chain of multiply-adds over i from b[o], so
+    // which one runs does not change a bit.
     const size_t n_out = o1 - o0;
-    if (n_out <= rows) {
+    if (forward_transposes_w(rows, in, n_out)) {
         transpose(W + o0 * in, n_out, in, in, scratch, n_out);  // scratch = W[o0:o1]^T, in x n_out
         auto init = [=](auto& acc, size_t, size_t n0, int width) {
             constexpr int R = std::extent_v<std::remove_reference_t<decltype(acc)>, 0>;
