@@ -15,10 +15,10 @@
 // `in`; that choice too depends only on the layer's shape, not on the split.
 //
 // Why no BLAS: measured on the target shapes (src/burtorch/bench/gemm_floor.py against the
-// OpenBLAS numpy ships, one thread), these kernels match or beat it on the wide W4 layers and
-// are 1.5-5x faster on one row and on the small W5 shapes at 8 rows, where a BLAS call's
-// overhead dominates; only the narrow W5 layers at 64-512 rows trail it (70-100 %). And they
-// keep `pip install .` free of any binary dependency.
+// OpenBLAS numpy ships, one thread), these kernels match or beat it on the wide W4 layers, are
+// 2-5x faster on one row and up to 1.6x on the 8-row W5 layers, where a BLAS call's overhead
+// dominates; only the narrow W5 layers at 64-512 rows trail it (70-100 %). And they keep
+// `pip install .` free of any binary dependency.
 //
 // The micro-kernel: an MR x NR tile of the result held in registers (NR = NV SIMD widths along
 // the contiguous dimension of the result), updated by one k step at a time: NV loads of a row
