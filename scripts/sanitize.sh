@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # ASan + UBSan, two ways:
 #  1. the C++ tests (tests/cpp/test_*.cpp) and examples (examples/cpp), built by CMake and run by
-#     ctest, no Python involved;
+#     ctest twice: portable and tuned for this CPU (the linear kernels pick their SIMD at build
+#     time, so both the plain and the AVX-512/AVX2 code are checked); no Python involved;
 #  2. the Python extension itself built with the sanitizers, running the Python test suite, so
 #     the binding layer (where bad input from users arrives) is checked too.
 # Usage: scripts/sanitize.sh [build-dir]   (set SANITIZE_PYTEST_ARGS to choose tests)
@@ -10,12 +11,14 @@ here="$(cd "$(dirname "$0")/.." && pwd)"
 out="${1:-$here/build/sanitize}"
 mkdir -p "$out"
 
-echo "sanitize: C++ tests (ctest)"
-cmake -S "$here" -B "$out/cpp" -DBURTORCH_PYTHON=OFF -DBURTORCH_BUILD_TESTS=ON -DBURTORCH_NATIVE=OFF \
-  -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBURTORCH_SANITIZE=address,undefined >/dev/null
-cmake --build "$out/cpp" -j 2 >/dev/null
-(cd "$out/cpp" && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
-  ctest --output-on-failure)
+for native in OFF ON; do
+  echo "sanitize: C++ tests (ctest, BURTORCH_NATIVE=$native)"
+  cmake -S "$here" -B "$out/cpp-$native" -DBURTORCH_PYTHON=OFF -DBURTORCH_BUILD_TESTS=ON -DBURTORCH_NATIVE=$native \
+    -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBURTORCH_SANITIZE=address,undefined >/dev/null
+  cmake --build "$out/cpp-$native" -j 2 >/dev/null
+  (cd "$out/cpp-$native" && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+    ctest --output-on-failure)
+done
 
 echo "sanitize: Python extension built with ASan + UBSan, running the test suite"
 site="$out/site"

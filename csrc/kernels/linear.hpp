@@ -1,108 +1,31 @@
 // The linear layer's three products over a chunk of rows: y = x W^T + b (forward), and
 // gx += gy W, gW += gy^T x, gb += column sums of gy (backward).
 // x: rows * in values; W: out * in, row-major (rows of W are output units, as nn.Linear's);
-// b: out, or absent. Output rows * out.
+// b: out, or absent. Output rows * out. The products are the register-tiled kernels of gemm.hpp.
 #pragma once
-#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 
-#include "vec.hpp"
+#include "gemm.hpp"
 
 namespace bt {
 
-// x: rows * in values; W: one span of out * in (row-major, rows of W are output units);
-// b: one span of out, or absent. Output rows * out.
-// Three regimes, one result (up to the rounding of sums in another order):
-//  - one to three rows: out dot products over contiguous rows of W (a matvec; W read once per row);
-//  - several rows of a narrow layer (in <= 64): W is transposed once into scratch and each output
-//    row is built by axpys over rows of W^T, which vectorizes without the horizontal reductions
-//    that dominate short dot products;
-//  - several rows of a wide layer: output unit by output unit, so each row of W is loaded once
-//    (from memory) for all rows of x (from cache), four rows of x per pass. (Measured: 4 x 4
-//    register tiles and slicing the inner dimension gained nothing on top of this here; the
-//    remaining cost is streaming x from L2 once per output unit, which only GEMM-style blocking
-//    of all three dimensions would cut.)
-template <typename T>
-inline bool linear_uses_transpose(uint32_t rows, uint32_t in) { return rows >= 4 && in <= 64; }
+// Scratch (elements) the forward needs: the operand its tiles transpose, none for dot products.
+inline size_t linear_forward_scratch(uint32_t rows, uint32_t in, uint32_t out) {
+    return gemm::forward_scratch(rows, in, out, 0, out);
+}
 
 template <typename T>
 inline void linear_fwd(const T* x, const T* W, const T* b, T* y, uint32_t rows, uint32_t in, uint32_t out,
-                       T* wt_scratch) {
-    if (rows < 4) {
-        for (uint32_t r = 0; r < rows; ++r)
-            for (uint32_t o = 0; o < out; ++o)
-                y[size_t(r) * out + o] = (b ? b[o] : T(0)) + kernels::dot(W + size_t(o) * in, x + size_t(r) * in, in);
-        return;
-    }
-    if (wt_scratch) {
-        for (uint32_t o = 0; o < out; ++o)
-            for (uint32_t i = 0; i < in; ++i) wt_scratch[size_t(i) * out + o] = W[size_t(o) * in + i];
-        for (uint32_t r = 0; r < rows; ++r) {
-            T* yr = y + size_t(r) * out;
-            if (b) std::copy(b, b + out, yr);
-            else std::fill(yr, yr + out, T(0));
-            const T* xr = x + size_t(r) * in;
-            for (uint32_t i = 0; i < in; ++i) kernels::axpy(yr, xr[i], wt_scratch + size_t(i) * out, out);
-        }
-        return;
-    }
-    for (uint32_t o = 0; o < out; ++o) {
-        const T* w = W + size_t(o) * in;
-        const T bo = b ? b[o] : T(0);
-        uint32_t r = 0;
-        for (; r + 4 <= rows; r += 4) {
-            T s[4];
-            kernels::dot4(w, x + size_t(r) * in, x + size_t(r + 1) * in, x + size_t(r + 2) * in, x + size_t(r + 3) * in, in, s);
-            for (int j = 0; j < 4; ++j) y[size_t(r + j) * out + o] = bo + s[j];
-        }
-        for (; r < rows; ++r) y[size_t(r) * out + o] = bo + kernels::dot(w, x + size_t(r) * in, in);
-    }
+                       T* scratch) {
+    gemm::forward(x, W, b, y, rows, in, out, 0, out, scratch);
 }
 
-// Backward of linear: gx += gy W, gW += gy^T x, gb += column sums of gy. With several rows the
-// loops run output unit by output unit (four at a time for gx, four rows at a time for gW), so
-// W and gW stream through once while x and gx stay in cache.
 template <typename T>
 inline void linear_bwd(const T* x, const T* W, const T* gy, T* gx, T* gW, T* gb, uint32_t rows, uint32_t in,
                        uint32_t out) {
-    if (rows < 4) {
-        for (uint32_t rr = 0; rr < rows; ++rr) {
-            const T* gyr = gy + size_t(rr) * out;
-            const T* xr = x + size_t(rr) * in;
-            T* gxr = gx + size_t(rr) * in;
-            for (uint32_t o = 0; o < out; ++o) {
-                const T go = gyr[o];
-                kernels::axpy(gxr, go, W + size_t(o) * in, in);
-                kernels::axpy(gW + size_t(o) * in, go, xr, in);
-                if (gb) gb[o] += go;
-            }
-        }
-        return;
-    }
-    auto G = [&](uint32_t r, uint32_t o) { return gy[size_t(r) * out + o]; };
-    uint32_t o = 0;
-    for (; o + 4 <= out; o += 4) {
-        const T *w0 = W + size_t(o) * in, *w1 = w0 + in, *w2 = w1 + in, *w3 = w2 + in;
-        for (uint32_t r = 0; r < rows; ++r)
-            kernels::axpy4(gx + size_t(r) * in, G(r, o), w0, G(r, o + 1), w1, G(r, o + 2), w2, G(r, o + 3), w3, in);
-    }
-    for (; o < out; ++o)
-        for (uint32_t r = 0; r < rows; ++r) kernels::axpy(gx + size_t(r) * in, G(r, o), W + size_t(o) * in, in);
-    for (o = 0; o < out; ++o) {
-        T* gw = gW + size_t(o) * in;
-        uint32_t r = 0;
-        for (; r + 4 <= rows; r += 4)
-            kernels::axpy4(gw, G(r, o), x + size_t(r) * in, G(r + 1, o), x + size_t(r + 1) * in, G(r + 2, o),
-                     x + size_t(r + 2) * in, G(r + 3, o), x + size_t(r + 3) * in, in);
-        for (; r < rows; ++r) kernels::axpy(gw, G(r, o), x + size_t(r) * in, in);
-    }
-    if (gb)
-        for (o = 0; o < out; ++o) {
-            T sacc = T(0);
-            for (uint32_t r = 0; r < rows; ++r) sacc += G(r, o);
-            gb[o] += sacc;
-        }
+    gemm::grad_input(gy, W, gx, rows, in, out, 0, rows);
+    gemm::grad_weight(gy, x, gW, gb, rows, in, out, 0, out);
 }
 
 }  // namespace bt

@@ -1,0 +1,354 @@
+// The three products of a linear layer (y = x W^T + b and its backward), cache-friendly and
+// register-tiled, for float and double, over the SIMD register chosen at build time (simd.hpp).
+//
+// Layout (as nn.Linear): x is rows x in, W is out x in, b is out, y is rows x out, all
+// row-major and contiguous.
+//   forward:      y[r, o]   = b[o] + sum_i x[r, i] W[o, i]
+//   grad input:   gx[r, i] += sum_o gy[r, o] W[o, i]
+//   grad weight:  gW[o, i] += sum_r gy[r, o] x[r, i],   gb[o] += sum_r gy[r, o]
+//
+// Each product takes a sub-range (forward and grad weight: output units [o0, o1); grad input:
+// rows [r0, r1)) so that threads can share one layer. Whatever the split, every element is the
+// same chain of fused multiply-adds in index order, started from the value it accumulates into
+// (the bias for the forward), so a split gives the same bits as the whole. The one exception is
+// the forward over a few rows or outputs (forward_by_dots), which takes dot products along
+// `in`; that choice too depends only on the layer's shape, not on the split.
+//
+// Why no BLAS: measured on the target shapes (src/burtorch/bench/gemm_floor.py against the
+// OpenBLAS numpy ships, one thread), these kernels match or beat it on the wide W4 layers, are
+// 2-5x faster on one row and up to 1.6x on the 8-row W5 layers, where a BLAS call's overhead
+// dominates; only the narrow W5 layers at 64-512 rows trail it (70-100 %). And they keep
+// `pip install .` free of any binary dependency.
+//
+// The micro-kernel: an MR x NR tile of the result held in registers (NR = NV SIMD widths along
+// the contiguous dimension of the result), updated by one k step at a time: NV loads of a row
+// of B and MR broadcasts of A. A is read through two strides, so x, gy and gy^T all serve as
+// A without a copy; B is read row by row with a leading dimension, its last vector masked.
+#pragma once
+#include <algorithm>
+#include <cstddef>
+#include <type_traits>
+#include <utility>
+
+#include "simd.hpp"
+
+namespace bt::gemm {
+
+using simd::Simd;
+
+// The forward takes dot products along `in` for a few rows or a few outputs of a wide input
+// (W is read once, in order, and no scratch is needed); otherwise it runs tiles. Measured on
+// AVX-512: dots win below 8 rows or 8 outputs when in >= 64; tiles win elsewhere, and at any
+// size for narrow inputs, where a dot product is mostly its final reduction. `out` is the
+// layer's, not a sub-range's, so a split does not change the path.
+inline bool forward_by_dots(size_t rows, size_t in, size_t out) {
+    return rows < 2 || (in >= 64 && (rows < 8 || out < 8));
+}
+
+// Register tile: MR rows of accumulators times NV vectors. 32 registers on AVX-512 hold
+// 8 x 2 accumulators with room for loads; 16 on AVX2 hold 6 x 2.
+#if defined(__AVX512F__)
+inline constexpr int kMR = 8;
+#elif defined(__AVX2__) && defined(__FMA__)
+inline constexpr int kMR = 6;
+#else
+inline constexpr int kMR = 4;
+#endif
+inline constexpr int kNV = 2;
+
+template <typename T>
+using Vec = typename Simd<T>::V;
+
+// Lanes of vector v in a panel `width` wide.
+template <typename T>
+BT_ALWAYS_INLINE int lanes(int width, int v) {
+    return std::min(Simd<T>::W, width - v * Simd<T>::W);
+}
+
+// acc[m][v] += sum_{k < K} A(m, k) * B(k, v-th vector), A(m, k) = a[m * am + k * ak],
+// B(k, .) = b + k * ldb, `width` valid columns (the rest load as zeros).
+// Written with fold expressions over constant indices, not loops: with loop indices GCC keeps
+// the tile in memory and stores every accumulator on each k step (SIMD types may alias
+// anything), at a third of the speed.
+template <typename T, int MR, int NV>
+BT_ALWAYS_INLINE void accumulate(Vec<T> (&acc)[MR][NV], const T* a, size_t am, size_t ak, const T* b, size_t ldb,
+                                 size_t K, int width) {
+    using S = Simd<T>;
+    const int last = width - (NV - 1) * S::W;
+    [&]<int... E>(std::integer_sequence<int, E...>) {
+        Vec<T> c[MR][NV];
+        ((c[E / NV][E % NV] = acc[E / NV][E % NV]), ...);
+        for (size_t k = 0; k < K; ++k) {
+            Vec<T> bv[NV];
+            [&]<int... V>(std::integer_sequence<int, V...>) {
+                ((bv[V] = V + 1 < NV ? S::load(b + V * S::W) : S::load(b + V * S::W, last)), ...);
+            }(std::make_integer_sequence<int, NV>{});
+            ((c[E / NV][E % NV] = S::madd(S::set1(a[(E / NV) * am]), bv[E % NV], c[E / NV][E % NV])), ...);
+            a += ak;
+            b += ldb;
+        }
+        ((acc[E / NV][E % NV] = c[E / NV][E % NV]), ...);
+    }(std::make_integer_sequence<int, MR * NV>{});
+}
+
+// Calls f(integral_constant<int, mr>) for a runtime mr in 1..M.
+template <int M, class F>
+BT_ALWAYS_INLINE void with_rows(int mr, F&& f) {
+    if constexpr (M >= 1) {
+        if (mr == M) return f(std::integral_constant<int, M>{});
+        with_rows<M - 1>(mr, f);
+    }
+}
+
+// Every MR x NR tile of an M x N result: init(acc, m0, n0, width), accumulate over K,
+// finish(acc, m0, n0, width). `m_outer` picks which operand stays in cache across tiles:
+// true keeps A's rows (B streams once per row block), false keeps a panel of B.
+template <typename T, class Init, class Finish>
+inline void for_each_tile(size_t M, size_t N, size_t K, const T* a, size_t am, size_t ak, const T* b, size_t ldb,
+                          bool m_outer, Init&& init, Finish&& finish) {
+    constexpr int NR = kNV * Simd<T>::W;
+    auto one = [&](size_t m0, size_t n0) {
+        const int mr = int(std::min<size_t>(kMR, M - m0));
+        const int width = int(std::min<size_t>(NR, N - n0));
+        auto run = [&](auto mr_c, auto nv_c) {
+            constexpr int R = decltype(mr_c)::value, NV = decltype(nv_c)::value;
+            Vec<T> acc[R][NV];
+            init(acc, m0, n0, width);
+            accumulate<T, R, NV>(acc, a + m0 * am, am, ak, b + n0, ldb, K, width);
+            finish(acc, m0, n0, width);
+        };
+        with_rows<kMR>(mr, [&](auto mr_c) {
+            if (width > Simd<T>::W) run(mr_c, std::integral_constant<int, kNV>{});
+            else run(mr_c, std::integral_constant<int, 1>{});
+        });
+    };
+    if (m_outer) {
+        for (size_t m0 = 0; m0 < M; m0 += kMR)
+            for (size_t n0 = 0; n0 < N; n0 += NR) one(m0, n0);
+    } else {
+        for (size_t n0 = 0; n0 < N; n0 += NR)
+            for (size_t m0 = 0; m0 < M; m0 += kMR) one(m0, n0);
+    }
+}
+
+// ---- tile initialisers and finishers -----------------------------------------------------
+// acc <- the tile of C (row-major, leading dimension ldc) at (m0, n0).
+template <typename T>
+auto from_tile(const T* C, size_t ldc) {
+    return [=](auto& acc, size_t m0, size_t n0, int width) {
+        constexpr int R = std::extent_v<std::remove_reference_t<decltype(acc)>, 0>;
+        constexpr int NV = std::extent_v<std::remove_reference_t<decltype(acc)>, 1>;
+        for (int m = 0; m < R; ++m)
+            for (int v = 0; v < NV; ++v)
+                acc[m][v] = Simd<T>::load(C + (m0 + m) * ldc + n0 + v * Simd<T>::W, lanes<T>(width, v));
+    };
+}
+template <typename T>
+auto to_tile(T* C, size_t ldc) {
+    return [=](auto& acc, size_t m0, size_t n0, int width) {
+        constexpr int R = std::extent_v<std::remove_reference_t<decltype(acc)>, 0>;
+        constexpr int NV = std::extent_v<std::remove_reference_t<decltype(acc)>, 1>;
+        for (int m = 0; m < R; ++m)
+            for (int v = 0; v < NV; ++v)
+                Simd<T>::store(C + (m0 + m) * ldc + n0 + v * Simd<T>::W, acc[m][v], lanes<T>(width, v));
+    };
+}
+
+// ---- transposes into scratch ---------------------------------------------------------------
+// dst (cols x rows, leading dimension ld) = src^T, src rows x cols with leading dimension lds.
+// Blocked so that both sides stay in cache lines.
+template <typename T>
+inline void transpose(const T* src, size_t rows, size_t cols, size_t lds, T* dst, size_t ld) {
+    constexpr size_t B = 16;
+    for (size_t r0 = 0; r0 < rows; r0 += B)
+        for (size_t c0 = 0; c0 < cols; c0 += B) {
+            const size_t r1 = std::min(rows, r0 + B), c1 = std::min(cols, c0 + B);
+            for (size_t r = r0; r < r1; ++r)
+                for (size_t c = c0; c < c1; ++c) dst[c * ld + r] = src[r * lds + c];
+        }
+}
+
+// ---- dot products along `in` (forward over a few rows) ------------------------------------
+// res[j] = sum_i a[i] * w[j * ldw + i] for j < NO, four interleaved accumulators per output
+// (FMA latency), reduced in a fixed order. One output alone gets exactly the same arithmetic.
+template <typename T, int NO>
+BT_ALWAYS_INLINE void dots(const T* a, const T* w, size_t ldw, size_t n, T* res) {
+    using S = Simd<T>;
+    constexpr int A = 4;
+    Vec<T> acc[NO][A];
+    for (int j = 0; j < NO; ++j)
+        for (int q = 0; q < A; ++q) acc[j][q] = S::zero();
+    size_t i = 0;
+    for (; i + A * S::W <= n; i += A * S::W)
+#pragma GCC unroll 4
+        for (int q = 0; q < A; ++q) {
+            const Vec<T> av = S::load(a + i + q * S::W);
+#pragma GCC unroll 4
+            for (int j = 0; j < NO; ++j) acc[j][q] = S::madd(av, S::load(w + j * ldw + i + q * S::W), acc[j][q]);
+        }
+    for (int q = 0; i < n; ++q, i += S::W) {
+        const int l = int(std::min<size_t>(S::W, n - i));
+        const Vec<T> av = S::load(a + i, l);
+        for (int j = 0; j < NO; ++j) acc[j][q] = S::madd(av, S::load(w + j * ldw + i, l), acc[j][q]);
+    }
+    for (int j = 0; j < NO; ++j) {
+        T l[S::W];
+        S::store(l, S::add(S::add(acc[j][0], acc[j][1]), S::add(acc[j][2], acc[j][3])));
+        T s = T(0);
+        for (int q = 0; q < S::W; ++q) s += l[q];
+        res[j] = s;
+    }
+}
+
+// ---- chained axpys (few rows) ---------------------------------------------------------------
+// y[i] = madd(alpha[NJ-1], x_{NJ-1}[i], ... madd(alpha[0], x_0[i], y[i])), x_j = x + j * ldx: the
+// same chain, in the same order, as the tiles build, so either path gives the same bits.
+template <typename T, int NJ>
+BT_ALWAYS_INLINE void axpy_chain(T* y, const T* alpha, const T* x, size_t ldx, size_t n) {
+    using S = Simd<T>;
+    Vec<T> a[NJ];
+    for (int j = 0; j < NJ; ++j) a[j] = S::set1(alpha[j]);
+    size_t i = 0;
+    for (; i + S::W <= n; i += S::W) {
+        Vec<T> acc = S::load(y + i);
+#pragma GCC unroll 4
+        for (int j = 0; j < NJ; ++j) acc = S::madd(a[j], S::load(x + j * ldx + i), acc);
+        S::store(y + i, acc);
+    }
+    if (i < n) {
+        const int l = int(n - i);
+        Vec<T> acc = S::load(y + i, l);
+        for (int j = 0; j < NJ; ++j) acc = S::madd(a[j], S::load(x + j * ldx + i, l), acc);
+        S::store(y + i, acc, l);
+    }
+}
+
+// Row counts below which the gradients stream W (or gW) row by row with chained axpys instead
+// of tiles: a tile's rows would be mostly empty, and rows of W are read in order. grad_input
+// does the same for fewer than 8 outputs, where a tile would load and store its block of gx
+// for a handful of k steps.
+inline constexpr size_t kAxpyRows = 4;
+
+// ---- the products ----------------------------------------------------------------------------
+
+// Scratch (elements of T) the forward needs for these rows and output units.
+// Which operand the tiled forward transposes for n_out output units: W (in * n_out moves) or
+// x (rows * in moves, plus rows * n_out scattered stores of y^T), whichever moves less. When x
+// is chosen, rows < n_out, so either way the scratch fits in in * out.
+inline bool forward_transposes_w(size_t rows, size_t in, size_t n_out) {
+    return in * n_out <= rows * (in + n_out);
+}
+
+inline size_t forward_scratch(size_t rows, size_t in, size_t out, size_t o0, size_t o1) {
+    if (forward_by_dots(rows, in, out)) return 0;
+    return forward_transposes_w(rows, in, o1 - o0) ? in * (o1 - o0) : in * rows;
+}
+
+// y[r, o] = b[o] + sum_i x[r, i] W[o, i] (b may be null) for all rows and o in [o0, o1).
+// `scratch` holds forward_scratch(rows, in, out, o0, o1) elements (may be null when that is 0).
+template <typename T>
+inline void forward(const T* x, const T* W, const T* b, T* y, size_t rows, size_t in, size_t out, size_t o0,
+                    size_t o1, T* scratch) {
+    if (o0 >= o1) return;
+    if (forward_by_dots(rows, in, out)) {
+        // Four rows of W at a time (read from memory once, then from cache for every row of x).
+        size_t o = o0;
+        for (; o + 4 <= o1; o += 4)
+            for (size_t r = 0; r < rows; ++r) dots<T, 4>(x + r * in, W + o * in, in, in, y + r * out + o);
+        for (; o < o1; ++o)
+            for (size_t r = 0; r < rows; ++r) dots<T, 1>(x + r * in, W + o * in, in, in, y + r * out + o);
+        if (b)
+            for (size_t r = 0; r < rows; ++r)
+                for (o = o0; o < o1; ++o) y[r * out + o] += b[o];
+        return;
+    }
+    // Vectors run along a contiguous dimension of the result, so one operand is transposed
+    // into scratch: W (giving y row by row, vectors along o) or x (giving y^T, vectors along
+    // rows, stored transposed). Both are the same chain of multiply-adds over i from b[o], so
+    // which one runs does not change a bit.
+    const size_t n_out = o1 - o0;
+    if (forward_transposes_w(rows, in, n_out)) {
+        transpose(W + o0 * in, n_out, in, in, scratch, n_out);  // scratch = W[o0:o1]^T, in x n_out
+        auto init = [=](auto& acc, size_t, size_t n0, int width) {
+            constexpr int R = std::extent_v<std::remove_reference_t<decltype(acc)>, 0>;
+            constexpr int NV = std::extent_v<std::remove_reference_t<decltype(acc)>, 1>;
+            for (int v = 0; v < NV; ++v) {
+                const Vec<T> bv = b ? Simd<T>::load(b + o0 + n0 + v * Simd<T>::W, lanes<T>(width, v)) : Simd<T>::zero();
+                for (int m = 0; m < R; ++m) acc[m][v] = bv;
+            }
+        };
+        for_each_tile<T>(rows, n_out, in, x, in, 1, scratch, n_out, false, init, to_tile(y + o0, out));
+        return;
+    }
+    transpose(x, rows, in, in, scratch, rows);  // scratch = x^T, in x rows
+    auto init = [=](auto& acc, size_t m0, size_t, int) {
+        constexpr int R = std::extent_v<std::remove_reference_t<decltype(acc)>, 0>;
+        constexpr int NV = std::extent_v<std::remove_reference_t<decltype(acc)>, 1>;
+        for (int m = 0; m < R; ++m)
+            for (int v = 0; v < NV; ++v) acc[m][v] = Simd<T>::set1(b ? b[o0 + m0 + m] : T(0));
+    };
+    auto finish = [=](auto& acc, size_t m0, size_t n0, int width) {
+        constexpr int R = std::extent_v<std::remove_reference_t<decltype(acc)>, 0>;
+        constexpr int NV = std::extent_v<std::remove_reference_t<decltype(acc)>, 1>;
+        constexpr int W = Simd<T>::W;
+        T lane[W];
+        for (int m = 0; m < R; ++m)
+            for (int v = 0; v < NV; ++v) {
+                Simd<T>::store(lane, acc[m][v]);
+                const int l = lanes<T>(width, v);
+                T* col = y + (n0 + v * W) * out + o0 + m0 + m;
+                for (int q = 0; q < l; ++q) col[q * out] = lane[q];
+            }
+    };
+    // A = W[o0:o1] (row o at o * in), B = x^T; rows of W stay in cache while x^T streams.
+    for_each_tile<T>(n_out, rows, in, W + o0 * in, in, 1, scratch, rows, true, init, finish);
+}
+
+// gx[r, i] += sum_o gy[r, o] W[o, i] for r in [r0, r1).
+template <typename T>
+inline void grad_input(const T* gy, const T* W, T* gx, size_t rows, size_t in, size_t out, size_t r0, size_t r1) {
+    (void)rows;
+    if (r0 >= r1) return;
+    if (r1 - r0 < kAxpyRows || out < 8) {
+        size_t o = 0;
+        for (; o + 4 <= out; o += 4)
+            for (size_t r = r0; r < r1; ++r) axpy_chain<T, 4>(gx + r * in, gy + r * out + o, W + o * in, in, in);
+        for (; o < out; ++o)
+            for (size_t r = r0; r < r1; ++r) axpy_chain<T, 1>(gx + r * in, gy + r * out + o, W + o * in, in, in);
+        return;
+    }
+    T* C = gx + r0 * in;
+    // A = gy rows, B = W; a panel of W's columns stays in cache across row blocks.
+    for_each_tile<T>(r1 - r0, in, out, gy + r0 * out, out, 1, W, in, false, from_tile<T>(C, in), to_tile(C, in));
+}
+
+// gW[o, i] += sum_r gy[r, o] x[r, i] and gb[o] += sum_r gy[r, o] (gb may be null) for o in
+// [o0, o1).
+template <typename T>
+inline void grad_weight(const T* gy, const T* x, T* gW, T* gb, size_t rows, size_t in, size_t out, size_t o0,
+                        size_t o1) {
+    if (o0 >= o1) return;
+    T* C = gW + o0 * in;
+    if (rows < kAxpyRows) {
+        for (size_t o = o0; o < o1; ++o) {
+            T g[kAxpyRows];
+            for (size_t r = 0; r < rows; ++r) g[r] = gy[r * out + o];
+            switch (rows) {
+                case 0: break;
+                case 1: axpy_chain<T, 1>(gW + o * in, g, x, in, in); break;
+                case 2: axpy_chain<T, 2>(gW + o * in, g, x, in, in); break;
+                default: axpy_chain<T, 3>(gW + o * in, g, x, in, in); break;
+            }
+        }
+    } else {
+    // A = gy^T (A(o, r) = gy[r * out + o]), B = x; gW streams through once, row block by row block.
+        for_each_tile<T>(o1 - o0, in, rows, gy + o0, 1, out, x, in, true, from_tile<T>(C, in), to_tile(C, in));
+    }
+    if (gb)
+        for (size_t r = 0; r < rows; ++r) {
+            const T* g = gy + r * out;
+            for (size_t o = o0; o < o1; ++o) gb[o] += g[o];
+        }
+}
+
+}  // namespace bt::gemm

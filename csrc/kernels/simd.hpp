@@ -1,0 +1,143 @@
+// One SIMD register of T, chosen at build time from the compiler's target macros (the extension
+// builds with -march=native): AVX-512, else AVX2 + FMA, else a portable array of lanes that the
+// compiler may vectorize. The GEMM kernels are written once against this interface.
+//
+// Every multiply-add goes through madd(), which is one fused operation on the SIMD targets, so
+// a kernel's result is a chain of fused multiply-adds whose order the kernel alone fixes.
+#pragma once
+#include <cmath>
+#include <cstddef>
+
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+#include <immintrin.h>
+#endif
+
+#if defined(__GNUC__) || defined(__clang__)
+#define BT_ALWAYS_INLINE inline __attribute__((always_inline))
+#else
+#define BT_ALWAYS_INLINE inline
+#endif
+
+namespace bt::simd {
+
+template <typename T>
+struct Simd;
+
+#if defined(__AVX512F__)
+inline constexpr const char* isa = "avx512";
+
+template <>
+struct Simd<float> {
+    using V = __m512;
+    static constexpr int W = 16;
+    static BT_ALWAYS_INLINE __mmask16 mask(int n) { return n >= W ? __mmask16(0xffff) : __mmask16((1u << n) - 1); }
+    static BT_ALWAYS_INLINE V zero() { return _mm512_setzero_ps(); }
+    static BT_ALWAYS_INLINE V set1(float a) { return _mm512_set1_ps(a); }
+    static BT_ALWAYS_INLINE V load(const float* p) { return _mm512_loadu_ps(p); }
+    static BT_ALWAYS_INLINE V load(const float* p, int n) { return _mm512_maskz_loadu_ps(mask(n), p); }
+    static BT_ALWAYS_INLINE void store(float* p, V v) { _mm512_storeu_ps(p, v); }
+    static BT_ALWAYS_INLINE void store(float* p, V v, int n) { _mm512_mask_storeu_ps(p, mask(n), v); }
+    static BT_ALWAYS_INLINE V madd(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
+    static BT_ALWAYS_INLINE V add(V a, V b) { return _mm512_add_ps(a, b); }
+};
+
+template <>
+struct Simd<double> {
+    using V = __m512d;
+    static constexpr int W = 8;
+    static BT_ALWAYS_INLINE __mmask8 mask(int n) { return n >= W ? __mmask8(0xff) : __mmask8((1u << n) - 1); }
+    static BT_ALWAYS_INLINE V zero() { return _mm512_setzero_pd(); }
+    static BT_ALWAYS_INLINE V set1(double a) { return _mm512_set1_pd(a); }
+    static BT_ALWAYS_INLINE V load(const double* p) { return _mm512_loadu_pd(p); }
+    static BT_ALWAYS_INLINE V load(const double* p, int n) { return _mm512_maskz_loadu_pd(mask(n), p); }
+    static BT_ALWAYS_INLINE void store(double* p, V v) { _mm512_storeu_pd(p, v); }
+    static BT_ALWAYS_INLINE void store(double* p, V v, int n) { _mm512_mask_storeu_pd(p, mask(n), v); }
+    static BT_ALWAYS_INLINE V madd(V a, V b, V c) { return _mm512_fmadd_pd(a, b, c); }
+    static BT_ALWAYS_INLINE V add(V a, V b) { return _mm512_add_pd(a, b); }
+};
+
+#elif defined(__AVX2__) && defined(__FMA__)
+inline constexpr const char* isa = "avx2";
+
+template <>
+struct Simd<float> {
+    using V = __m256;
+    static constexpr int W = 8;
+    // Lane i is on when i < n; masked loads read nothing (and cannot fault) past the end.
+    static BT_ALWAYS_INLINE __m256i mask(int n) {
+        return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    }
+    static BT_ALWAYS_INLINE V zero() { return _mm256_setzero_ps(); }
+    static BT_ALWAYS_INLINE V set1(float a) { return _mm256_set1_ps(a); }
+    static BT_ALWAYS_INLINE V load(const float* p) { return _mm256_loadu_ps(p); }
+    static BT_ALWAYS_INLINE V load(const float* p, int n) { return _mm256_maskload_ps(p, mask(n)); }
+    static BT_ALWAYS_INLINE void store(float* p, V v) { _mm256_storeu_ps(p, v); }
+    static BT_ALWAYS_INLINE void store(float* p, V v, int n) { _mm256_maskstore_ps(p, mask(n), v); }
+    static BT_ALWAYS_INLINE V madd(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
+    static BT_ALWAYS_INLINE V add(V a, V b) { return _mm256_add_ps(a, b); }
+};
+
+template <>
+struct Simd<double> {
+    using V = __m256d;
+    static constexpr int W = 4;
+    static BT_ALWAYS_INLINE __m256i mask(int n) {
+        return _mm256_cmpgt_epi64(_mm256_set1_epi64x(n), _mm256_setr_epi64x(0, 1, 2, 3));
+    }
+    static BT_ALWAYS_INLINE V zero() { return _mm256_setzero_pd(); }
+    static BT_ALWAYS_INLINE V set1(double a) { return _mm256_set1_pd(a); }
+    static BT_ALWAYS_INLINE V load(const double* p) { return _mm256_loadu_pd(p); }
+    static BT_ALWAYS_INLINE V load(const double* p, int n) { return _mm256_maskload_pd(p, mask(n)); }
+    static BT_ALWAYS_INLINE void store(double* p, V v) { _mm256_storeu_pd(p, v); }
+    static BT_ALWAYS_INLINE void store(double* p, V v, int n) { _mm256_maskstore_pd(p, mask(n), v); }
+    static BT_ALWAYS_INLINE V madd(V a, V b, V c) { return _mm256_fmadd_pd(a, b, c); }
+    static BT_ALWAYS_INLINE V add(V a, V b) { return _mm256_add_pd(a, b); }
+};
+
+#else
+inline constexpr const char* isa = "portable";
+
+// Four lanes in a plain array. Without hardware FMA, std::fma is a slow library call, so the
+// portable madd is a multiply then an add (still one fixed order per build).
+template <typename T>
+struct Simd {
+    struct V {
+        T v[4];
+    };
+    static constexpr int W = 4;
+    static BT_ALWAYS_INLINE T madd1(T a, T b, T c) {
+#if defined(FP_FAST_FMA) && defined(FP_FAST_FMAF)
+        return std::fma(a, b, c);
+#else
+        T p = a * b;
+        return p + c;
+#endif
+    }
+    static BT_ALWAYS_INLINE V zero() { return V{{T(0), T(0), T(0), T(0)}}; }
+    static BT_ALWAYS_INLINE V set1(T a) { return V{{a, a, a, a}}; }
+    static BT_ALWAYS_INLINE V load(const T* p) { return V{{p[0], p[1], p[2], p[3]}}; }
+    static BT_ALWAYS_INLINE V load(const T* p, int n) {
+        V r = zero();
+        for (int i = 0; i < n && i < W; ++i) r.v[i] = p[i];
+        return r;
+    }
+    static BT_ALWAYS_INLINE void store(T* p, V a) {
+        for (int i = 0; i < W; ++i) p[i] = a.v[i];
+    }
+    static BT_ALWAYS_INLINE void store(T* p, V a, int n) {
+        for (int i = 0; i < n && i < W; ++i) p[i] = a.v[i];
+    }
+    static BT_ALWAYS_INLINE V madd(V a, V b, V c) {
+        V r;
+        for (int i = 0; i < W; ++i) r.v[i] = madd1(a.v[i], b.v[i], c.v[i]);
+        return r;
+    }
+    static BT_ALWAYS_INLINE V add(V a, V b) {
+        V r;
+        for (int i = 0; i < W; ++i) r.v[i] = a.v[i] + b.v[i];
+        return r;
+    }
+};
+#endif
+
+}  // namespace bt::simd

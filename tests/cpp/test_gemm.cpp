@@ -1,0 +1,200 @@
+// The linear layer's three products (csrc/kernels/gemm.hpp) against a naive double-precision
+// reference over many shapes, for float and double, and every sub-range split against the
+// whole, bit for bit. Built by scripts/sanitize.sh with ASan + UBSan, once for the portable
+// kernels and once for the build machine's SIMD (-march=native).
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "../../csrc/kernels/gemm.hpp"
+
+static int failures = 0;
+static long checks = 0;
+#define CHECK(cond, ...)                                                   \
+    do {                                                                   \
+        ++checks;                                                          \
+        if (!(cond)) {                                                     \
+            if (++failures <= 20) {                                        \
+                std::fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);  \
+                std::fprintf(stderr, __VA_ARGS__);                         \
+                std::fprintf(stderr, "\n");                                \
+            }                                                              \
+        }                                                                  \
+    } while (0)
+
+namespace gemm = bt::gemm;
+static std::mt19937_64 rng(12345);
+
+template <typename T>
+static std::vector<T> random_vec(size_t n) {
+    std::uniform_real_distribution<double> d(-1.0, 1.0);
+    std::vector<T> v(n);
+    for (T& e : v) e = T(d(rng));
+    return v;
+}
+
+// Sum order differs from the reference, so compare against the size of the terms: each result
+// is a sum of n products of magnitude <= |a||b|; float keeps ~1e-7 relative per term.
+template <typename T>
+static double tolerance(size_t n) {
+    const double eps = std::is_same_v<T, float> ? 1.2e-7 : 2.3e-16;
+    return 4.0 * eps * (double(n) + 2.0);
+}
+
+template <typename T>
+static bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+}
+
+template <typename T>
+static void check_shape(size_t rows, size_t in, size_t out, bool bias) {
+    const char* tn = std::is_same_v<T, float> ? "float" : "double";
+    auto x = random_vec<T>(rows * in), W = random_vec<T>(out * in), b = random_vec<T>(out);
+    auto gy = random_vec<T>(rows * out);
+    // Accumulating outputs start from non-zero values, as gradients of a second use would.
+    auto gx0 = random_vec<T>(rows * in), gW0 = random_vec<T>(out * in), gb0 = random_vec<T>(out);
+    const T* bp = bias ? b.data() : nullptr;
+
+    // ---- the whole product against the double reference
+    std::vector<T> scratch(gemm::forward_scratch(rows, in, out, 0, out) + 1);
+    std::vector<T> y(rows * out, T(-7));
+    gemm::forward(x.data(), W.data(), bp, y.data(), rows, in, out, 0, out, scratch.data());
+    double worst = 0;
+    for (size_t r = 0; r < rows; ++r)
+        for (size_t o = 0; o < out; ++o) {
+            double s = bias ? double(b[o]) : 0.0;
+            for (size_t i = 0; i < in; ++i) s += double(x[r * in + i]) * double(W[o * in + i]);
+            worst = std::max(worst, std::fabs(double(y[r * out + o]) - s));
+        }
+    CHECK(worst <= tolerance<T>(in), "%s forward %zux%zux%zu bias=%d: error %g", tn, rows, in, out, int(bias), worst);
+
+    std::vector<T> gx = gx0;
+    gemm::grad_input(gy.data(), W.data(), gx.data(), rows, in, out, 0, rows);
+    worst = 0;
+    for (size_t r = 0; r < rows; ++r)
+        for (size_t i = 0; i < in; ++i) {
+            double s = gx0[r * in + i];
+            for (size_t o = 0; o < out; ++o) s += double(gy[r * out + o]) * double(W[o * in + i]);
+            worst = std::max(worst, std::fabs(double(gx[r * in + i]) - s));
+        }
+    CHECK(worst <= tolerance<T>(out), "%s grad_input %zux%zux%zu: error %g", tn, rows, in, out, worst);
+
+    std::vector<T> gW = gW0, gb = gb0;
+    gemm::grad_weight(gy.data(), x.data(), gW.data(), bias ? gb.data() : nullptr, rows, in, out, 0, out);
+    worst = 0;
+    double worst_b = 0;
+    for (size_t o = 0; o < out; ++o) {
+        for (size_t i = 0; i < in; ++i) {
+            double s = gW0[o * in + i];
+            for (size_t r = 0; r < rows; ++r) s += double(gy[r * out + o]) * double(x[r * in + i]);
+            worst = std::max(worst, std::fabs(double(gW[o * in + i]) - s));
+        }
+        double sb = gb0[o];
+        for (size_t r = 0; r < rows; ++r) sb += double(gy[r * out + o]);
+        worst_b = std::max(worst_b, std::fabs(double(gb[o]) - sb));
+        if (!bias) CHECK(gb[o] == gb0[o], "%s grad_weight touched gb without a bias", tn);
+    }
+    CHECK(worst <= tolerance<T>(rows), "%s grad_weight %zux%zux%zu: error %g", tn, rows, in, out, worst);
+    if (bias) CHECK(worst_b <= tolerance<T>(rows), "%s grad bias %zux%zux%zu: error %g", tn, rows, in, out, worst_b);
+
+    // ---- sub-range splits give the same bits as the whole
+    std::uniform_int_distribution<size_t> cut_o(0, out), cut_r(0, rows);
+    for (int trial = 0; trial < 3; ++trial) {
+        size_t c1 = cut_o(rng), c2 = cut_o(rng);
+        if (c1 > c2) std::swap(c1, c2);
+        const size_t ocuts[4] = {0, c1, c2, out};
+        std::vector<T> ys(rows * out, T(-7)), gWs = gW0, gbs = gb0;
+        for (int p = 0; p < 3; ++p) {
+            std::vector<T> s(gemm::forward_scratch(rows, in, out, ocuts[p], ocuts[p + 1]) + 1);
+            gemm::forward(x.data(), W.data(), bp, ys.data(), rows, in, out, ocuts[p], ocuts[p + 1], s.data());
+            gemm::grad_weight(gy.data(), x.data(), gWs.data(), bias ? gbs.data() : nullptr, rows, in, out, ocuts[p],
+                              ocuts[p + 1]);
+        }
+        CHECK(same_bits(ys, y), "%s forward split at %zu,%zu of %zux%zux%zu differs", tn, c1, c2, rows, in, out);
+        CHECK(same_bits(gWs, gW), "%s grad_weight split at %zu,%zu of %zux%zux%zu differs", tn, c1, c2, rows, in,
+              out);
+        CHECK(same_bits(gbs, gb), "%s grad bias split differs", tn);
+
+        size_t r1 = cut_r(rng), r2 = cut_r(rng);
+        if (r1 > r2) std::swap(r1, r2);
+        const size_t rcuts[4] = {0, r1, r2, rows};
+        std::vector<T> gxs = gx0;
+        for (int p = 0; p < 3; ++p)
+            gemm::grad_input(gy.data(), W.data(), gxs.data(), rows, in, out, rcuts[p], rcuts[p + 1]);
+        CHECK(same_bits(gxs, gx), "%s grad_input split at %zu,%zu of %zux%zux%zu differs", tn, r1, r2, rows, in, out);
+    }
+}
+
+// The kernels' promise beyond the split: grad_input and grad_weight are the chain of fused
+// multiply-adds in index order (forward too, from the bias, unless it takes dot products), so one
+// element does not depend on its neighbours or on the tile it fell in. Checked against
+// std::fma where the build uses hardware FMA, else against the same chain without fusion.
+template <typename T>
+static T madd(T a, T b, T c) {
+#if defined(__FMA__)
+    return std::fma(a, b, c);
+#else
+    return bt::simd::Simd<T>::madd1(a, b, c);
+#endif
+}
+
+template <typename T>
+static void check_chain_order(size_t rows, size_t in, size_t out) {
+    const char* tn = std::is_same_v<T, float> ? "float" : "double";
+    auto x = random_vec<T>(rows * in), W = random_vec<T>(out * in), b = random_vec<T>(out);
+    auto gy = random_vec<T>(rows * out), gx = random_vec<T>(rows * in), gW = random_vec<T>(out * in);
+    auto gx_ref = gx, gW_ref = gW;
+    for (size_t r = 0; r < rows; ++r)
+        for (size_t i = 0; i < in; ++i)
+            for (size_t o = 0; o < out; ++o) gx_ref[r * in + i] = madd(gy[r * out + o], W[o * in + i], gx_ref[r * in + i]);
+    for (size_t o = 0; o < out; ++o)
+        for (size_t i = 0; i < in; ++i)
+            for (size_t r = 0; r < rows; ++r) gW_ref[o * in + i] = madd(gy[r * out + o], x[r * in + i], gW_ref[o * in + i]);
+    gemm::grad_input(gy.data(), W.data(), gx.data(), rows, in, out, 0, rows);
+    gemm::grad_weight(gy.data(), x.data(), gW.data(), static_cast<T*>(nullptr), rows, in, out, 0, out);
+    CHECK(same_bits(gx, gx_ref), "%s grad_input %zux%zux%zu is not the fma chain over o", tn, rows, in, out);
+    CHECK(same_bits(gW, gW_ref), "%s grad_weight %zux%zux%zu is not the fma chain over r", tn, rows, in, out);
+    if (!gemm::forward_by_dots(rows, in, out)) {
+        std::vector<T> y(rows * out), y_ref(rows * out);
+        for (size_t r = 0; r < rows; ++r)
+            for (size_t o = 0; o < out; ++o) {
+                T s = b[o];
+                for (size_t i = 0; i < in; ++i) s = madd(x[r * in + i], W[o * in + i], s);
+                y_ref[r * out + o] = s;
+            }
+        std::vector<T> scratch(gemm::forward_scratch(rows, in, out, 0, out));
+        gemm::forward(x.data(), W.data(), b.data(), y.data(), rows, in, out, 0, out, scratch.data());
+        CHECK(same_bits(y, y_ref), "%s forward %zux%zux%zu is not the fma chain over i", tn, rows, in, out);
+    }
+}
+
+template <typename T>
+static void run_all() {
+    // Every small shape exhaustively (tile tails in every dimension), then odd and wide ones
+    // up to 1100 and the shapes of the workloads (W4: 1 or 64 rows, 1024 -> e -> 27; W5: rows
+    // 8..512 over widths 24/72/96/65).
+    for (size_t rows = 1; rows <= 19; ++rows)
+        for (size_t in = 1; in <= 37; in += (in < 20 ? 1 : 5))
+            for (size_t out = 1; out <= 37; out += (out < 20 ? 1 : 6)) check_shape<T>(rows, in, out, (rows + in + out) % 2);
+    const size_t big[][3] = {{1, 1024, 4},   {1, 1024, 1024}, {64, 1024, 1024}, {64, 1024, 128}, {64, 128, 27},
+                             {2, 1100, 33},  {3, 1, 1100},    {64, 24, 72},     {8, 24, 72},     {512, 24, 96},
+                             {512, 96, 24},  {17, 65, 24},    {8, 24, 65},      {100, 1100, 3},  {5, 3, 1100},
+                             {33, 257, 129}, {64, 4, 27},     {64, 1024, 4},    {1, 4, 27},      {4, 1100, 1}};
+    for (auto& s : big) {
+        check_shape<T>(s[0], s[1], s[2], true);
+        check_shape<T>(s[0], s[1], s[2], false);
+    }
+    for (auto& s : big)
+        if (s[0] * s[1] * s[2] <= 5000000) check_chain_order<T>(s[0], s[1], s[2]);
+    for (size_t rows = 1; rows <= 11; ++rows) check_chain_order<T>(rows, 7 + 3 * rows, 41 - 2 * rows);
+}
+
+int main() {
+    run_all<float>();
+    run_all<double>();
+    std::printf("test_gemm (%s kernels, %dx%d tile): %ld checks, %d failures\n", bt::simd::isa, bt::gemm::kMR,
+                bt::gemm::kNV, checks, failures);
+    return failures == 0 ? 0 : 1;
+}
