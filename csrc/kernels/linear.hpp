@@ -16,7 +16,7 @@ namespace bt {
 // Three regimes, one result (up to the rounding of sums in another order):
 //  - one to three rows: out dot products over contiguous rows of W (a matvec; W read once per row);
 //  - several rows of a narrow layer (in <= 64): W is transposed once into scratch and each output
-//    row is built by axpys over rows of W^T, which vectorizes without the horizontal reductions
+//    row is built from rows of W^T (wt_row_product), which vectorizes without the horizontal reductions
 //    that dominate short dot products;
 //  - several rows of a wide layer: output unit by output unit, so each row of W is loaded once
 //    (from memory) for all rows of x (from cache), four rows of x per pass. (Measured: 4 x 4
@@ -25,6 +25,35 @@ namespace bt {
 //    of all three dimensions would cut.)
 template <typename T>
 inline bool linear_uses_transpose(uint32_t rows, uint32_t in) { return rows >= 4 && in <= 64; }
+
+// y[0..N) = b + sum_i x[i] * Wt[i][0..N) over N consecutive outputs (row stride `stride`), summed in
+// i order in registers: one store per output instead of one per (output, input) as axpys over a
+// row of y in memory would make, whose store-to-load chain bounded the narrow layers' forward.
+template <uint32_t N, typename T>
+inline void wt_block(const T* __restrict x, const T* __restrict wt, const T* b, T* __restrict y, uint32_t in,
+                     uint32_t stride, uint32_t n = N) {
+    T acc[N];
+    for (uint32_t j = 0; j < n; ++j) acc[j] = b ? b[j] : T(0);
+    for (uint32_t i = 0; i < in; ++i) {
+        const T xi = x[i];
+        const T* w = wt + size_t(i) * stride;
+        for (uint32_t j = 0; j < n; ++j) acc[j] += xi * w[j];
+    }
+    for (uint32_t j = 0; j < n; ++j) y[j] = acc[j];
+}
+
+// One row of x times W^T (Wt: in x out, row-major), in blocks of 64, 32, 16 and 8 outputs (fixed
+// sizes the compiler keeps in vector registers), the last few one by one. Each output is the same
+// sum in the same order whatever its block.
+template <typename T>
+inline void wt_row_product(const T* x, const T* wt, const T* b, T* y, uint32_t in, uint32_t out) {
+    uint32_t o = 0;
+    for (; o + 64 <= out; o += 64) wt_block<64>(x, wt + o, b ? b + o : nullptr, y + o, in, out);
+    if (o + 32 <= out) wt_block<32>(x, wt + o, b ? b + o : nullptr, y + o, in, out), o += 32;
+    if (o + 16 <= out) wt_block<16>(x, wt + o, b ? b + o : nullptr, y + o, in, out), o += 16;
+    if (o + 8 <= out) wt_block<8>(x, wt + o, b ? b + o : nullptr, y + o, in, out), o += 8;
+    if (o < out) wt_block<8>(x, wt + o, b ? b + o : nullptr, y + o, in, out, out - o);
+}
 
 template <typename T>
 inline void linear_fwd(const T* x, const T* W, const T* b, T* y, uint32_t rows, uint32_t in, uint32_t out,
@@ -38,13 +67,7 @@ inline void linear_fwd(const T* x, const T* W, const T* b, T* y, uint32_t rows, 
     if (wt_scratch) {
         for (uint32_t o = 0; o < out; ++o)
             for (uint32_t i = 0; i < in; ++i) wt_scratch[size_t(i) * out + o] = W[size_t(o) * in + i];
-        for (uint32_t r = 0; r < rows; ++r) {
-            T* yr = y + size_t(r) * out;
-            if (b) std::copy(b, b + out, yr);
-            else std::fill(yr, yr + out, T(0));
-            const T* xr = x + size_t(r) * in;
-            for (uint32_t i = 0; i < in; ++i) kernels::axpy(yr, xr[i], wt_scratch + size_t(i) * out, out);
-        }
+        for (uint32_t r = 0; r < rows; ++r) wt_row_product(x + size_t(r) * in, wt_scratch, b, y + size_t(r) * out, in, out);
         return;
     }
     for (uint32_t o = 0; o < out; ++o) {
