@@ -115,6 +115,12 @@ public:
     // Local grad spans (merged) that the sweep reads or adds into: zeroed before each sample's
     // sweep. Every other local grad is never read, so a partial program zeroes only its own few.
     std::vector<Span> sweep_grads;
+    // Linear layers whose forward transposes an external W (constant during a call): (W's frame
+    // slot, rows of W, columns), each W once. prepare() transposes them once per call.
+    struct TransposedWeight {
+        uint32_t slot, rows, cols;
+    };
+    std::vector<TransposedWeight> transposed_weights;
     std::vector<T> local_init;    // values of the local slots at trace time (constants stay)
     std::vector<uint32_t> inputs;
     uint32_t num_ids = 0;
@@ -136,8 +142,10 @@ template <typename T>
 struct Workspace {
     std::vector<T> v, g, scratch;
     std::vector<uint32_t> args;
+    std::vector<T> wt;                                   // the program's transposed weights, back to back
+    std::vector<std::pair<uint32_t, const T*>> wt_index;  // (W's frame slot, its transposed copy in wt)
     const Program<T>* laid_out_for = nullptr;
-    Frame<T> frame() { return Frame<T>{v.data(), g.data(), &scratch}; }
+    Frame<T> frame() { return Frame<T>{v.data(), g.data(), &scratch, wt_index.empty() ? nullptr : &wt_index}; }
 };
 
 // Sorts and merges spans (overlapping or adjacent ones become one).
@@ -338,14 +346,23 @@ Program<T> Program<T>::build(const Arena<T>& A, const TraceSpec& s) {
         if (P.wrt.back().first >= P.n_ext) touched.push_back(P.wrt.back());
     }
     P.sweep_grads = merged(std::move(touched));
+    for (const Record& r : P.recs) {
+        if (r.op != Op::linear) continue;
+        const Operands o = decode_operands(P.args.data() + r.a);
+        const uint32_t rows = o.tail[0], nin = o.tail[1], nout = o.tail[2], w = o.v[1].first(0);
+        const bool seen = std::any_of(P.transposed_weights.begin(), P.transposed_weights.end(),
+                                      [&](const auto& t) { return t.slot == w; });
+        if (linear_uses_transpose<T>(rows, nin) && w + nin * nout <= P.n_ext && !seen)
+            P.transposed_weights.push_back({w, nout, nin});
+    }
     P.root = map(s.root);
     return P;
 }
 
 // ---------------------------------------------------------------- replay
 // Lays the workspace out for P (once: sizes, constants, args) and loads what stays fixed during
-// one call: the external values, read from the arena (parameters change between calls). Every
-// external grad starts the call at zero.
+// one call: the external values, read from the arena (parameters change between calls), and the
+// transposed copies of the linear layers' weights. Every external grad starts the call at zero.
 template <typename T>
 inline void prepare(const Program<T>& P, Workspace<T>& W, const T* arena_values) {
     if (W.laid_out_for != &P) {
@@ -357,6 +374,16 @@ inline void prepare(const Program<T>& P, Workspace<T>& W, const T* arena_values)
     }
     for (const ExternalSpan& e : P.ext) std::copy(arena_values + e.first, arena_values + e.first + e.len, W.v.begin() + e.at);
     std::fill(W.g.begin(), W.g.begin() + P.n_ext, T(0));
+    size_t total = 0;
+    for (const auto& t : P.transposed_weights) total += size_t(t.rows) * t.cols;
+    W.wt.resize(total);
+    W.wt_index.clear();
+    T* dst = W.wt.data();
+    for (const auto& t : P.transposed_weights) {
+        transpose(W.v.data() + t.slot, dst, t.rows, t.cols);
+        W.wt_index.emplace_back(t.slot, dst);
+        dst += size_t(t.rows) * t.cols;
+    }
 }
 
 // Writes one sample's float inputs and ids (ids already checked against their bounds).

@@ -42,6 +42,13 @@ inline void wt_block(const T* __restrict x, const T* __restrict wt, const T* b, 
     for (uint32_t j = 0; j < n; ++j) y[j] = acc[j];
 }
 
+// wt (cols x rows) = W (rows x cols) transposed.
+template <typename T>
+inline void transpose(const T* W, T* wt, uint32_t rows, uint32_t cols) {
+    for (uint32_t o = 0; o < rows; ++o)
+        for (uint32_t i = 0; i < cols; ++i) wt[size_t(i) * rows + o] = W[size_t(o) * cols + i];
+}
+
 // One row of x times W^T (Wt: in x out, row-major), in blocks of 64, 32, 16 and 8 outputs (fixed
 // sizes the compiler keeps in vector registers), the last few one by one. Each output is the same
 // sum in the same order whatever its block.
@@ -57,17 +64,20 @@ inline void wt_row_product(const T* x, const T* wt, const T* b, T* y, uint32_t i
 
 template <typename T>
 inline void linear_fwd(const T* x, const T* W, const T* b, T* y, uint32_t rows, uint32_t in, uint32_t out,
-                       T* wt_scratch) {
+                       T* wt_scratch, const T* wt_ready = nullptr) {
     if (rows < 4) {
         for (uint32_t r = 0; r < rows; ++r)
             for (uint32_t o = 0; o < out; ++o)
                 y[size_t(r) * out + o] = (b ? b[o] : T(0)) + kernels::dot(W + size_t(o) * in, x + size_t(r) * in, in);
         return;
     }
-    if (wt_scratch) {
-        for (uint32_t o = 0; o < out; ++o)
-            for (uint32_t i = 0; i < in; ++i) wt_scratch[size_t(i) * out + o] = W[size_t(o) * in + i];
-        for (uint32_t r = 0; r < rows; ++r) wt_row_product(x + size_t(r) * in, wt_scratch, b, y + size_t(r) * out, in, out);
+    if (wt_ready || wt_scratch) {
+        const T* wt = wt_ready;
+        if (!wt) {
+            transpose(W, wt_scratch, out, in);
+            wt = wt_scratch;
+        }
+        for (uint32_t r = 0; r < rows; ++r) wt_row_product(x + size_t(r) * in, wt, b, y + size_t(r) * out, in, out);
         return;
     }
     for (uint32_t o = 0; o < out; ++o) {

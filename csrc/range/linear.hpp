@@ -17,17 +17,20 @@ inline uint32_t append_linear(Arena<T>& A, const Spans& x, const Spans& W, const
     linear_forward(A.frame(), ap.rec, decode_operands(ap.args));
     return ap.out;
 }
-// Scratch: [x gathered (rows * in) | W^T (in * out) when linear_uses_transpose].
+// Scratch: [x gathered (rows * in) | W^T (in * out) when linear_uses_transpose and the frame has
+// no transposed copy of W].
 template <typename T>
 inline void linear_forward(const Frame<T>& A, const Record& r, const Operands& o) {
     const uint32_t rows = o.tail[0], nin = o.tail[1], nout = o.tail[2];
     const bool has_b = o.tail[3] != 0;
     const size_t nx = size_t(rows) * nin;
-    const size_t nw = linear_uses_transpose<T>(rows, nin) ? size_t(nin) * nout : 0;
+    const bool transposes = linear_uses_transpose<T>(rows, nin);
+    const T* wt = transposes ? A.transposed(o.v[1].first(0)) : nullptr;
+    const size_t nw = transposes && !wt ? size_t(nin) * nout : 0;
     T* scratch = A.scratch(nx + nw).data();
     const T* xs = contiguous(A.values(), o.v[0], scratch);
     linear_fwd(xs, A.values() + o.v[1].first(0), has_b ? A.values() + o.v[2].first(0) : nullptr,
-               A.values() + r.out, rows, nin, nout, nw ? scratch + nx : nullptr);
+               A.values() + r.out, rows, nin, nout, nw ? scratch + nx : nullptr, wt);
 }
 // Scratch: [x gathered (rows * in) | gx (rows * in)].
 template <typename T>
