@@ -360,7 +360,7 @@ static const double* float_inputs(const P& prog, const Buffer* X, size_t n, std:
 template <typename T>
 static std::vector<size_t> run_replay(ProgramBox& box, bt::Program<T>& P, bt::Workspace<T>& W, const bt::Samples& in,
                                       bt::Reduce reduce, bool to_arena, bool zero, double seed, double* values, T* rows,
-                                      double* sum) {
+                                      double* sum, bool stream = false) {
     box.check_alive();
     bt::Arena<T>& A = typed<T>(box.arena);
     bt::prepare(P, W, A.values());
@@ -368,7 +368,7 @@ static std::vector<size_t> run_replay(ProgramBox& box, bt::Program<T>& P, bt::Wo
     if (to_arena && !zero)  // continue from the grads already there, so additions happen in the eager order
         for (size_t i = 0; i < P.wrt.size(); ++i)
             std::copy(ag + box.wrt_arena[i].first, ag + box.wrt_arena[i].first + P.wrt[i].second, W.g.begin() + P.wrt[i].first);
-    bt::ReplayResult res = bt::replay(P, W, in, reduce, static_cast<T>(seed), values, rows, sum, to_arena);
+    bt::ReplayResult res = bt::replay(P, W, in, reduce, static_cast<T>(seed), values, rows, sum, to_arena, stream);
     if (to_arena) {
         if (res.non_finite >= 0) {
             if (zero)
@@ -457,14 +457,15 @@ static nb::list replay_rows_typed(ProgramBox& box, bt::Program<T>& P, bt::Worksp
     return to_list(run_replay(box, P, W, in, reduce, to_arena, zero, seed, values.data, out.rows.data, out.sum.data), 0);
 }
 
-// _replay_samples(batch, start, shape, mode, seed, values, out, zero) -> (stop, failed): replays
-// batch[start:stop], the samples from `start` on whose id parts have `shape` (per part: 0 for an
-// int, L for a sequence of L ints). values has len(batch) entries and out len(batch) rows;
-// sample i writes entry i. failed holds indices into batch.
+// _replay_samples(batch, start, shape, mode, seed, values, out, zero, stream) -> (stop, failed):
+// replays batch[start:stop], the samples from `start` on whose id parts have `shape` (per part: 0
+// for an int, L for a sequence of L ints). values has len(batch) entries and out len(batch) rows;
+// sample i writes entry i. failed holds indices into batch. stream: out is a reused buffer
+// (rows go out with non-temporal stores).
 template <typename T>
 static nb::tuple replay_samples_typed(ProgramBox& box, bt::Program<T>& P, bt::Workspace<T>& W, nb::handle batch_h,
                                       size_t start, const std::vector<int64_t>& shape, const std::string& mode,
-                                      double seed, nb::handle values_h, nb::handle out_h, bool zero) {
+                                      double seed, nb::handle values_h, nb::handle out_h, bool zero, bool stream) {
     bool to_arena = false;
     const bt::Reduce reduce = parse_mode(mode, &to_arena);
     if (!PyList_Check(batch_h.ptr())) throw nb::type_error("batch must be a list of samples");
@@ -530,7 +531,7 @@ static nb::tuple replay_samples_typed(ProgramBox& box, bt::Program<T>& P, bt::Wo
     GradOutputs<T> out(reduce, out_h, N, P.num_wrt);
     const std::vector<size_t> failed =
         run_replay(box, P, W, in, reduce, to_arena, zero, seed, values.data ? values.data + start : nullptr,
-                   out.rows.data ? out.rows.data + start * P.num_wrt : nullptr, out.sum.data);
+                   out.rows.data ? out.rows.data + start * P.num_wrt : nullptr, out.sum.data, stream);
     return nb::make_tuple(stop, to_list(failed, start));
 }
 
@@ -541,10 +542,11 @@ static nb::list replay(ProgramBox& box, nb::handle X, nb::handle ids, const std:
 }
 
 static nb::tuple replay_samples(ProgramBox& box, nb::handle batch, size_t start, const std::vector<int64_t>& shape,
-                                const std::string& mode, double seed, nb::handle values, nb::handle out, bool zero) {
+                                const std::string& mode, double seed, nb::handle values, nb::handle out, bool zero,
+                                bool stream) {
     if (!std::isfinite(seed)) throw nb::value_error("seed must be finite");
     return box.visit([&](auto& P, auto& W) {
-        return replay_samples_typed(box, P, W, batch, start, shape, mode, seed, values, out, zero);
+        return replay_samples_typed(box, P, W, batch, start, shape, mode, seed, values, out, zero, stream);
     });
 }
 
@@ -624,7 +626,7 @@ void init_program(nb::module_& m) {
              nb::arg("values").none() = nb::none(), nb::arg("out").none() = nb::none(), nb::arg("zero") = false)
         .def("_replay_samples", &replay_samples, nb::arg("batch"), nb::arg("start"), nb::arg("shape"), nb::arg("mode"),
              nb::arg("seed"), nb::arg("values").none() = nb::none(), nb::arg("out").none() = nb::none(),
-             nb::arg("zero") = false);
+             nb::arg("zero") = false, nb::arg("stream") = false);
 }
 
 }  // namespace btpy

@@ -12,10 +12,15 @@
 // so threads can replay one program at once, each with its own workspace.
 #pragma once
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
+#if defined(__SSE2__)
+#include <immintrin.h>
+#endif
 
 #include "backward.hpp"
 
@@ -436,14 +441,42 @@ inline void read_wrt_grads(const Program<T>& P, const Workspace<T>& W, U* out, b
     }
 }
 
+// Copies n values into memory nothing reads again soon (a row of a per-sample gradient matrix):
+// long runs use non-temporal stores where the CPU has them, so writing the output does not first
+// read each of its cache lines in from memory.
+template <typename T>
+inline void copy_out(const T* src, T* dst, size_t n) {
+#if defined(__SSE2__)
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+        constexpr size_t lane = 16 / sizeof(T), long_run = 4096;
+        if (n >= long_run && reinterpret_cast<uintptr_t>(dst) % sizeof(T) == 0) {
+            size_t i = 0;
+            for (; reinterpret_cast<uintptr_t>(dst + i) % 16 != 0; ++i) dst[i] = src[i];
+            for (; i + lane <= n; i += lane) {
+                if constexpr (std::is_same_v<T, float>) _mm_stream_ps(dst + i, _mm_loadu_ps(src + i));
+                else _mm_stream_pd(dst + i, _mm_loadu_pd(src + i));
+            }
+            for (; i < n; ++i) dst[i] = src[i];
+            _mm_sfence();
+            return;
+        }
+    }
+#endif
+    std::copy(src, src + n, dst);
+}
+
 // read_wrt_grads, then zeroes those grads: one pass, so the next sample starts from zero without
-// a separate zeroing pass over the parameters.
+// a separate zeroing pass over the parameters. stream: out is memory that was written before
+// (an output reused across calls), so non-temporal stores skip reading it in; into freshly
+// allocated pages, which the kernel has just zeroed through the caches, plain stores are faster.
 template <typename T, typename U>
-inline void take_wrt_grads(const Program<T>& P, Workspace<T>& W, U* out, bool add) {
+inline void take_wrt_grads(const Program<T>& P, Workspace<T>& W, U* out, bool add, bool stream = false) {
     for (const Span& s : P.wrt) {
         T* g = W.g.data() + s.first;
         if (add)
             for (uint32_t i = 0; i < s.second; ++i) out[i] += U(g[i]);
+        else if (std::is_same_v<T, U> && stream)
+            copy_out(g, reinterpret_cast<T*>(out), s.second);
         else
             for (uint32_t i = 0; i < s.second; ++i) out[i] = U(g[i]);
         std::fill(g, g + s.second, T(0));
@@ -484,7 +517,7 @@ struct ReplayResult {
 // each sample's root value; `rows` (n x num_wrt) and `sum` (num_wrt) per `reduce`.
 template <typename T>
 inline ReplayResult replay(const Program<T>& P, Workspace<T>& W, const Samples& in, Reduce reduce, T seed,
-                           double* values, T* rows, double* sum, bool stop_at_non_finite) {
+                           double* values, T* rows, double* sum, bool stop_at_non_finite, bool stream_rows = false) {
     ReplayResult res;
     const size_t k = P.inputs.size(), nid = P.num_ids;
     for (size_t s = 0; s < in.n; ++s) {
@@ -501,7 +534,7 @@ inline ReplayResult replay(const Program<T>& P, Workspace<T>& W, const Samples& 
             return res;
         }
         run_backward(P, W, seed);
-        if (reduce == Reduce::rows) take_wrt_grads(P, W, rows + s * P.num_wrt, false);
+        if (reduce == Reduce::rows) take_wrt_grads(P, W, rows + s * P.num_wrt, false, stream_rows);
         else if (reduce == Reduce::sum) take_wrt_grads(P, W, sum, true);
     }
     return res;

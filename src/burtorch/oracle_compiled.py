@@ -81,7 +81,7 @@ def _program(model, sample, shape, loss_fn, wrt):
     return prog
 
 
-def _replay_batch(model, batch, loss_fn, wrt, mode, seed, values, out, zero=False):
+def _replay_batch(model, batch, loss_fn, wrt, mode, seed, values, out, zero=False, stream=False):
     """Replays every sample of batch (a list) from the program of its shape, run by run of
     consecutive samples of one shape (batch order kept, so grads accumulate in the order of the
     eager oracle). Yields each run's failed sample indices (into batch), after the run."""
@@ -89,7 +89,7 @@ def _replay_batch(model, batch, loss_fn, wrt, mode, seed, values, out, zero=Fals
     while i < n:
         shape = _shape(batch[i])
         prog = _program(model, batch[i], shape, loss_fn, wrt)
-        stop, failed = prog._replay_samples(batch, i, shape, mode, seed, values, out, zero)
+        stop, failed = prog._replay_samples(batch, i, shape, mode, seed, values, out, zero, stream)
         zero = False  # later runs continue from the grads the first one wrote
         yield failed
         i = stop
@@ -141,13 +141,14 @@ def per_sample_grads(model, batch, loss_fn=None, wrt=None, out=None):
         raise ValueError("per_sample_grads(): empty batch")
     first = sample_program(model, batch[0], loss_fn, wrt)
     dt = np.float64 if first.dtype == _core.float64 else np.float32
+    reused = out is not None  # written before: rows stream past the caches into it
     if out is None:
         out = np.empty((N, first.num_wrt), dtype=dt)
     elif (not isinstance(out, np.ndarray) or out.shape != (N, first.num_wrt) or out.dtype != dt
           or not out.flags.c_contiguous or not out.flags.writeable):
         raise ValueError(f"out must be a writable C-contiguous {np.dtype(dt).name} array of shape {(N, first.num_wrt)}")
     losses = np.empty(N, dtype=np.float64)
-    for failed in _replay_batch(model, batch, loss_fn, wrt, "rows", 1.0, losses, out):
+    for failed in _replay_batch(model, batch, loss_fn, wrt, "rows", 1.0, losses, out, stream=reused):
         if failed:
             raise RuntimeError(f"per_sample_grads(): guards failed for samples {failed}; "
                                "the loss branches on values, so per-sample programs do not apply")
