@@ -16,7 +16,7 @@ namespace bt {
 // Three regimes, one result (up to the rounding of sums in another order):
 //  - one to three rows: out dot products over contiguous rows of W (a matvec; W read once per row);
 //  - several rows of a narrow layer (in <= 64): W is transposed once into scratch and each output
-//    row is built from rows of W^T (wt_row_product), which vectorizes without the horizontal reductions
+//    row is built from rows of W^T (wt_rows_product), which vectorizes without the horizontal reductions
 //    that dominate short dot products;
 //  - several rows of a wide layer: output unit by output unit, so each row of W is loaded once
 //    (from memory) for all rows of x (from cache), four rows of x per pass. (Measured: 4 x 4
@@ -26,20 +26,39 @@ namespace bt {
 template <typename T>
 inline bool linear_uses_transpose(uint32_t rows, uint32_t in) { return rows >= 4 && in <= 64; }
 
-// y[0..N) = b + sum_i x[i] * Wt[i][0..N) over N consecutive outputs (row stride `stride`), summed in
-// i order in registers: one store per output instead of one per (output, input) as axpys over a
-// row of y in memory would make, whose store-to-load chain bounded the narrow layers' forward.
-template <uint32_t N, typename T>
+// y_r[0..N) = b + sum_i x_r[i] * Wt[i][0..N) for R rows r of x (stride in) and N consecutive
+// outputs (Wt row stride `stride`; y rows have that stride too), summed in i order in registers:
+// one store per output instead of one per (output, input) as axpys over a row of y in memory
+// would make, whose store-to-load chain bounded the narrow layers' forward. Two rows at a time
+// share each load of Wt and give the FMA units twice the independent chains.
+template <uint32_t N, uint32_t R, typename T>
 inline void wt_block(const T* __restrict x, const T* __restrict wt, const T* b, T* __restrict y, uint32_t in,
                      uint32_t stride, uint32_t n = N) {
-    T acc[N];
-    for (uint32_t j = 0; j < n; ++j) acc[j] = b ? b[j] : T(0);
+    T acc[R][N];
+    for (uint32_t r = 0; r < R; ++r)
+        for (uint32_t j = 0; j < n; ++j) acc[r][j] = b ? b[j] : T(0);
     for (uint32_t i = 0; i < in; ++i) {
-        const T xi = x[i];
         const T* w = wt + size_t(i) * stride;
-        for (uint32_t j = 0; j < n; ++j) acc[j] += xi * w[j];
+        for (uint32_t r = 0; r < R; ++r) {
+            const T xi = x[size_t(r) * in + i];
+            for (uint32_t j = 0; j < n; ++j) acc[r][j] += xi * w[j];
+        }
     }
-    for (uint32_t j = 0; j < n; ++j) y[j] = acc[j];
+    for (uint32_t r = 0; r < R; ++r)
+        for (uint32_t j = 0; j < n; ++j) y[size_t(r) * stride + j] = acc[r][j];
+}
+
+// R rows of x times W^T (Wt: in x out, row-major), in blocks of 64, 32, 16 and 8 outputs (fixed
+// sizes the compiler keeps in vector registers), the last few one by one. Each output is the same
+// sum in the same order whatever its block.
+template <uint32_t R, typename T>
+inline void wt_rows_product(const T* x, const T* wt, const T* b, T* y, uint32_t in, uint32_t out) {
+    uint32_t o = 0;
+    for (; o + 64 <= out; o += 64) wt_block<64, R>(x, wt + o, b ? b + o : nullptr, y + o, in, out);
+    if (o + 32 <= out) wt_block<32, R>(x, wt + o, b ? b + o : nullptr, y + o, in, out), o += 32;
+    if (o + 16 <= out) wt_block<16, R>(x, wt + o, b ? b + o : nullptr, y + o, in, out), o += 16;
+    if (o + 8 <= out) wt_block<8, R>(x, wt + o, b ? b + o : nullptr, y + o, in, out), o += 8;
+    if (o < out) wt_block<8, R>(x, wt + o, b ? b + o : nullptr, y + o, in, out, out - o);
 }
 
 // wt (cols x rows) = W (rows x cols) transposed.
@@ -47,19 +66,6 @@ template <typename T>
 inline void transpose(const T* W, T* wt, uint32_t rows, uint32_t cols) {
     for (uint32_t o = 0; o < rows; ++o)
         for (uint32_t i = 0; i < cols; ++i) wt[size_t(i) * rows + o] = W[size_t(o) * cols + i];
-}
-
-// One row of x times W^T (Wt: in x out, row-major), in blocks of 64, 32, 16 and 8 outputs (fixed
-// sizes the compiler keeps in vector registers), the last few one by one. Each output is the same
-// sum in the same order whatever its block.
-template <typename T>
-inline void wt_row_product(const T* x, const T* wt, const T* b, T* y, uint32_t in, uint32_t out) {
-    uint32_t o = 0;
-    for (; o + 64 <= out; o += 64) wt_block<64>(x, wt + o, b ? b + o : nullptr, y + o, in, out);
-    if (o + 32 <= out) wt_block<32>(x, wt + o, b ? b + o : nullptr, y + o, in, out), o += 32;
-    if (o + 16 <= out) wt_block<16>(x, wt + o, b ? b + o : nullptr, y + o, in, out), o += 16;
-    if (o + 8 <= out) wt_block<8>(x, wt + o, b ? b + o : nullptr, y + o, in, out), o += 8;
-    if (o < out) wt_block<8>(x, wt + o, b ? b + o : nullptr, y + o, in, out, out - o);
 }
 
 template <typename T>
@@ -77,7 +83,9 @@ inline void linear_fwd(const T* x, const T* W, const T* b, T* y, uint32_t rows, 
             transpose(W, wt_scratch, out, in);
             wt = wt_scratch;
         }
-        for (uint32_t r = 0; r < rows; ++r) wt_row_product(x + size_t(r) * in, wt, b, y + size_t(r) * out, in, out);
+        uint32_t r = 0;
+        for (; r + 2 <= rows; r += 2) wt_rows_product<2>(x + size_t(r) * in, wt, b, y + size_t(r) * out, in, out);
+        if (r < rows) wt_rows_product<1>(x + size_t(r) * in, wt, b, y + size_t(r) * out, in, out);
         return;
     }
     for (uint32_t o = 0; o < out; ++o) {
