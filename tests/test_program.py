@@ -4,10 +4,10 @@ import random
 
 import numpy as np
 import pytest
-from burtorch.app.paper_graphs import w1_expr, w2_expr
 from hypothesis import given, settings
 
 import burtorch as bt
+from burtorch.app.paper_graphs import w1_expr, w2_expr
 from op_table import BINARY, NARY, UNARY
 from test_random_graphs import evaluate, inputs, programs
 
