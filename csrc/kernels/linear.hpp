@@ -10,15 +10,24 @@
 
 namespace bt {
 
-// Scratch (elements) the forward needs: the operand its tiles transpose, none for dot products.
-inline size_t linear_forward_scratch(uint32_t rows, uint32_t in, uint32_t out) {
+// Whether the forward's tiles read W transposed (in x out). A caller that keeps W^T across many
+// calls (a program replaying many samples with fixed weights) can hand it in instead of scratch.
+inline bool linear_forward_transposes_w(uint32_t rows, uint32_t in, uint32_t out) {
+    return !gemm::forward_by_dots(rows, in, out) && gemm::forward_transposes_w(rows, in, out);
+}
+
+// Scratch (elements) the forward needs: the operand its tiles transpose, none for dot products
+// or when W^T is supplied.
+inline size_t linear_forward_scratch(uint32_t rows, uint32_t in, uint32_t out, bool have_wt = false) {
+    if (have_wt && linear_forward_transposes_w(rows, in, out)) return 0;
     return gemm::forward_scratch(rows, in, out, 0, out);
 }
 
+// wt: W^T (in x out) when the caller has it (only read when the tiles would transpose W).
 template <typename T>
 inline void linear_fwd(const T* x, const T* W, const T* b, T* y, uint32_t rows, uint32_t in, uint32_t out,
-                       T* scratch) {
-    gemm::forward(x, W, b, y, rows, in, out, 0, out, scratch);
+                       T* scratch, const T* wt = nullptr) {
+    gemm::forward(x, W, b, y, rows, in, out, 0, out, scratch, wt);
 }
 
 template <typename T>

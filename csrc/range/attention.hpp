@@ -9,10 +9,13 @@
 namespace bt {
 
 // One head over row-strided q/k/v: row i of Q is Q + i * ld (so the heads of a fused (T x 3C)
-// block are read in place). O is written with stride ldo; P is T x T.
-template <typename T>
-inline void attn_head_fwd(const T* Q, const T* K, const T* Vv, size_t ld, T* O, size_t ldo, T* P, uint32_t Tn,
-                          uint32_t hs, bool causal, T sc) {
+// block are read in place). O is written with stride ldo; P is T x T. HS > 0: the head size as a
+// constant, so the many short dot products and axpys of small heads unroll instead of running
+// loops built for long vectors (the same operations in the same order).
+template <uint32_t HS, typename T>
+inline void attn_head_fwd_sized(const T* Q, const T* K, const T* Vv, size_t ld, T* O, size_t ldo, T* P, uint32_t Tn,
+                                uint32_t hs_runtime, bool causal, T sc) {
+    const uint32_t hs = HS ? HS : hs_runtime;
     for (uint32_t i = 0; i < Tn; ++i) {
         const uint32_t nj = causal ? i + 1 : Tn;
         T* Pi = P + size_t(i) * Tn;
@@ -22,6 +25,17 @@ inline void attn_head_fwd(const T* Q, const T* K, const T* Vv, size_t ld, T* O, 
         T* Oi = O + i * ldo;
         std::fill(Oi, Oi + hs, T(0));
         for (uint32_t j = 0; j < nj; ++j) kernels::axpy(Oi, Pi[j], Vv + j * ld, hs);
+    }
+}
+
+template <typename T>
+inline void attn_head_fwd(const T* Q, const T* K, const T* Vv, size_t ld, T* O, size_t ldo, T* P, uint32_t Tn,
+                          uint32_t hs, bool causal, T sc) {
+    switch (hs) {
+        case 2: return attn_head_fwd_sized<2>(Q, K, Vv, ld, O, ldo, P, Tn, hs, causal, sc);
+        case 4: return attn_head_fwd_sized<4>(Q, K, Vv, ld, O, ldo, P, Tn, hs, causal, sc);
+        case 8: return attn_head_fwd_sized<8>(Q, K, Vv, ld, O, ldo, P, Tn, hs, causal, sc);
+        default: return attn_head_fwd_sized<0>(Q, K, Vv, ld, O, ldo, P, Tn, hs, causal, sc);
     }
 }
 

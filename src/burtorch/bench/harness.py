@@ -116,10 +116,10 @@ def plan(workloads, entries, preset="full", overrides=None, against=()) -> tuple
                 continue
             for config in configs_for(workload, entry, preset, overrides):
                 jobs.append(Job(entry, workload, config))
-                if entry.name == "burtorch":
+                if entry.name in ("burtorch", "burtorch-compiled"):
                     for label, python in against:
                         jobs.append(Job(entry, workload, config, python=python,
-                                        label=f"burtorch@{label}"))
+                                        label=f"{entry.name}@{label}"))
     return jobs, missing
 
 
