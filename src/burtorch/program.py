@@ -54,7 +54,7 @@ class TracedId:
     __int__ = __float__ = __bool__ = __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _refuse_number
     __truediv__ = __rtruediv__ = __floordiv__ = __mod__ = __pow__ = __rpow__ = __neg__ = _refuse_number
     __lt__ = __le__ = __gt__ = __ge__ = __eq__ = __ne__ = _refuse_number
-    __hash__ = None
+    __hash__ = None  # type: ignore[assignment]  # unhashable, as objects with __eq__ are
 
 
 def _refuse(what):
@@ -133,7 +133,10 @@ class Compiled:
     def _split(self, args):
         """(float values in order, id arguments in order, their lengths, the position of each
         differentiated argument among the floats)."""
-        floats, id_args, id_shape, wrt_pos = [], [], [], []
+        floats: list = []
+        id_args: list = []
+        id_shape: list[int] = []
+        wrt_pos: list[int] = []
         for i, a in enumerate(args):
             if i in self.ids:
                 if _is_int(a):
@@ -214,8 +217,8 @@ class Compiled:
         return self._result(value[0], grads)
 
     def _result(self, value, grads):
-        g = [float(x) for x in grads]
-        g = g[0] if self._single else tuple(g)
+        floats = [float(x) for x in grads]
+        g = floats[0] if self._single else tuple(floats)
         return (float(value), g) if self._with_value else g
 
     # ---- many samples in one native call

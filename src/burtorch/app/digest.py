@@ -6,12 +6,21 @@ SHA-256 gives the same digests; hashlib is the fallback on interpreters without 
 """
 from __future__ import annotations
 
-try:
-    from _sha2 import sha256  # CPython >= 3.12
-except ImportError:
-    try:
-        from _sha256 import sha256  # CPython <= 3.11
-    except ImportError:
-        from hashlib import sha256
+import importlib
+from collections.abc import Callable
+from typing import Any
+
+
+def _builtin_sha256() -> Callable[..., Any]:
+    for name in ("_sha2", "_sha256"):  # CPython >= 3.12, <= 3.11
+        try:
+            return importlib.import_module(name).sha256
+        except (ImportError, AttributeError):
+            pass
+    from hashlib import sha256 as from_hashlib
+    return from_hashlib
+
+
+sha256 = _builtin_sha256()
 
 __all__ = ["sha256"]

@@ -16,7 +16,7 @@ import time
 from .frameworks import impl_burtorch, impl_burtorch_compiled
 
 # (label, workload, config, units per timed run, target for compiled / eager)
-CASES = (
+CASES: tuple[tuple[str, str, dict[str, int], int | None, float | None], ...] = (
     ("W1, 100,000 iterations", "tiny", {}, 100_000, 1 / 8),
     ("W2, 20,000 iterations", "small", {}, 20_000, 1 / 8),
     ("W5 b=1", "gpt", {"b": 1}, None, 0.6),

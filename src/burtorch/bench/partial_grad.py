@@ -30,6 +30,7 @@ def main(argv=None):
     r = random.Random(0)
     batch = [([r.randrange(65) for _ in range(8)], [r.randrange(65) for _ in range(8)]) for _ in range(args.batch)]
     head = [model.head.weight, model.head.bias]
+    assert all(p is not None for p in head), "MiniGPT's head has a bias"
     full, part = sample_program(model, batch[0]), sample_program(model, batch[0], wrt=head)
     shape, seed = _shape(batch[0]), 1.0 / len(batch)
     values = array("d", [0.0]) * len(batch)
@@ -40,14 +41,14 @@ def main(argv=None):
         prog._replay_samples(batch, 0, shape, mode, seed, values, None, True)
         return time.perf_counter() - t
 
-    times = {"full": [], "head": [], "forward": []}
+    times: dict[str, list[float]] = {"full": [], "head": [], "forward": []}
     for _ in range(args.reps):
         times["full"].append(run(full, "arena"))
         times["head"].append(run(part, "arena"))
         times["forward"].append(run(full, "values"))
     run(full, "arena")
     grads = pv.numpy("grads")
-    n_head = sum(p.size for p in head)
+    n_head = sum(p.size for p in head if p is not None)
     full_head = grads[-n_head:].copy()
     run(part, "arena")
     assert (grads[-n_head:] == full_head).all(), "the head's gradient differs between the programs"

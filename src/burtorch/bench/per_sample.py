@@ -160,14 +160,16 @@ def main(argv=None):
             print(f"{name:<22} not installed ({exc.name})")
             continue
         runs[name] = once
-    times = {name: [] for name in runs}
+    times: dict[str, list[float]] = {name: [] for name in runs}
     for _ in range(args.reps):  # every framework once per repetition: all see the same load
         for name, once in runs.items():
             t = time.perf_counter()
             G = once()
             times[name].append(time.perf_counter() - t)
             del G
-    reference = runs["burtorch-compiled"]().copy() if "burtorch-compiled" in runs else None
+    if "burtorch-compiled" not in runs:
+        raise SystemExit("per_sample: burtorch's compiled row is the reference and did not run")
+    reference = runs["burtorch-compiled"]().copy()
     torch_ms = statistics.median(times["torch-func-vmap-grad"]) if "torch-func-vmap-grad" in times else None
     for name, once in runs.items():
         G = once()
