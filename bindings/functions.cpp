@@ -73,6 +73,7 @@ static PyObject* f_reduce(PyObject*, PyObject* seq) {
             return emit_nary(arena, owner, op, *idx);
         }
     }
+    ConstantsGuard guard;
     Collected c;
     if (!collect_sequence(seq, name, c, false)) return nullptr;
     if (c.items.size() < MinN)
@@ -111,6 +112,7 @@ static PyObject* f_inner(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
             return emit_nary(arena, owner, WithBias ? Op::inner_product_with_bias : Op::inner_product, *ix);
         }
     }
+    ConstantsGuard guard;
     Collected x, w, b;
     if (!collect_sequence(args[0], name, x, false) || !collect_sequence(args[1], name, w, false)) return nullptr;
     if (x.items.size() != w.items.size())
@@ -144,6 +146,7 @@ static PyObject* f_binary(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     const char* name = bt::op_info(op).name;
     if (nargs != 2) return PyErr_Format(PyExc_TypeError, "%s() takes 2 arguments, got %zd", name, nargs);
     if (is_value(args[0]) && is_value(args[1])) return emit_binary(as_pyvalue(args[0]), as_pyvalue(args[1]), op);
+    ConstantsGuard guard;
     nb::object pair = nb::steal(PyTuple_Pack(2, args[0], args[1]));
     if (!pair.is_valid()) return nullptr;
     Collected c;

@@ -268,6 +268,7 @@ VectorBox as_vector(nb::handle h, const VectorBox* anchor, const char* what) {
     bt::ArenaBase* arena;
     nb::object owner = anchor_owner(anchor, &arena);
     uint32_t first = new_leaves(arena, a.v, a.v.size());
+    ConstantsGuard::created(owner.ptr(), arena, first, a.v.size());
     return contiguous_vector(owner, arena, first, a.v.size(), uint32_t(a.rows), uint32_t(a.rows ? a.cols : 0));
 }
 
@@ -344,6 +345,7 @@ static VectorBox leaves(nb::handle data, nb::handle shape, nb::handle dtype, nb:
 
 // A view over the given Values (numbers become constant leaves). No values are copied.
 static VectorBox vector_of(nb::handle seq) {
+    ConstantsGuard guard;
     Collected c;
     if (!collect_sequence(seq.ptr(), "vector()", c, false)) throw nb::python_error();
     bt::ArenaBase* arena = nullptr;
@@ -410,6 +412,7 @@ static std::vector<VectorBox> vector_list(nb::handle seq, const char* what) {
 
 // Concatenation: the spans of each vector in turn.
 static VectorBox cat(nb::handle seq) {
+    ConstantsGuard guard;
     std::vector<VectorBox> vs = vector_list(seq, "cat()");
     Spans s;
     for (const VectorBox& v : vs) s.insert(s.end(), v.spans.begin(), v.spans.end());
@@ -419,6 +422,7 @@ static VectorBox cat(nb::handle seq) {
 // Side-by-side concatenation of matrices with equal rows (multi-head attention's heads): row r
 // of the result is row r of each input in turn.
 static VectorBox hcat(nb::handle seq) {
+    ConstantsGuard guard;
     std::vector<VectorBox> vs = vector_list(seq, "hcat()");
     const uint32_t rows = vs[0].rows;
     size_t cols = 0;

@@ -1,0 +1,76 @@
+"""Regressions for the bugs the stateful model test and the API fuzzer found, one section each,
+with the smallest reproducer the search shrank to.
+"""
+import pytest
+
+import burtorch as bt
+
+
+def counts(arena):
+    return (arena.num_nodes, arena.num_records, arena.num_args)
+
+
+# ---------------------------------------------------------------- a failed op leaves no constants behind
+# Numbers passed where Values are expected became constant leaves before the op checked its other
+# operands, shapes and capacity; when the op then failed, the constants stayed in the arena.
+def full_but(room):
+    """An arena holding one Value `x`, with room for exactly `room` more nodes."""
+    arena = bt.Arena(bt.float64, capacity=1 + room)
+    return arena, bt.Value(1.0, arena=arena)
+
+
+FAILING_AFTER_CONSTANTS = {
+    # room for the constants, not for the op's output
+    "reduce with numbers": (2, lambda a, x: bt.reduce_sum([x, 1.0, 2.0]), MemoryError),
+    "binary function with a number": (1, lambda a, x: bt.add(x, 1.0), MemoryError),
+    "inner product with numbers": (1, lambda a, x: bt.inner_product([x], [3.0]), MemoryError),
+    "vector plus a list": (2, lambda a, x: bt.vector([x, x]) + [1.0, 2.0], MemoryError),
+    "dot with a list": (2, lambda a, x: bt.dot(bt.vector([x, x]), [1.0, 2.0]), MemoryError),
+    # a later operand is wrong
+    "inner product, stale second list": (8, None, bt.StaleValueError),
+    "linear, shape mismatch": (8, lambda a, x: bt.linear([1.0, 2.0, 3.0], bt.vector([x]).reshape(1, 1)), ValueError),
+    "layer_norm, gamma of the wrong size": (
+        8, lambda a, x: bt.layer_norm(bt.vector([x, x]), [1.0, 1.0, 1.0], [0.0, 0.0]), ValueError),
+    "cross entropy, bad target": (8, lambda a, x: bt.cross_entropy([1.0, 2.0], 5), IndexError),
+    "hcat of a list and a vector": (8, lambda a, x: bt.hcat([bt.vector([x]).reshape(1, 1), [[1.0, 2.0], [3.0, 4.0]]]),
+                                    ValueError),
+}
+
+
+@pytest.mark.parametrize("case", sorted(FAILING_AFTER_CONSTANTS))
+def test_a_failed_op_takes_back_the_constants_it_created(case):
+    room, call, error = FAILING_AFTER_CONSTANTS[case]
+    arena, x = full_but(room)
+    with arena:
+        if call is None:  # inner_product([1.0, 2.0], [stale, 3.0])
+            cp = arena.checkpoint()
+            dead = bt.Value(5.0, arena=arena)
+            arena.rewind(cp)
+            call = lambda a, x: bt.inner_product([1.0, 2.0], [dead, 3.0])  # noqa: E731
+        before = counts(arena)
+        with pytest.raises(error):
+            call(arena, x)
+        assert counts(arena) == before
+        assert x.alive and x.data == 1.0
+
+
+def test_constants_made_by_python_code_inside_an_argument_survive_the_outer_failure():
+    arena = bt.Arena(bt.float64)
+    kept = []
+
+    class Sneaky:
+        def __float__(self):
+            kept.append(bt.vector([bt.Value(7.0, arena=arena), 8.0]))  # a nested call with a constant
+            return 1.0
+
+    with arena:
+        W = bt.leaves([[1.0, 2.0]])
+        with pytest.raises(ValueError):
+            bt.linear([Sneaky(), 2.0, 3.0], W)  # x has 3 inputs, W expects 2
+        assert kept[0].alive and kept[0].data == [7.0, 8.0]
+
+
+def test_the_constants_of_a_successful_op_stay():
+    x = bt.Value(2.0)
+    y = bt.add(x, 3.0)
+    assert y.data == 5.0 and y.children[1].data == 3.0 and y.children[1].alive
