@@ -74,3 +74,15 @@ def test_the_constants_of_a_successful_op_stay():
     x = bt.Value(2.0)
     y = bt.add(x, 3.0)
     assert y.data == 5.0 and y.children[1].data == 3.0 and y.children[1].alive
+
+
+# ---------------------------------------------------------------- a label that cannot be stored
+# Value(x, label="\ud800") with labels on raised UnicodeEncodeError after the node was created.
+def test_a_value_whose_label_cannot_be_encoded_is_not_created():
+    arena = bt.Arena()
+    with bt.labels(True):
+        with pytest.raises(UnicodeEncodeError):
+            bt.Value(1.0, arena=arena, label="\ud800")
+        assert arena.num_nodes == 0
+        v = bt.Value(2.0, arena=arena, label="nul\x00inside \u00e9")
+        assert v.label == "nul\x00inside \u00e9" and arena.num_nodes == 1
