@@ -468,7 +468,9 @@ static VectorBox embedding(const VectorBox& table, nb::handle ids_h) {
 }
 
 static VectorBox reshape(const VectorBox& v, int64_t rows, int64_t cols) {
-    if (rows <= 0 || cols <= 0 || uint64_t(rows) * uint64_t(cols) != v.size)
+    // Each dimension is checked before the product: (7, 0x6db6db6db6db6db7) multiplies to 1 modulo 2**64.
+    if (rows <= 0 || cols <= 0 || uint64_t(rows) > v.size || uint64_t(cols) > v.size ||
+        uint64_t(rows) * uint64_t(cols) != v.size)
         throw nb::value_error(("cannot reshape " + std::to_string(v.size) + " elements to (" + std::to_string(rows) + ", " +
                                std::to_string(cols) + ")").c_str());
     VectorBox r = v;

@@ -86,3 +86,14 @@ def test_a_value_whose_label_cannot_be_encoded_is_not_created():
         assert arena.num_nodes == 0
         v = bt.Value(2.0, arena=arena, label="nul\x00inside \u00e9")
         assert v.label == "nul\x00inside \u00e9" and arena.num_nodes == 1
+
+
+# ---------------------------------------------------------------- reshape to a product that wraps around
+# reshape checked rows * cols == size in 64 bits: (7, 0x6db6db6db6db6db7) wraps to 1, and a
+# one-element vector became a (7, 3067833783) matrix (ops then failed on absurd sizes at best).
+@pytest.mark.parametrize("shape", [(7, 0x6DB6DB6DB6DB6DB7), (0x6DB6DB6DB6DB6DB7, 7), (2**32 + 1, 1), (1, 2**32 + 1)])
+def test_reshape_refuses_dimensions_whose_product_wraps(shape):
+    v = bt.leaves([1.0])
+    with pytest.raises(ValueError):
+        v.reshape(*shape)
+    assert bt.leaves([1.0, 2.0, 3.0, 4.0]).reshape(2, 2).shape == (2, 2)
