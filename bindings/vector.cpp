@@ -506,6 +506,9 @@ static void fill_grad(const VectorBox& v, double value) {
 
 static void scale_grad(const VectorBox& v, double c) {
     v.check();
+    // A finite factor keeps zero grads zero; inf or nan turns them into nan, which the next sweep
+    // must reset like any other write to interior grads.
+    if (!std::isfinite(c)) v.arena->mark_grads_written();
     each_slot_ptr(v, true, [&](auto* p) { *p *= static_cast<std::remove_reference_t<decltype(*p)>>(c); });
 }
 

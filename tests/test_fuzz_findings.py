@@ -97,3 +97,16 @@ def test_reshape_refuses_dimensions_whose_product_wraps(shape):
     with pytest.raises(ValueError):
         v.reshape(*shape)
     assert bt.leaves([1.0, 2.0, 3.0, 4.0]).reshape(2, 2).shape == (2, 2)
+
+
+# ---------------------------------------------------------------- scale_grad by inf or nan
+# scale_grad(inf) turns the zero grads of interior nodes into nan without telling the arena, whose
+# next sweep then skipped resetting them (it assumes untouched interior grads are zero).
+@pytest.mark.parametrize("factor", [float("inf"), float("-inf"), float("nan")])
+def test_interior_grads_scaled_by_a_non_finite_factor_are_reset(factor):
+    x = bt.Value(2.0)
+    h = bt.vector([x * 3.0])
+    loss = bt.vsum(h * h)
+    h.scale_grad(factor)
+    loss.backward()
+    assert h.grad == [12.0] and x.grad == 36.0
