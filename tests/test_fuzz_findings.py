@@ -110,3 +110,14 @@ def test_interior_grads_scaled_by_a_non_finite_factor_are_reset(factor):
     h.scale_grad(factor)
     loss.backward()
     assert h.grad == [12.0] and x.grad == 36.0
+
+
+# ---------------------------------------------------------------- write_bytes at a huge offset
+# write_bytes formed first + count in signed 64-bit arithmetic before checking first: undefined
+# behaviour (reported by UBSan) for first near 2**63, whatever the error message then said.
+@pytest.mark.parametrize("first", [2**63 - 1, 2**63 - 2, -1])
+def test_write_bytes_checks_the_offset_before_adding_the_count(first):
+    arena = bt.Arena()
+    bt.Value(1.0, arena=arena)
+    with pytest.raises(IndexError):
+        arena.write_bytes(first, b"\0" * 16)
