@@ -19,17 +19,6 @@ static PyObject* emit_nary(bt::ArenaBase* arena, PyObject* owner, Op op, const s
     });
 }
 
-// The arena of the first Value among the collected sequences (nullptr if there is none).
-static bt::ArenaBase* first_arena(std::initializer_list<const Collected*> cs, PyObject** owner) {
-    for (const Collected* c : cs)
-        for (PyObject* it : c->items)
-            if (is_value(it)) {
-                *owner = as_pyvalue(it)->owner;
-                return as_pyvalue(it)->arena;
-            }
-    return nullptr;
-}
-
 // The common case without conversions: a list or tuple of Values only (no Python code can run,
 // so nothing needs collecting first). 1: done, 0: not that case, -1: error set.
 static int values_only(PyObject* seq, const char* what, std::vector<uint32_t>& out, bt::ArenaBase** arena,
@@ -123,14 +112,19 @@ static PyObject* f_inner(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
         if (!one.is_valid()) return nullptr;
         if (!collect_sequence(one.ptr(), name, b, false)) return nullptr;
     }
+    // x, w and the bias are placed as one sequence, so every Value is checked before any constant
+    // is created: a Value of another arena is reported as such, not as a full arena.
+    Collected all;
+    for (const Collected* c : {&x, &w, &b}) {
+        all.items.insert(all.items.end(), c->items.begin(), c->items.end());
+        all.numbers.insert(all.numbers.end(), c->numbers.begin(), c->numbers.end());
+        all.is_number.insert(all.is_number.end(), c->is_number.begin(), c->is_number.end());
+    }
     PyObject* owner = nullptr;
-    bt::ArenaBase* arena = first_arena({&x, &w, &b}, &owner);
-    IndexBuffer ix, iw, ib;
-    if (!place_collected(x, name, *ix, &arena, &owner) || !place_collected(w, name, *iw, &arena, &owner)) return nullptr;
-    if (WithBias && !place_collected(b, name, *ib, &arena, &owner)) return nullptr;
-    ix->insert(ix->end(), iw->begin(), iw->end());
-    ix->insert(ix->end(), ib->begin(), ib->end());
-    return emit_nary(arena, owner, WithBias ? Op::inner_product_with_bias : Op::inner_product, *ix);
+    bt::ArenaBase* arena = nullptr;
+    IndexBuffer idx;
+    if (!place_collected(all, name, *idx, &arena, &owner)) return nullptr;
+    return emit_nary(arena, owner, WithBias ? Op::inner_product_with_bias : Op::inner_product, *idx);
 }
 
 template <Op op>

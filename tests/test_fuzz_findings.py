@@ -121,3 +121,16 @@ def test_write_bytes_checks_the_offset_before_adding_the_count(first):
     bt.Value(1.0, arena=arena)
     with pytest.raises(IndexError):
         arena.write_bytes(first, b"\0" * 16)
+
+
+# ---------------------------------------------------------------- the error an inner product reports
+# inner_product placed the constants of x before checking the Values of w: with x's arena full, a w
+# Value of another dtype was reported as a MemoryError instead of the TypeError it is.
+def test_inner_product_checks_every_value_before_creating_constants():
+    arena, x = full_but(0)
+    other = bt.Value(1.0, dtype=bt.float32)
+    with pytest.raises(TypeError):
+        bt.inner_product([2.0, x], [x, other])
+    with pytest.raises(ValueError, match="another arena"):
+        bt.inner_product([2.0, x], [x, bt.Value(1.0, arena=bt.Arena(bt.float64))])
+    assert counts(arena) == (1, 0, 0)
