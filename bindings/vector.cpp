@@ -92,7 +92,7 @@ static bool is_sequence_like(PyObject* o) {
         PyErr_Clear();
         return false;
     }
-    const bool arr = view.ndim >= 1;
+    const bool arr = view.ndim >= 1 && view.shape && view.strides;  // see numbers_from_buffer
     PyBuffer_Release(&view);
     return arr;
 }
@@ -110,6 +110,9 @@ static int numbers_from_buffer(PyObject* o, NumberArray& out, const char* what) 
         Py_buffer* v;
         ~Release() { PyBuffer_Release(v); }
     } release{&view};
+    // Strides were asked for, yet some exporters leave them out: numpy's datetime64 scalar hands
+    // out its 8 raw bytes with neither strides nor a numeric meaning. Such a buffer is no array.
+    if (view.ndim >= 1 && (!view.shape || !view.strides)) return 0;
     const char* f = view.format ? view.format : "B";
     if (*f == '<' || *f == '=' || *f == '@') ++f;
     if (view.ndim < 1 || view.ndim > 2)

@@ -134,3 +134,22 @@ def test_inner_product_checks_every_value_before_creating_constants():
     with pytest.raises(ValueError, match="another arena"):
         bt.inner_product([2.0, x], [x, bt.Value(1.0, arena=bt.Arena(bt.float64))])
     assert counts(arena) == (1, 0, 0)
+
+
+# ---------------------------------------------------------------- buffers without strides
+# numpy's datetime64 scalar exports its 8 raw bytes as a 1-D buffer without strides, although
+# strides were asked for; reading a list of them as rows dereferenced the missing strides (SIGSEGV,
+# "load of null pointer" under UBSan). Found by the API fuzzer: bt.linear(x, datetime64 array).
+@pytest.mark.parametrize("make", [
+    lambda np: np.array(["2020-01-01"], "M8[D]"),
+    lambda np: [np.datetime64("2020-01-01")],
+    lambda np: [[np.datetime64("2020-01-01")]],
+    lambda np: np.array([1, 2], "m8[s]"),
+])
+def test_datetime_buffers_are_refused_not_read(make):
+    np = pytest.importorskip("numpy")
+    with pytest.raises(TypeError, match="not a number"):
+        bt.leaves(make(np))
+    with pytest.raises(TypeError):
+        bt.linear([1.0], make(np))
+    assert bt.leaves([np.float64(2.0), np.int32(3)]).data == [2.0, 3.0]
