@@ -153,3 +153,27 @@ def test_datetime_buffers_are_refused_not_read(make):
     with pytest.raises(TypeError):
         bt.linear([1.0], make(np))
     assert bt.leaves([np.float64(2.0), np.int32(3)]).data == [2.0, 3.0]
+
+
+# ---------------------------------------------------------------- clear errors from the Python tools
+# Wrong arguments reached attribute lookups deep inside: "'Vector' object has no attribute 'stats'"
+# (memory_report), "'DType' object has no attribute 'loss'" (grad_oracle), "'float' object has no
+# attribute 'grad'" (zero_grad). Found by the API fuzzer.
+@pytest.mark.parametrize("call", [
+    lambda: bt.memory_report(bt.leaves([1.0])),
+    lambda: bt.memory_report(None, file=3),
+    lambda: bt.grad_oracle(bt.float64, [(1,)]),
+    lambda: bt.zero_grad([1.0, 2.0]),
+    lambda: bt.zero_grad((bt.current_arena(), 0, 3)),
+])
+def test_tools_given_the_wrong_type_raise_type_error(call):
+    with pytest.raises(TypeError):
+        call()
+
+
+def test_zero_grad_takes_values_and_vectors():
+    a, v = bt.Value(1.0), bt.leaves([1.0, 2.0])
+    a.grad = 3.0
+    v.set_grad([4.0, 5.0])
+    bt.zero_grad([a, v])
+    assert a.grad == 0.0 and v.grad == [0.0, 0.0]

@@ -157,9 +157,14 @@ def stats(dtype=None) -> dict:
 
 
 def zero_grad(values) -> None:
-    """Sets the grad of every Value in ``values`` to 0."""
+    """Sets the grad of every Value (or Vector) in ``values`` to 0."""
     for v in values:
-        v.grad = 0.0
+        if isinstance(v, Vector):
+            v.zero_grad()
+        elif isinstance(v, Value):
+            v.grad = 0.0
+        else:
+            raise TypeError(f"zero_grad() expects Values or Vectors, got {type(v).__name__}")
 
 
 class labels:
