@@ -177,3 +177,16 @@ def test_zero_grad_takes_values_and_vectors():
     v.set_grad([4.0, 5.0])
     bt.zero_grad([a, v])
     assert a.grad == 0.0 and v.grad == [0.0, 0.0]
+
+
+# ---------------------------------------------------------------- Module.train with a module as the mode
+# model.train(model) stored the module as its own `training` attribute, which children() then
+# walked as a submodule: RecursionError. Found by the API fuzzer.
+def test_module_train_takes_a_bool_only():
+    from burtorch.nn import MLP
+
+    model = MLP(2, [3, 1])
+    with pytest.raises(TypeError):
+        model.train(model)
+    assert model.eval().training is False and model.train().training is True
+    assert all(m.training for _, m in model.children())

@@ -103,6 +103,8 @@ class Module:
             p.set_data(src)
 
     def train(self, mode: bool = True) -> "Module":
+        if not isinstance(mode, bool):  # a module stored as `training` would be walked as a child
+            raise TypeError(f"train(mode): mode must be a bool, got {type(mode).__name__}")
         object.__setattr__(self, "training", mode)
         for _, c in self.children():
             c.train(mode)
