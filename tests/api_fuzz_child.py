@@ -33,7 +33,7 @@ from hypothesis import strategies as st
 
 import burtorch as bt
 from fuzz_targets import all_targets
-from fuzz_world import ARGUMENTS, KEYWORDS, PLAUSIBLE, ArgumentError, World, hint_for
+from fuzz_world import ARGUMENTS, KEYWORDS, PLAUSIBLE, TEMPLATES, ArgumentError, World, hint_for
 from op_table import UNARY as UNARY_REFERENCE
 
 CALL_SECONDS = 20
@@ -121,6 +121,9 @@ def run(seed_value: int, calls: int, log_path: str, self_test: str | None) -> di
     for t in all_targets():
         by_area[t.area].append(t)
     areas = sorted(by_area)
+    by_name = dict((name, (name, make)) for name, make in ARGUMENTS)
+    templates = {name: args for name, args in TEMPLATES.items() if all(a in by_name for a in args)}
+    assert len(templates) == len(TEMPLATES), set(TEMPLATES) - set(templates)
     # Half the arguments come from what the API takes (burtorch objects, small numbers and lists),
     # so calls get past the first type check and reach deeper.
     pick_argument = st.one_of(st.sampled_from(PLAUSIBLE), st.sampled_from(ARGUMENTS))
@@ -154,7 +157,15 @@ def run(seed_value: int, calls: int, log_path: str, self_test: str | None) -> di
             n = 1
         drawer = Drawer(data)
         picks = []
-        for i in range(n):  # by the parameter's name half the time, where the name says something
+        if t.name in templates and data.draw(st.integers(0, 2)) == 0:  # a good call, one or two arguments off
+            picks = [by_name[a] for a in templates[t.name]]
+            for _ in range(data.draw(st.integers(1, 2))):
+                if picks and data.draw(st.booleans()):
+                    picks[data.draw(st.integers(0, len(picks) - 1))] = data.draw(pick_argument)
+                else:
+                    picks.append(data.draw(pick_argument))
+            n = len(picks)
+        for i in range(n - len(picks)):  # by the parameter's name half the time, where the name says something
             hinted = hint_for(t.params[i]) if i < len(t.params) else []
             picks.append(data.draw(st.sampled_from(hinted) if hinted and data.draw(st.booleans()) else pick_argument))
         kw = data.draw(st.sampled_from(KEYWORDS)) if not t.is_set and data.draw(st.integers(0, 5)) == 0 else None

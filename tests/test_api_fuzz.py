@@ -108,6 +108,16 @@ def test_every_public_callable_is_a_target():
     assert areas == {"core", "Value", "Vector", "Arena", "nn", "optim", "io", "tools"}
 
 
+def test_every_template_names_a_target_and_known_arguments():
+    from fuzz_targets import all_targets
+    from fuzz_world import ARGUMENTS, TEMPLATES
+
+    names = {t.name for t in all_targets()}
+    known = {n for n, _ in ARGUMENTS}
+    assert set(TEMPLATES) <= names
+    assert all(a in known for args in TEMPLATES.values() for a in args)
+
+
 # ---------------------------------------------------------------- counts for the README
 def summary(path: str) -> str:
     """A table of probes per area over the batch reports collected in `path` (JSON lines)."""
