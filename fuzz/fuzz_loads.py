@@ -2,7 +2,7 @@
 
 Every input must either load (only possible for a valid file) or raise FormatError, and a
 rejected input must leave the arena byte-for-byte unchanged. Unless a corpus directory is
-given, the fuzzer starts from a valid file of each kind (values, grads, both).
+given (or it is empty), the fuzzer starts from a valid file of each kind (values, grads, both).
 
     pip install atheris
     python fuzz/fuzz_loads.py -max_total_time=60          (any libFuzzer flags)
@@ -45,12 +45,15 @@ def main() -> None:
     for seed in SEEDS:
         test_one_input(seed)
     argv = list(sys.argv)
-    if not any(os.path.isdir(a) for a in argv[1:]):  # start from valid files, not from nothing
-        corpus = tempfile.mkdtemp(prefix="burtorch-fuzz-")
-        for i, seed in enumerate(SEEDS):
-            with open(os.path.join(corpus, f"seed{i}"), "wb") as f:
-                f.write(seed)
-        argv.append(corpus)
+    corpora = [a for a in argv[1:] if os.path.isdir(a)]
+    if not corpora:
+        corpora = [tempfile.mkdtemp(prefix="burtorch-fuzz-")]
+        argv.append(corpora[0])
+    for corpus in corpora:  # start from valid files, not from nothing
+        if not os.listdir(corpus):
+            for i, seed in enumerate(SEEDS):
+                with open(os.path.join(corpus, f"seed{i}"), "wb") as f:
+                    f.write(seed)
     atheris.Setup(argv, test_one_input)
     atheris.Fuzz()
 

@@ -1,30 +1,64 @@
 #!/usr/bin/env bash
-# ASan + UBSan, two ways:
+# ASan + UBSan, three ways:
 #  1. the C++ core's own tests (tests/cpp/test_core.cpp), no Python involved;
-#  2. the Python extension itself built with the sanitizers, running the Python test suite, so
-#     the binding layer (where bad input from users arrives) is checked too.
-# Usage: scripts/sanitize.sh [build-dir]   (set SANITIZE_PYTEST_ARGS to choose tests)
+#  2. the Python extension itself built with the sanitizers, running the Python test suite (the
+#     stateful model test and the API fuzzer included: their child processes inherit the
+#     sanitizers), so the binding layer, where bad input from users arrives, is checked too;
+#  3. the atheris harness of burtorch.io.loads, when atheris is installed: a coverage-guided search
+#     on the regular build, then every input it kept replayed through the sanitized build
+#     (libFuzzer sees no coverage while GCC's ASan runtime is preloaded, so the search cannot run
+#     under it).
+# Usage: scripts/sanitize.sh [build-dir]
+#   SANITIZE_PYTEST_ARGS: which tests; SANITIZE_FUZZ_SECONDS: the harness's search (default 30).
 set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
 out="${1:-$here/build/sanitize}"
 mkdir -p "$out"
 flags=(-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all)
+step() { echo "sanitize: $1 (${SECONDS} s so far)"; }
+# Runs a command into a log: its last lines if it passes, all of it if it fails.
+logged() { local log="$1"; shift; if "$@" > "$log" 2>&1; then tail -n 2 "$log"; else cat "$log"; return 1; fi; }
 
-echo "sanitize: C++ core tests"
+step "C++ core tests"
 "${CXX:-g++}" -std=c++20 -O1 -g "${flags[@]}" -fopenmp-simd -Wall -Wextra -Wno-missing-field-initializers \
   "$here/tests/cpp/test_core.cpp" -o "$out/test_core"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 "$out/test_core"
 
-echo "sanitize: Python extension built with ASan + UBSan, running the test suite"
+step "building the Python extension with ASan + UBSan"
 site="$out/site"
 rm -rf "$site"
 python -m pip install -q --no-deps --target "$site" "$here" \
   -Ccmake.build-type=RelWithDebInfo -Cbuild-dir="$out/ext-build" \
   -Ccmake.define.BURTORCH_SANITIZE=address,undefined -Ccmake.define.BURTORCH_NATIVE=OFF
+# A developer's editable install registers an import hook that would shadow the sanitized build on
+# PYTHONPATH (child processes too); this sitecustomize drops it. Then make sure it worked.
+cat > "$site/sitecustomize.py" <<'EOF'
+import sys
+sys.meta_path[:] = [f for f in sys.meta_path if not type(f).__module__.startswith("_editable_")]
+EOF
 asan_rt="$("${CXX:-g++}" -print-file-name=libasan.so)"
 ubsan_rt="$("${CXX:-g++}" -print-file-name=libubsan.so)"
+sanitized() {
+  (cd "$out" && LD_PRELOAD="$asan_rt $ubsan_rt" ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 \
+    UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 PYTHONPATH="$site" "$@")
+}
+sanitized python -c "import burtorch, sys; sys.exit(None if 'sanitize: address' in burtorch.build_info else
+  'sanitize: the tests would import ' + burtorch.__file__ + ', not the sanitized build')"
+
 # CPython is not instrumented and keeps memory until exit: leaks are not checked here (the core
 # test above checks them). Everything else aborts the run.
-(cd "$out" && LD_PRELOAD="$asan_rt $ubsan_rt" ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 \
-  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 PYTHONPATH="$site" \
-  python -m pytest -q -p no:cacheprovider ${SANITIZE_PYTEST_ARGS:-"$here/tests" -k "not plots and not train_plot"})
+step "the Python test suite against the sanitized extension"
+sanitized python -m pytest -q -p no:cacheprovider ${SANITIZE_PYTEST_ARGS:-"$here/tests" -k "not plots and not train_plot"}
+
+if python -c "import atheris" 2>/dev/null; then
+  corpus="$out/loads-corpus"
+  mkdir -p "$corpus"
+  step "atheris: searching inputs of burtorch.io.loads for ${SANITIZE_FUZZ_SECONDS:-30} s (regular build)"
+  (cd "$out" && logged "$out/atheris-search.log" python "$here/fuzz/fuzz_loads.py" "$corpus" \
+    -max_total_time="${SANITIZE_FUZZ_SECONDS:-30}")
+  step "atheris: replaying the $(find "$corpus" -type f | wc -l) inputs kept through the sanitized build"
+  logged "$out/atheris-replay.log" sanitized python "$here/fuzz/fuzz_loads.py" "$corpus" -runs=0
+else
+  step "atheris is not installed (pip install atheris): the burtorch.io.loads harness is skipped"
+fi
+step "done"
