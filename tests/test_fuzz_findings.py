@@ -1,5 +1,5 @@
-"""Regressions for the bugs the stateful model test and the API fuzzer found, one section each,
-with the smallest reproducer the search shrank to.
+"""Regressions for the bugs found by the stateful model test, the API fuzzer, and by reading the
+bindings while writing them (each section says which), with the smallest reproducer.
 """
 import pytest
 
@@ -13,6 +13,7 @@ def counts(arena):
 # ---------------------------------------------------------------- a failed op leaves no constants behind
 # Numbers passed where Values are expected became constant leaves before the op checked its other
 # operands, shapes and capacity; when the op then failed, the constants stayed in the arena.
+# Found by the stateful model test (arenas with room for a few nodes).
 def full_but(room):
     """An arena holding one Value `x`, with room for exactly `room` more nodes."""
     arena = bt.Arena(bt.float64, capacity=1 + room)
@@ -78,6 +79,7 @@ def test_the_constants_of_a_successful_op_stay():
 
 # ---------------------------------------------------------------- a label that cannot be stored
 # Value(x, label="\ud800") with labels on raised UnicodeEncodeError after the node was created.
+# Found by the stateful model test.
 def test_a_value_whose_label_cannot_be_encoded_is_not_created():
     arena = bt.Arena()
     with bt.labels(True):
@@ -91,6 +93,7 @@ def test_a_value_whose_label_cannot_be_encoded_is_not_created():
 # ---------------------------------------------------------------- reshape to a product that wraps around
 # reshape checked rows * cols == size in 64 bits: (7, 0x6db6db6db6db6db7) wraps to 1, and a
 # one-element vector became a (7, 3067833783) matrix (ops then failed on absurd sizes at best).
+# Found reading the bindings' integer arithmetic.
 @pytest.mark.parametrize("shape", [(7, 0x6DB6DB6DB6DB6DB7), (0x6DB6DB6DB6DB6DB7, 7), (2**32 + 1, 1), (1, 2**32 + 1)])
 def test_reshape_refuses_dimensions_whose_product_wraps(shape):
     v = bt.leaves([1.0])
@@ -101,7 +104,8 @@ def test_reshape_refuses_dimensions_whose_product_wraps(shape):
 
 # ---------------------------------------------------------------- scale_grad by inf or nan
 # scale_grad(inf) turns the zero grads of interior nodes into nan without telling the arena, whose
-# next sweep then skipped resetting them (it assumes untouched interior grads are zero).
+# next sweep then skipped resetting them (it assumes untouched interior grads are zero). Found by
+# the stateful model test.
 @pytest.mark.parametrize("factor", [float("inf"), float("-inf"), float("nan")])
 def test_interior_grads_scaled_by_a_non_finite_factor_are_reset(factor):
     x = bt.Value(2.0)
@@ -114,7 +118,7 @@ def test_interior_grads_scaled_by_a_non_finite_factor_are_reset(factor):
 
 # ---------------------------------------------------------------- write_bytes at a huge offset
 # write_bytes formed first + count in signed 64-bit arithmetic before checking first: undefined
-# behaviour (reported by UBSan) for first near 2**63, whatever the error message then said.
+# behaviour for first near 2**63, whatever the error message then said. Found reading the bindings.
 @pytest.mark.parametrize("first", [2**63 - 1, 2**63 - 2, -1])
 def test_write_bytes_checks_the_offset_before_adding_the_count(first):
     arena = bt.Arena()
@@ -125,7 +129,8 @@ def test_write_bytes_checks_the_offset_before_adding_the_count(first):
 
 # ---------------------------------------------------------------- the error an inner product reports
 # inner_product placed the constants of x before checking the Values of w: with x's arena full, a w
-# Value of another dtype was reported as a MemoryError instead of the TypeError it is.
+# Value of another dtype was reported as a MemoryError instead of the TypeError it is. Found by the
+# stateful model test.
 def test_inner_product_checks_every_value_before_creating_constants():
     arena, x = full_but(0)
     other = bt.Value(1.0, dtype=bt.float32)
