@@ -634,6 +634,17 @@ class ArenaMachine(RuleBasedStateMachine):
             for obj, i in zip(v.obj.values(), v.elems):
                 self.add_value(obj, A, i)
 
+    @rule(data=st.data())
+    def handle_by_index(self, data):
+        """arena.value(i): a new handle to whatever node slot i holds now (out of range: IndexError)."""
+        A = self.pick(data, self.arenas, "arena")
+        i = data.draw(st.integers(A.base_slots, A.n_slots + 1), label="index")
+        if i >= A.n_slots:
+            with pytest.raises(IndexError):
+                A.handle.value(i)
+            return
+        self.add_value(A.handle.value(i), A, i)
+
     @precondition(lambda self: self.live_vectors(usable=False))
     @rule(data=st.data(), horizontal=st.booleans())
     def concatenate(self, data, horizontal):
