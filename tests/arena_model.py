@@ -445,13 +445,13 @@ def softmax_vjp(xs, rows, n, first):
             ys = [model.slot(first + r * n + k) for k in range(n)]
             gs, ts = g[r * n:(r + 1) * n], gt[r * n:(r + 1) * n]
             gy = sum(a * y.value for a, y in zip(gs, ys))
-            scale = sum(abs(a) * y.value for a, y in zip(gs, ys))
+            scale = sum(abs(a * y.value) for a, y in zip(gs, ys))
             ey = max(y.err for y in ys)
             for k in range(n):
-                y = ys[k].value
+                y = ys[k].value  # outputs may have been overwritten since: any sign
                 c = y * (gs[k] - gy)
-                tol = (y * (ts[k] + sum(ts)) + ey * (abs(gs[k]) + 2 * sum(map(abs, gs)))
-                       + model.eps * (n + 2) * y * (abs(gs[k]) + scale))
+                tol = (abs(y) * (ts[k] + sum(ts)) + ey * (abs(gs[k]) + 2 * sum(map(abs, gs)))
+                       + model.eps * (n + 2) * abs(y) * (abs(gs[k]) + scale))
                 out.append((xs[r * n + k], c, tol))
         return out
 
