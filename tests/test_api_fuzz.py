@@ -65,7 +65,9 @@ def test_random_calls_raise_clean_errors_or_return_right_results(batch, tmp_path
             f.write(json.dumps(detail) + "\n")
     found = findings_of(detail)
     assert not found, f"seed {seed}: {len(found)} findings:\n" + "\n".join(found[:20])
-    assert sum(a["calls"] for a in detail["areas"].values()) >= FUZZ_CALLS_PER_BATCH
+    for area, stats in detail["areas"].items():  # every call ended one way: a result, a clean error or a finding
+        assert stats["calls"] == stats["results"] + sum(stats["clean"].values()) + sum(
+            1 for f in stats["findings"] if f["finding"] and not f["finding"].startswith("wrong result")), area
 
 
 # ---------------------------------------------------------------- the harness itself can fail
@@ -126,16 +128,18 @@ def summary(path: str) -> str:
     for line in open(path):
         batches += 1
         for area, s in json.loads(line)["areas"].items():
-            r = rows.setdefault(area, {"calls": 0, "results": 0, "clean": 0, "findings": 0})
+            r = rows.setdefault(area, {"calls": 0, "results": 0, "checked": 0, "clean": 0, "findings": 0})
             r["calls"] += s["calls"]
             r["results"] += s["results"]
+            r["checked"] += s["checked"]
             r["clean"] += sum(s["clean"].values())
             r["findings"] += len(s["findings"])
-    out = [f"{batches} batches", "| area | calls | results | clean exceptions | findings |", "|---|---|---|---|---|"]
-    for area, r in sorted(rows.items()):
-        out.append(f"| {area} | {r['calls']} | {r['results']} | {r['clean']} | {r['findings']} |")
-    total = {k: sum(r[k] for r in rows.values()) for k in ("calls", "results", "clean", "findings")}
-    out.append(f"| all | {total['calls']} | {total['results']} | {total['clean']} | {total['findings']} |")
+    keys = ("calls", "results", "checked", "clean", "findings")
+    out = [f"{batches} batches", "| area | calls | results | results checked against Python math | clean exceptions "
+           "| findings |", "|---|---|---|---|---|---|"]
+    total = {k: sum(r[k] for r in rows.values()) for k in keys}
+    for area, r in sorted(rows.items()) + [("all", total)]:
+        out.append("| " + " | ".join([area] + [str(r[k]) for k in keys]) + " |")
     return "\n".join(out)
 
 
