@@ -195,3 +195,19 @@ def test_module_train_takes_a_bool_only():
         model.train(model)
     assert model.eval().training is False and model.train().training is True
     assert all(m.training for _, m in model.children())
+
+
+# ---------------------------------------------------------------- layer sizes of zero
+# nn.Linear(0, 2) (and MLP, MakemoreMLP(block=0) through it) failed with "float division by zero",
+# Linear(-1, 2) with "math domain error", MultiHeadAttention(4, 0) (CausalSelfAttention, Block,
+# MiniGPT) with "integer modulo by zero". Found by the API fuzzer.
+@pytest.mark.parametrize("make", [
+    lambda nn: nn.Linear(0, 2), lambda nn: nn.Linear(-1, 2), lambda nn: nn.MLP(0, [2]),
+    lambda nn: nn.MakemoreMLP(vocab=5, block=0, emb=2, hidden=2), lambda nn: nn.MultiHeadAttention(4, 0),
+    lambda nn: nn.Block(4, 0), lambda nn: nn.MiniGPT(vocab=5, block=2, dim=4, layers=1, heads=0),
+])
+def test_layer_sizes_below_one_are_value_errors(make):
+    from burtorch import nn
+
+    with pytest.raises(ValueError, match="at least 1|positive"):
+        make(nn)
