@@ -92,6 +92,8 @@ def test_the_oracle_tells_clean_errors_from_findings():
     assert classify(SystemError("error return without exception set"), False) is not None
     assert classify(AttributeError("'float' object has no attribute 'grad'"), False) is not None
     assert classify(AttributeError("attribute 'index' of 'burtorch.Value' objects is not writable"), True) is None
+    assert classify(ZeroDivisionError("x"), False, "x / zero") is None
+    assert classify(ZeroDivisionError("float division by zero"), False, "nn.Linear") is not None
     assert agrees(float("nan"), float("nan")) and not agrees(1.0, 1.0 + 1e-9) and not agrees(float("inf"), 1e308)
 
 
