@@ -14,6 +14,7 @@ set -euo pipefail
 here="$(cd "$(dirname "$0")/.." && pwd)"
 out="${1:-$here/build/sanitize}"
 mkdir -p "$out"
+out="$(cd "$out" && pwd)"  # absolute: the tests run from inside it (a relative PYTHONPATH missed the build)
 flags=(-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all)
 step() { echo "sanitize: $1 (${SECONDS} s so far)"; }
 # Runs a command into a log: its last lines if it passes, all of it if it fails.
