@@ -6,6 +6,7 @@ given (or it is empty), the fuzzer starts from a valid file of each kind (values
 
     pip install atheris
     python fuzz/fuzz_loads.py -max_total_time=60          (any libFuzzer flags)
+    python fuzz/fuzz_loads.py --replay CORPUS_DIR         (each input once, no libFuzzer)
 """
 import os
 import sys
@@ -16,10 +17,6 @@ import atheris
 import burtorch as bt
 import burtorch.io as bio
 from burtorch.io import FormatError
-
-# Everything loaded so far, burtorch included, reports coverage. (instrument_imports() misses
-# modules that an import hook of its own loads, such as those of an editable install.)
-atheris.instrument_all()
 
 ARENA = bt.Arena(bt.float64)
 with ARENA:
@@ -44,9 +41,24 @@ def test_one_input(data: bytes) -> None:
         raise AssertionError("an input that is not a valid file was accepted")
 
 
+def replay(corpus: str) -> None:
+    """Runs every input of a corpus once, without libFuzzer (e.g. through a sanitized build)."""
+    names = sorted(os.listdir(corpus))
+    for name in names:
+        with open(os.path.join(corpus, name), "rb") as f:
+            test_one_input(f.read())
+    print(f"replayed {len(names)} inputs from {corpus}: all rejected cleanly or loaded")
+
+
 def main() -> None:
     for seed in SEEDS:
         test_one_input(seed)
+    if sys.argv[1:2] == ["--replay"]:
+        replay(sys.argv[2])
+        return
+    # Everything loaded so far, burtorch included, reports coverage. (instrument_imports() misses
+    # modules that an import hook of its own loads, such as those of an editable install.)
+    atheris.instrument_all()
     argv = list(sys.argv)
     corpora = [a for a in argv[1:] if os.path.isdir(a)]
     if not corpora:

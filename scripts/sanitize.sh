@@ -58,7 +58,7 @@ if python -c "import atheris" 2>/dev/null; then
   (cd "$out" && logged "$out/atheris-search.log" python "$here/fuzz/fuzz_loads.py" "$corpus" \
     -max_total_time="${SANITIZE_FUZZ_SECONDS:-30}")
   step "atheris: replaying the $(find "$corpus" -type f | wc -l) inputs kept through the sanitized build"
-  logged "$out/atheris-replay.log" sanitized python "$here/fuzz/fuzz_loads.py" "$corpus" -runs=0
+  logged "$out/atheris-replay.log" sanitized python "$here/fuzz/fuzz_loads.py" --replay "$corpus"
 else
   step "atheris is not installed (pip install atheris): the burtorch.io.loads harness is skipped"
 fi
