@@ -28,8 +28,10 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 "$
 step "building the Python extension with ASan + UBSan"
 site="$out/site"
 rm -rf "$site"
+# -O1 -g1 (the usual level for ASan, line tables for its reports): 111 s to build here against
+# 180 s for RelWithDebInfo's -O2 -g, with the same test time.
 python -m pip install -q --no-deps --target "$site" "$here" \
-  -Ccmake.build-type=RelWithDebInfo -Cbuild-dir="$out/ext-build" \
+  -Ccmake.build-type=Debug "-Ccmake.define.CMAKE_CXX_FLAGS_DEBUG=-O1 -g1" -Cbuild-dir="$out/ext-build" \
   -Ccmake.define.BURTORCH_SANITIZE=address,undefined -Ccmake.define.BURTORCH_NATIVE=OFF
 # A developer's editable install registers an import hook that would shadow the sanitized build on
 # PYTHONPATH (child processes too); this sitecustomize drops it. Then make sure it worked.
