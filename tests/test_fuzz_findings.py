@@ -211,3 +211,14 @@ def test_layer_sizes_below_one_are_value_errors(make):
 
     with pytest.raises(ValueError, match="at least 1|positive"):
         make(nn)
+
+
+# ---------------------------------------------------------------- load_state_dict of something not a mapping
+# module.load_state_dict(range(2**40)) asked `"weight" in range(2**40)`, which CPython answers by
+# scanning the whole range in C: a hang no signal interrupts. Found by the API fuzzer.
+@pytest.mark.parametrize("state", [range(2**40), [("weight", [1.0])], 3.0, "weight"])
+def test_load_state_dict_wants_a_mapping(state):
+    from burtorch.nn import Linear
+
+    with pytest.raises(TypeError, match="mapping"):
+        Linear(2, 1).load_state_dict(state)

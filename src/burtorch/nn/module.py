@@ -84,6 +84,9 @@ class Module:
 
     def load_state_dict(self, state, strict: bool = True) -> None:
         """Copies values into the parameters. Values: Vectors, numpy arrays or sequences of numbers."""
+        if not hasattr(state, "keys") or not hasattr(state, "__getitem__"):
+            # (`name in state` on a range would scan it in C, beyond Ctrl-C's reach)
+            raise TypeError(f"load_state_dict() expects a mapping name -> values, got {type(state).__name__}")
         own = self.state_dict()
         missing = [k for k in own if k not in state]
         unexpected = [k for k in state if k not in own]
