@@ -341,6 +341,7 @@ void init_arena(nb::module_& m) {
                 if (nbytes % vs != 0)
                     throw nb::value_error(("payload of " + std::to_string(nbytes) + " bytes is not a whole number of " +
                                            std::to_string(vs) + "-byte values").c_str());
+                range_ptr(b, first, first, what);  // first is in the arena before first + count is formed
                 char* p = range_ptr(b, first, first + static_cast<int64_t>(nbytes / vs), what);
                 if (what == "grads") b.core->mark_grads_written();
                 std::memmove(p, view.buf, nbytes);

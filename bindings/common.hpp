@@ -130,6 +130,33 @@ struct Collected {
     nb::object keep;               // keeps the items alive
 };
 
+// Numbers passed where Values are expected become constant leaves before an op has checked all
+// else (its other operands, shapes, capacity). Every entry point that converts arguments holds a
+// ConstantsGuard: if the call fails, the constants it created are taken back (they are on top of
+// their arena and nothing refers to them), so a failed op leaves its arena unchanged. Constants
+// of a nested call (Python code run by an argument calling burtorch) belong to that call's guard.
+class ConstantsGuard {
+public:
+    ConstantsGuard();
+    ~ConstantsGuard();
+    ConstantsGuard(const ConstantsGuard&) = delete;
+    ConstantsGuard& operator=(const ConstantsGuard&) = delete;
+    // Notes constants [first, first + n) just created in the arena of `owner` by the innermost
+    // guarded call (none: nothing to note).
+    static void created(PyObject* owner, bt::ArenaBase* arena, uint32_t first, size_t n);
+
+private:
+    struct Block {
+        nb::object owner;  // keeps the arena alive until the guard ends
+        bt::ArenaBase* arena;
+        uint32_t first, n;
+        uint64_t gen;  // of the last constant: a rewind in between means they are gone already
+    };
+    ConstantsGuard* outer_;
+    int exceptions_;
+    std::vector<Block> blocks_;
+};
+
 // Phase 1: converts every item (numbers may run Python code). Errors name `what` and the item.
 bool collect_sequence(PyObject* seq, const char* what, Collected& out, bool allow_empty);
 

@@ -3,6 +3,7 @@
 // all happens before an entry point checks liveness (see common.hpp).
 #include <climits>
 #include <cstring>
+#include <exception>
 #include <string>
 
 #include "common.hpp"
@@ -79,6 +80,29 @@ IndexBuffer::IndexBuffer() {
     buf_->clear();
 }
 IndexBuffer::~IndexBuffer() { --t_pool.depth; }
+
+// ---------------------------------------------------------------- constants of a failed op
+namespace {
+thread_local ConstantsGuard* t_guard = nullptr;
+}
+
+ConstantsGuard::ConstantsGuard() : outer_(t_guard), exceptions_(std::uncaught_exceptions()) { t_guard = this; }
+
+ConstantsGuard::~ConstantsGuard() {
+    t_guard = outer_;
+    if (blocks_.empty()) return;
+    // Raw entry points fail by returning nullptr with a Python error set, nanobind ones by throwing.
+    if (std::uncaught_exceptions() <= exceptions_ && !PyErr_Occurred()) return;
+    for (auto b = blocks_.rbegin(); b != blocks_.rend(); ++b) {
+        const size_t end = size_t(b->first) + b->n;
+        if (b->arena->num_slots() == end && b->arena->alive(uint32_t(end - 1), b->gen)) b->arena->drop_top_slots(b->first);
+    }
+}
+
+void ConstantsGuard::created(PyObject* owner, bt::ArenaBase* arena, uint32_t first, size_t n) {
+    if (!t_guard || n == 0) return;
+    t_guard->blocks_.push_back(Block{nb::borrow(owner), arena, first, uint32_t(n), arena->gen_of(uint32_t(first + n - 1))});
+}
 
 // ---------------------------------------------------------------- sequences of Values and numbers
 bool collect_sequence(PyObject* seq, const char* what, Collected& out, bool allow_empty) {
@@ -158,6 +182,7 @@ bool place_collected(const Collected& c, const char* what, std::vector<uint32_t>
         if (!check_alive(v)) return false;
     }
     bt::ArenaBase* a = *arena;
+    const size_t first = a->num_slots();
     PyObject* r = guarded([&]() -> PyObject* {
         dispatch(a, [&](auto& A) {
             using T = typename std::remove_reference_t<decltype(A)>::value_type;
@@ -170,6 +195,7 @@ bool place_collected(const Collected& c, const char* what, std::vector<uint32_t>
     });
     if (!r) return false;
     Py_DECREF(r);
+    ConstantsGuard::created(*owner, a, uint32_t(first), numbers);
     return true;
 }
 

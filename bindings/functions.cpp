@@ -19,17 +19,6 @@ static PyObject* emit_nary(bt::ArenaBase* arena, PyObject* owner, Op op, const s
     });
 }
 
-// The arena of the first Value among the collected sequences (nullptr if there is none).
-static bt::ArenaBase* first_arena(std::initializer_list<const Collected*> cs, PyObject** owner) {
-    for (const Collected* c : cs)
-        for (PyObject* it : c->items)
-            if (is_value(it)) {
-                *owner = as_pyvalue(it)->owner;
-                return as_pyvalue(it)->arena;
-            }
-    return nullptr;
-}
-
 // The common case without conversions: a list or tuple of Values only (no Python code can run,
 // so nothing needs collecting first). 1: done, 0: not that case, -1: error set.
 static int values_only(PyObject* seq, const char* what, std::vector<uint32_t>& out, bt::ArenaBase** arena,
@@ -73,6 +62,7 @@ static PyObject* f_reduce(PyObject*, PyObject* seq) {
             return emit_nary(arena, owner, op, *idx);
         }
     }
+    ConstantsGuard guard;
     Collected c;
     if (!collect_sequence(seq, name, c, false)) return nullptr;
     if (c.items.size() < MinN)
@@ -111,6 +101,7 @@ static PyObject* f_inner(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
             return emit_nary(arena, owner, WithBias ? Op::inner_product_with_bias : Op::inner_product, *ix);
         }
     }
+    ConstantsGuard guard;
     Collected x, w, b;
     if (!collect_sequence(args[0], name, x, false) || !collect_sequence(args[1], name, w, false)) return nullptr;
     if (x.items.size() != w.items.size())
@@ -121,14 +112,19 @@ static PyObject* f_inner(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
         if (!one.is_valid()) return nullptr;
         if (!collect_sequence(one.ptr(), name, b, false)) return nullptr;
     }
+    // x, w and the bias are placed as one sequence, so every Value is checked before any constant
+    // is created: a Value of another arena is reported as such, not as a full arena.
+    Collected all;
+    for (const Collected* c : {&x, &w, &b}) {
+        all.items.insert(all.items.end(), c->items.begin(), c->items.end());
+        all.numbers.insert(all.numbers.end(), c->numbers.begin(), c->numbers.end());
+        all.is_number.insert(all.is_number.end(), c->is_number.begin(), c->is_number.end());
+    }
     PyObject* owner = nullptr;
-    bt::ArenaBase* arena = first_arena({&x, &w, &b}, &owner);
-    IndexBuffer ix, iw, ib;
-    if (!place_collected(x, name, *ix, &arena, &owner) || !place_collected(w, name, *iw, &arena, &owner)) return nullptr;
-    if (WithBias && !place_collected(b, name, *ib, &arena, &owner)) return nullptr;
-    ix->insert(ix->end(), iw->begin(), iw->end());
-    ix->insert(ix->end(), ib->begin(), ib->end());
-    return emit_nary(arena, owner, WithBias ? Op::inner_product_with_bias : Op::inner_product, *ix);
+    bt::ArenaBase* arena = nullptr;
+    IndexBuffer idx;
+    if (!place_collected(all, name, *idx, &arena, &owner)) return nullptr;
+    return emit_nary(arena, owner, WithBias ? Op::inner_product_with_bias : Op::inner_product, *idx);
 }
 
 template <Op op>
@@ -144,6 +140,7 @@ static PyObject* f_binary(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     const char* name = bt::op_info(op).name;
     if (nargs != 2) return PyErr_Format(PyExc_TypeError, "%s() takes 2 arguments, got %zd", name, nargs);
     if (is_value(args[0]) && is_value(args[1])) return emit_binary(as_pyvalue(args[0]), as_pyvalue(args[1]), op);
+    ConstantsGuard guard;
     nb::object pair = nb::steal(PyTuple_Pack(2, args[0], args[1]));
     if (!pair.is_valid()) return nullptr;
     Collected c;

@@ -38,6 +38,7 @@ static VectorBox map_binary(const VectorBox& a, const VectorBox& b, Op op) {
 
 // self (op) other, or other (op) self when reflected; a number other is a constant of the record.
 static VectorBox arith(const VectorBox& self, nb::handle other, Op op, bool reflected) {
+    ConstantsGuard guard;
     double c;
     int ok = (is_value(other.ptr()) || nb::isinstance<VectorBox>(other)) ? 0 : number_to_double(other.ptr(), &c);
     if (ok < 0) throw nb::python_error();
@@ -57,6 +58,7 @@ static VectorBox arith(const VectorBox& self, nb::handle other, Op op, bool refl
 
 // ---------------------------------------------------------------- reductions
 static nb::object vsum(nb::handle x_h, bool mean) {
+    ConstantsGuard guard;
     VectorBox x = as_vector(x_h, nullptr, mean ? "vmean()" : "vsum()");
     x.check();
     const double scale = mean ? 1.0 / double(x.size) : 1.0;
@@ -65,6 +67,7 @@ static nb::object vsum(nb::handle x_h, bool mean) {
 }
 
 static nb::object vdot(nb::handle x_h, nb::handle w_h) {
+    ConstantsGuard guard;
     auto anchor = pick_anchor({x_h, w_h});
     VectorBox x = as_vector(x_h, ptr(anchor), "dot()");
     VectorBox w = as_vector(w_h, &x, "dot()");
@@ -79,6 +82,7 @@ static nb::object vdot(nb::handle x_h, nb::handle w_h) {
 
 // ---------------------------------------------------------------- layers
 static VectorBox linear(nb::handle x_h, nb::handle W_h, nb::handle b_h) {
+    ConstantsGuard guard;
     auto anchor = pick_anchor({W_h, x_h, b_h});
     VectorBox W = as_vector(W_h, ptr(anchor), "linear()");
     VectorBox x = as_vector(x_h, &W, "linear()");
@@ -105,6 +109,7 @@ static VectorBox linear(nb::handle x_h, nb::handle W_h, nb::handle b_h) {
 }
 
 static VectorBox softmax(nb::handle x_h) {
+    ConstantsGuard guard;
     VectorBox x = as_vector(x_h, nullptr, "softmax()");
     x.check();
     const uint32_t rows = bt::checked_u32(x.nrows()), n = bt::checked_u32(x.row_len());
@@ -112,6 +117,7 @@ static VectorBox softmax(nb::handle x_h) {
 }
 
 static nb::object cross_entropy(nb::handle logits_h, nb::handle targets_h) {
+    ConstantsGuard guard;
     VectorBox logits = as_vector(logits_h, nullptr, "cross_entropy()");
     const uint32_t rows = bt::checked_u32(logits.nrows()), V = bt::checked_u32(logits.row_len());
     std::vector<uint32_t> t;
@@ -131,6 +137,7 @@ static nb::object cross_entropy(nb::handle logits_h, nb::handle targets_h) {
 }
 
 static VectorBox layer_norm(nb::handle x_h, nb::handle g_h, nb::handle b_h, double eps) {
+    ConstantsGuard guard;
     auto anchor = pick_anchor({x_h, g_h, b_h});
     VectorBox x = as_vector(x_h, ptr(anchor), "layer_norm()");
     VectorBox gamma = as_vector(g_h, &x, "layer_norm()");
@@ -162,6 +169,7 @@ static double parse_scale(nb::handle scale_h, double dflt, const char* what) {
 
 static nb::object attention(nb::handle q_h, nb::handle k_h, nb::handle v_h, bool causal, nb::handle scale_h,
                             bool return_weights) {
+    ConstantsGuard guard;
     auto anchor = pick_anchor({q_h, k_h, v_h});
     VectorBox q = as_vector(q_h, ptr(anchor), "attention()");
     VectorBox k = as_vector(k_h, &q, "attention()");
@@ -187,6 +195,7 @@ static nb::object attention(nb::handle q_h, nb::handle k_h, nb::handle v_h, bool
 
 static nb::object multi_head_attention(nb::handle qkv_h, int64_t heads, bool causal, nb::handle scale_h,
                                        bool return_weights, int64_t sequences) {
+    ConstantsGuard guard;
     VectorBox qkv = as_vector(qkv_h, nullptr, "multi_head_attention()");
     if (!qkv.rows || qkv.cols % 3 != 0)
         throw nb::value_error(("multi_head_attention(): qkv must be a (T x 3C) matrix, got " + shape_str(qkv)).c_str());

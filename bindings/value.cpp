@@ -499,6 +499,11 @@ static PyObject* value_vectorcall(PyObject*, PyObject* const* args, size_t nargs
         owner = current_arena(dt);
         if (!owner) return nullptr;
     }
+    // The label is encoded before the node exists, so a label that cannot be stored (a lone
+    // surrogate) fails the call without leaving a node behind.
+    const char* lab = nullptr;
+    Py_ssize_t lab_len = 0;
+    if (label && label != Py_None && g_labels_on && !(lab = PyUnicode_AsUTF8AndSize(label, &lab_len))) return nullptr;
     bt::ArenaBase* arena = box_of(owner)->core.get();
     PyObject* r = guarded([&]() -> PyObject* {
         uint32_t i = dispatch(arena, [&](auto& A) {
@@ -506,10 +511,7 @@ static PyObject* value_vectorcall(PyObject*, PyObject* const* args, size_t nargs
         });
         return make_value(arena, owner, i);
     });
-    if (r && label && label != Py_None && g_labels_on && s_label(r, label, nullptr) < 0) {
-        Py_DECREF(r);
-        return nullptr;
-    }
+    if (r && lab_len) arena->set_label(as_pyvalue(r)->idx, std::string(lab, size_t(lab_len)));
     return r;
 }
 

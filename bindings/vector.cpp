@@ -95,7 +95,7 @@ static bool is_sequence_like(PyObject* o) {
         PyErr_Clear();
         return false;
     }
-    const bool arr = view.ndim >= 1;
+    const bool arr = view.ndim >= 1 && view.shape && view.strides;  // see numbers_from_buffer
     PyBuffer_Release(&view);
     return arr;
 }
@@ -113,6 +113,9 @@ static int numbers_from_buffer(PyObject* o, NumberArray& out, const char* what) 
         Py_buffer* v;
         ~Release() { PyBuffer_Release(v); }
     } release{&view};
+    // Strides were asked for, yet some exporters leave them out: numpy's datetime64 scalar hands
+    // out its 8 raw bytes with neither strides nor a numeric meaning. Such a buffer is no array.
+    if (view.ndim >= 1 && (!view.shape || !view.strides)) return 0;
     const char* f = view.format ? view.format : "B";
     if (*f == '<' || *f == '=' || *f == '@') ++f;
     if (view.ndim < 1 || view.ndim > 2)
@@ -271,6 +274,7 @@ VectorBox as_vector(nb::handle h, const VectorBox* anchor, const char* what) {
     bt::ArenaBase* arena;
     nb::object owner = anchor_owner(anchor, &arena);
     uint32_t first = new_leaves(arena, a.v, a.v.size());
+    ConstantsGuard::created(owner.ptr(), arena, first, a.v.size());
     return contiguous_vector(owner, arena, first, a.v.size(), uint32_t(a.rows), uint32_t(a.rows ? a.cols : 0));
 }
 
@@ -347,6 +351,7 @@ static VectorBox leaves(nb::handle data, nb::handle shape, nb::handle dtype, nb:
 
 // A view over the given Values (numbers become constant leaves). No values are copied.
 static VectorBox vector_of(nb::handle seq) {
+    ConstantsGuard guard;
     Collected c;
     if (!collect_sequence(seq.ptr(), "vector()", c, false)) throw nb::python_error();
     bt::ArenaBase* arena = nullptr;
@@ -413,6 +418,7 @@ static std::vector<VectorBox> vector_list(nb::handle seq, const char* what) {
 
 // Concatenation: the spans of each vector in turn.
 static VectorBox cat(nb::handle seq) {
+    ConstantsGuard guard;
     std::vector<VectorBox> vs = vector_list(seq, "cat()");
     Spans s;
     for (const VectorBox& v : vs) s.insert(s.end(), v.spans.begin(), v.spans.end());
@@ -422,6 +428,7 @@ static VectorBox cat(nb::handle seq) {
 // Side-by-side concatenation of matrices with equal rows (multi-head attention's heads): row r
 // of the result is row r of each input in turn.
 static VectorBox hcat(nb::handle seq) {
+    ConstantsGuard guard;
     std::vector<VectorBox> vs = vector_list(seq, "hcat()");
     const uint32_t rows = vs[0].rows;
     size_t cols = 0;
@@ -482,7 +489,9 @@ static VectorBox embedding(const VectorBox& table, nb::handle ids_h) {
 }
 
 static VectorBox reshape(const VectorBox& v, int64_t rows, int64_t cols) {
-    if (rows <= 0 || cols <= 0 || uint64_t(rows) * uint64_t(cols) != v.size)
+    // Each dimension is checked before the product: (7, 0x6db6db6db6db6db7) multiplies to 1 modulo 2**64.
+    if (rows <= 0 || cols <= 0 || uint64_t(rows) > v.size || uint64_t(cols) > v.size ||
+        uint64_t(rows) * uint64_t(cols) != v.size)
         throw nb::value_error(("cannot reshape " + std::to_string(v.size) + " elements to (" + std::to_string(rows) + ", " +
                                std::to_string(cols) + ")").c_str());
     VectorBox r = v;
@@ -519,6 +528,9 @@ static void fill_grad(const VectorBox& v, double value) {
 
 static void scale_grad(const VectorBox& v, double c) {
     v.check();
+    // A finite factor keeps zero grads zero; inf or nan turns them into nan, which the next sweep
+    // must reset like any other write to interior grads.
+    if (!std::isfinite(c)) v.arena->mark_grads_written();
     each_slot_ptr(v, true, [&](auto* p) { *p *= static_cast<std::remove_reference_t<decltype(*p)>>(c); });
 }
 

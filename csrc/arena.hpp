@@ -146,6 +146,12 @@ public:
         sweeps_since_rewind_ = 0;
         slots_at_rewind_ = m.slots;
     }
+    // Forgets the slots from `first` up, which were just appended and which nothing refers to: the
+    // constants of an op that failed after creating them. Unlike a rewind this is not an event
+    // (no new epoch); records and args are not touched, as none were appended after them.
+    void drop_top_slots(size_t first) {
+        if (first <= nslots_) nslots_ = first;
+    }
     uint64_t rewinds() const { return rewinds_; }
     // Sweeps and nodes since the last rewind: how the bindings notice a loop that never rewinds.
     uint64_t sweeps_since_rewind() const { return sweeps_since_rewind_; }

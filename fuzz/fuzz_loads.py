@@ -16,6 +16,7 @@ Unless a corpus directory is given, the fuzzer starts from valid files of each k
 
     pip install atheris
     python fuzz/fuzz_loads.py -max_total_time=60          (any libFuzzer flags)
+    python fuzz/fuzz_loads.py --replay CORPUS_DIR         (each input once, no libFuzzer)
 """
 import hashlib
 import json
@@ -25,12 +26,11 @@ import tempfile
 
 import atheris
 
-with atheris.instrument_imports():
-    import burtorch as bt
-    import burtorch.io as bio
-    from burtorch.app import checkpoint
-    from burtorch.app.train import UsageError, _check_meta
-    from burtorch.io import FormatError
+import burtorch as bt
+import burtorch.io as bio
+from burtorch.app import checkpoint
+from burtorch.app.train import UsageError, _check_meta
+from burtorch.io import FormatError
 
 ARENA = bt.Arena(bt.float64)
 with ARENA:
@@ -104,16 +104,34 @@ def seeds() -> list:
             + [bytes([3]) + json.dumps(meta).encode()])
 
 
+def replay(corpus: str) -> None:
+    """Runs every input of a corpus once, without libFuzzer (e.g. through a sanitized build)."""
+    names = sorted(os.listdir(corpus))
+    for name in names:
+        with open(os.path.join(corpus, name), "rb") as f:
+            test_one_input(f.read())
+    print(f"replayed {len(names)} inputs from {corpus}: all rejected cleanly or loaded")
+
+
 def main() -> None:
     for seed in seeds():
         test_one_input(seed)
+    if sys.argv[1:2] == ["--replay"]:
+        replay(sys.argv[2])
+        return
+    # Everything loaded so far, burtorch included, reports coverage. (instrument_imports() misses
+    # modules that an import hook of its own loads, such as those of an editable install.)
+    atheris.instrument_all()
     argv = list(sys.argv)
-    if not any(os.path.isdir(a) for a in argv[1:]):  # start from valid files, not from nothing
-        corpus = tempfile.mkdtemp(prefix="burtorch-fuzz-")
-        for i, seed in enumerate(seeds()):
-            with open(os.path.join(corpus, f"seed{i}"), "wb") as f:
-                f.write(seed)
-        argv.append(corpus)
+    corpora = [a for a in argv[1:] if os.path.isdir(a)]
+    if not corpora:
+        corpora = [tempfile.mkdtemp(prefix="burtorch-fuzz-")]
+        argv.append(corpora[0])
+    for corpus in corpora:  # start from valid files, not from nothing
+        if not os.listdir(corpus):
+            for i, seed in enumerate(seeds()):
+                with open(os.path.join(corpus, f"seed{i}"), "wb") as f:
+                    f.write(seed)
     atheris.Setup(argv, test_one_input)
     atheris.Fuzz()
 

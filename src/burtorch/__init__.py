@@ -176,10 +176,15 @@ def stats(dtype: DType | str | None = None) -> dict[str, Any]:
     return current_arena(dtype).stats()
 
 
-def zero_grad(values: Iterable[Value]) -> None:
-    """Sets the grad of every Value in ``values`` (any iterable of Values) to 0."""
+def zero_grad(values: Iterable[Value | Vector]) -> None:
+    """Sets the grad of every Value (or Vector) in ``values`` to 0."""
     for v in values:
-        v.grad = 0.0
+        if isinstance(v, Vector):
+            v.zero_grad()
+        elif isinstance(v, Value):
+            v.grad = 0.0
+        else:
+            raise TypeError(f"zero_grad() expects Values or Vectors, got {type(v).__name__}")
 
 
 class labels:

@@ -52,6 +52,10 @@ def memory_report(arena: Arena | None = None, file: IO[str] | Literal[False] | N
     """
     import burtorch as bt
 
+    if arena is not None and not isinstance(arena, bt.Arena):
+        raise TypeError(f"memory_report() expects an Arena or None, got {type(arena).__name__}")
+    if file not in (None, False) and not hasattr(file, "write"):
+        raise TypeError(f"memory_report(): file must have a write() method, got {type(file).__name__}")
     arenas = [arena] if arena is not None else [bt.current_arena(bt.float32), bt.current_arena(bt.float64)]
     text = "\n\n".join(format_stats(a.stats()) for a in arenas)
     if file is not False:

@@ -55,6 +55,8 @@ def grad_oracle(model: Any, batch: Sequence[Any], loss_fn: LossFn | None = None,
         batch = list(batch)
         groups = [batch[i:i + chunk] for i in range(0, len(batch), chunk)]
         return _sweep(model, groups, len(batch), lambda g: model.loss_batch(g), weight=len, zero_grad=zero_grad)
+    if loss_fn is None and not hasattr(model, "loss"):
+        raise TypeError(f"grad_oracle(): a {type(model).__name__} has no loss(*sample); pass loss_fn(model, sample)")
     return _sweep(model, batch, len(batch),
                   (lambda s: loss_fn(model, s)) if loss_fn is not None else (lambda s: model.loss(*s)),
                   weight=lambda s: 1, zero_grad=zero_grad)

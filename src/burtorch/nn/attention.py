@@ -34,6 +34,8 @@ class MultiHeadAttention(Module):
                  dtype: _core.DType | None = None) -> None:
         super().__init__(dtype)
         self.fused = fused
+        if not isinstance(heads, int) or isinstance(heads, bool) or heads < 1:  # before dim % heads
+            raise ValueError(f"heads must be a positive int, got {heads!r}")
         if dim % heads:
             raise ValueError(f"dim {dim} is not divisible by heads {heads}")
         self.dim, self.heads, self.head_size, self.causal = dim, heads, dim // heads, causal

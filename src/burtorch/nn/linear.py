@@ -26,6 +26,11 @@ class Linear(Module):
     def __init__(self, nin: int, nout: int, bias: bool = True, dtype: _core.DType | None = None) -> None:
         super().__init__(dtype)
         self.nin, self.nout = nin, nout
+        for name, n in (("nin", nin), ("nout", nout)):  # before 1/sqrt(nin) says "division by zero"
+            if not isinstance(n, int) or isinstance(n, bool):
+                raise TypeError(f"Linear: {name} must be an int, got {type(n).__name__}")
+            if n < 1:
+                raise ValueError(f"Linear: {name} must be at least 1, got {n}")
         k = 1.0 / math.sqrt(nin)
         self.param("weight", (nout, nin), "uniform", -k, k)
         if bias:

@@ -110,7 +110,8 @@ class Module:
             TypeError: an entry is not a sequence of numbers.
             StaleValueError: a Vector entry was discarded by a rewind.
         """
-        if not hasattr(state, "items"):
+        if not hasattr(state, "keys") or not hasattr(state, "__getitem__"):
+            # (`name in state` on a range would scan it in C, beyond Ctrl-C's reach)
             raise TypeError(f"load_state_dict() expects a mapping name -> values, got {type(state).__name__}")
         own = self.state_dict()
         missing = [k for k in own if k not in state]
@@ -126,6 +127,8 @@ class Module:
             p.set_data(values)
 
     def train(self, mode: bool = True) -> Module:
+        if not isinstance(mode, bool):  # a module stored as `training` would be walked as a child
+            raise TypeError(f"train(mode): mode must be a bool, got {type(mode).__name__}")
         object.__setattr__(self, "training", mode)
         for _, c in self.children():
             c.train(mode)

@@ -1,0 +1,38 @@
+"""How hard the generative tests (the stateful model test and the API fuzzer) search.
+
+The default run is short and deterministic (``derandomize``, no example database), so CI sees the
+same examples every time and a failure reproduces by rerunning. ``BURTORCH_FUZZ=long`` searches
+for new failures: random seeds, many more examples and longer runs; a failure prints the
+hypothesis reproduction blob.
+
+    BURTORCH_FUZZ=long python -m pytest -q tests/test_stateful.py tests/test_api_fuzz.py
+"""
+from __future__ import annotations
+
+import os
+
+from hypothesis import HealthCheck, settings
+
+LONG = os.environ.get("BURTORCH_FUZZ", "").strip().lower() == "long"
+
+# Stateful test: examples (independent runs of the machine) and steps per example.
+STATEFUL_EXAMPLES = 3000 if LONG else 120
+STATEFUL_STEPS = 100 if LONG else 40
+
+# API fuzzer: child processes, and calls each child makes.
+FUZZ_BATCHES = 40 if LONG else 6
+FUZZ_CALLS_PER_BATCH = 3000 if LONG else 600
+# A batch that takes longer than this is a hang (the child is killed and the test fails).
+FUZZ_BATCH_TIMEOUT = 600 if LONG else 120
+
+
+def stateful_settings() -> settings:
+    return settings(
+        max_examples=STATEFUL_EXAMPLES,
+        stateful_step_count=STATEFUL_STEPS,
+        deadline=None,
+        derandomize=not LONG,
+        database=None,
+        print_blob=True,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much, HealthCheck.data_too_large],
+    )
