@@ -10,6 +10,7 @@
 #include <map>
 #include <variant>
 
+#include "../csrc/replay_threads.hpp"
 #include "common.hpp"
 #include "vector.hpp"
 
@@ -328,6 +329,49 @@ static nb::list replay(ProgramBox& box, const F64Rows& X, const IdRows& ids, con
     return box.visit([&](auto& P, auto& W) { return replay_typed(box, P, W, X, ids, mode, seed, values_h, out_h); });
 }
 
+// The oracle's accumulation (mode "arena") over `threads` blocks of samples, one workspace each,
+// with the GIL released (csrc/replay_threads.hpp). Returns the samples whose guards failed.
+static nb::list replay_threads(ProgramBox& box, const F64Rows& X, const IdRows& ids, double seed, nb::handle values_h,
+                               int threads) {
+    box.check_alive();
+    if (!std::isfinite(seed)) throw nb::value_error("seed must be finite");
+    if (const char* why = bt::threads::thread_count_problem(threads)) throw nb::value_error(why);
+    return box.visit([&](auto& P, auto&) {
+        using T = typename std::remove_reference_t<decltype(P)>::value_type;
+        size_t n = 0;
+        check_shapes(P, X, ids, &n);
+        double* values = nullptr;
+        if (!values_h.is_none()) {
+            auto va = nb::cast<nb::ndarray<double, nb::ndim<1>, nb::c_contig, nb::device::cpu>>(values_h);
+            if (va.shape(0) != n) throw nb::value_error("values: wrong length");
+            values = va.data();
+        }
+        const size_t k = P.inputs.size(), nid = P.num_ids;
+        std::vector<T> xs(n * k);
+        std::vector<uint32_t> idrows(n * nid);
+        for (size_t i = 0; i < n * k; ++i) xs[i] = static_cast<T>(X.data()[i]);
+        for (size_t i = 0; i < n * nid; ++i) idrows[i] = static_cast<uint32_t>(ids.data()[i]);
+        auto& A = *static_cast<bt::Arena<T>*>(box.arena);
+        std::vector<T*> dst;
+        for (const bt::Span& w : box.wrt_arena) dst.push_back(A.grads() + w.first);
+        bt::ParallelReplayResult res;
+        {
+            nb::gil_scoped_release unlocked;
+            res = bt::replay_accumulate(P, A.values(), dst.data(), n, xs.data(), idrows.data(), static_cast<T>(seed),
+                                        values, size_t(threads));
+        }
+        if (res.nonfinite != SIZE_MAX) {
+            PyErr_Format(PyExc_FloatingPointError, "the loss is %s for sample %zu; lower the learning rate or check the data",
+                         std::isnan(res.nonfinite_value) ? "nan" : "inf", res.nonfinite);
+            throw nb::python_error();
+        }
+        box.arena->mark_grads_written();
+        nb::list failed;
+        for (size_t s : res.failed) failed.append(s);
+        return failed;
+    });
+}
+
 static std::string record_name(const bt::Record& r) {
     std::string name = bt::op_info(r.op).name;
     if (r.op == bt::Op::map_unary || r.op == bt::Op::map_imm || r.op == bt::Op::map_binary)
@@ -401,7 +445,9 @@ void init_program(nb::module_& m) {
         .def_prop_ro("root", [](const ProgramBox& b) { return b.visit_prog([](const auto& p) { return p.root; }); })
         .def_prop_ro("input_slots", [](const ProgramBox& b) { return b.visit_prog([](const auto& p) { return p.inputs; }); })
         .def("_replay", &replay, nb::arg("X"), nb::arg("ids"), nb::arg("mode"), nb::arg("seed"), nb::arg("values").none(),
-             nb::arg("out").none());
+             nb::arg("out").none())
+        .def("_replay_threads", &replay_threads, nb::arg("X"), nb::arg("ids"), nb::arg("seed"), nb::arg("values").none(),
+             nb::arg("threads"));
 }
 
 }  // namespace btpy

@@ -2,30 +2,79 @@
 // gx += gy W, gW += gy^T x, gb += column sums of gy (backward).
 // x: rows * in values; W: out * in, row-major (rows of W are output units, as nn.Linear's);
 // b: out, or absent. Output rows * out. The products are the register-tiled kernels of gemm.hpp.
+//
+// Large layers split across the thread pool (threads.hpp): the forward and the weight gradient
+// by output units, the input gradient by rows, so each task owns whole output elements and gives
+// the same bits as one thread (gemm.hpp keeps every element one chain whatever the split).
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
+#include "../threads.hpp"
 #include "gemm.hpp"
 
 namespace bt {
 
-// Scratch (elements) the forward needs: the operand its tiles transpose, none for dot products.
-inline size_t linear_forward_scratch(uint32_t rows, uint32_t in, uint32_t out) {
-    return gemm::forward_scratch(rows, in, out, 0, out);
+// Multiply-adds (rows * in * out) above which a layer's products are split across threads.
+// Measured (src/burtorch/bench/thread_threshold.py): two threads pay off from about this size.
+inline constexpr double kLinearParallelWork = 1 << 16;
+// Output units per task are a multiple of this, so no task cuts a register tile's columns.
+inline constexpr size_t kLinearAlign = 16;
+
+// Tasks the forward (and the weight gradient) of this layer splits into.
+inline size_t linear_tasks(uint32_t rows, uint32_t in, uint32_t out) {
+    return threads::tasks_for(double(rows) * in * out, kLinearParallelWork,
+                              (size_t(out) + kLinearAlign - 1) / kLinearAlign);
+}
+
+// Scratch (elements) the forward needs over `tasks` tasks: each task its own operand to transpose
+// (none for dot products).
+inline size_t linear_forward_scratch(uint32_t rows, uint32_t in, uint32_t out, size_t tasks = 1) {
+    size_t n = 0;
+    for (size_t t = 0; t < tasks; ++t) {
+        const auto [o0, o1] = threads::split(out, tasks, t, kLinearAlign);
+        n += gemm::forward_scratch(rows, in, out, o0, o1);
+    }
+    return n;
 }
 
 template <typename T>
 inline void linear_fwd(const T* x, const T* W, const T* b, T* y, uint32_t rows, uint32_t in, uint32_t out,
-                       T* scratch) {
-    gemm::forward(x, W, b, y, rows, in, out, 0, out, scratch);
+                       T* scratch, size_t tasks = 1) {
+    if (tasks <= 1) return gemm::forward(x, W, b, y, rows, in, out, 0, out, scratch);
+    std::vector<size_t> at(tasks, 0);
+    for (size_t t = 1; t < tasks; ++t) {
+        const auto [o0, o1] = threads::split(out, tasks, t - 1, kLinearAlign);
+        at[t] = at[t - 1] + gemm::forward_scratch(rows, in, out, o0, o1);
+    }
+    threads::parallel_tasks(tasks, [&](size_t t) {
+        const auto [o0, o1] = threads::split(out, tasks, t, kLinearAlign);
+        gemm::forward(x, W, b, y, rows, in, out, o0, o1, scratch ? scratch + at[t] : nullptr);
+    });
 }
 
 template <typename T>
 inline void linear_bwd(const T* x, const T* W, const T* gy, T* gx, T* gW, T* gb, uint32_t rows, uint32_t in,
                        uint32_t out) {
-    gemm::grad_input(gy, W, gx, rows, in, out, 0, rows);
-    gemm::grad_weight(gy, x, gW, gb, rows, in, out, 0, out);
+    const size_t tw = linear_tasks(rows, in, out);
+    if (tw <= 1) {
+        gemm::grad_input(gy, W, gx, rows, in, out, 0, rows);
+        gemm::grad_weight(gy, x, gW, gb, rows, in, out, 0, out);
+        return;
+    }
+    // One region for both products: row blocks of gx first, then unit blocks of gW (tasks are
+    // taken in order, so the larger input-gradient blocks of a one-row layer start first).
+    const size_t ti = std::min<size_t>(tw, (size_t(rows) + 7) / 8);
+    threads::parallel_tasks(ti + tw, [&](size_t t) {
+        if (t < ti) {
+            const auto [r0, r1] = threads::split(rows, ti, t);
+            gemm::grad_input(gy, W, gx, rows, in, out, r0, r1);
+        } else {
+            const auto [o0, o1] = threads::split(out, tw, t - ti, kLinearAlign);
+            gemm::grad_weight(gy, x, gW, gb, rows, in, out, o0, o1);
+        }
+    });
 }
 
 }  // namespace bt

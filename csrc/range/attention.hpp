@@ -120,39 +120,48 @@ inline void mha_forward(const Frame<T>& A, const Record& r, const Operands& o) {
     const uint32_t hs = C / H;
     T* O0 = A.values() + r.out;
     T* P0 = O0 + S * tc;
-    for (uint32_t sq = 0; sq < S; ++sq) {
-        const T* X = X0 + sq * 3 * tc;
-        T* O = O0 + sq * tc;
-        for (uint32_t h = 0; h < H; ++h)
-            attn_head_fwd(X + h * hs, X + C + h * hs, X + 2 * C + h * hs, 3 * size_t(C), O + h * hs, C,
+    // Each (sequence, head) pair writes its own columns of O and its own weight matrix.
+    for_item_blocks(size_t(S) * H, 4.0 * tt * hs, [&](size_t b, size_t e) {
+        for (size_t u = b; u < e; ++u) {
+            const uint32_t sq = uint32_t(u / H), h = uint32_t(u % H);
+            const T* X = X0 + sq * 3 * tc;
+            attn_head_fwd(X + h * hs, X + C + h * hs, X + 2 * C + h * hs, 3 * size_t(C), O0 + sq * tc + h * hs, C,
                           P0 + (size_t(sq) * H + h) * tt, Tn, hs, causal, static_cast<T>(r.imm));
-    }
+        }
+    });
 }
-// Scratch: [qkv gathered (S * T * 3C) | its grad (S * T * 3C) | gP (T * T) | gS (T * T)].
+// Scratch: [qkv gathered (S * T * 3C) | its grad (S * T * 3C) | per task: gP (T * T) | gS (T * T)].
 template <typename T>
 inline void mha_backward(const Frame<T>& A, const Record& r, const Operands& o) {
     const uint32_t Tn = o.tail[0], C = o.tail[1], H = o.tail[2], S = o.tail[4];
     const bool causal = o.tail[3] != 0;
     const uint32_t hs = C / H;
     const size_t tc = size_t(Tn) * C, tt = size_t(Tn) * Tn, all = 3 * tc * S;
-    T* buf = A.scratch(2 * all + 2 * tt).data();
+    const size_t units = size_t(S) * H;
+    const size_t tasks = threads::tasks_for(double(units) * 8.0 * tt * hs, kParallelItemWork, units);
+    T* buf = A.scratch(2 * all + 2 * tt * tasks).data();
     const T* X0 = contiguous(A.values(), o.v[0], buf);
     T* gX0 = buf + all;
     std::fill(gX0, gX0 + all, T(0));
-    T* gP = buf + 2 * all;
     const T* y = A.values() + r.out;
     const T* gy = A.grads() + r.out;
-    for (uint32_t sq = 0; sq < S; ++sq) {
-        const T* X = X0 + sq * 3 * tc;
-        T* gX = gX0 + sq * 3 * tc;
-        const T* gO = gy + sq * tc;
-        for (uint32_t h = 0; h < H; ++h) {
+    // Each (sequence, head) pair adds only into its own columns of its sequence's rows of gX.
+    auto run = [&](size_t t) {
+        T* gP = buf + 2 * all + 2 * tt * t;
+        const auto [b, e] = threads::split(units, tasks, t);
+        for (size_t u = b; u < e; ++u) {
+            const uint32_t sq = uint32_t(u / H), h = uint32_t(u % H);
+            const T* X = X0 + sq * 3 * tc;
+            T* gX = gX0 + sq * 3 * tc;
+            const T* gO = gy + sq * tc;
             const size_t p = S * tc + (size_t(sq) * H + h) * tt;
             attn_head_bwd(X + h * hs, X + C + h * hs, X + 2 * C + h * hs, 3 * size_t(C), y + p, gO + h * hs, C,
                           gy + p, gX + h * hs, gX + C + h * hs, gX + 2 * C + h * hs, gP, gP + tt, Tn, hs, causal,
                           static_cast<T>(r.imm));
         }
-    }
+    };
+    if (tasks <= 1) run(0);
+    else threads::parallel_tasks(tasks, run);
     scatter_add(A.grads(), o.v[0], gX0);
 }
 

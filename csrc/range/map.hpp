@@ -72,7 +72,10 @@ template <typename T>
 inline void map_unary_forward(const Frame<T>& A, const Record& r, const Operands& o) {
     const size_t n = r.nout;
     const T* xs = contiguous(A.values(), o.v[0], A.scratch(n).data());
-    map_unary_kernel<T>(static_cast<Op>(r.c), xs, A.values() + r.out, n, static_cast<T>(r.imm));
+    T* ys = A.values() + r.out;
+    for_item_blocks(n, 4, [&](size_t b, size_t e) {
+        map_unary_kernel<T>(static_cast<Op>(r.c), xs + b, ys + b, e - b, static_cast<T>(r.imm));
+    });
 }
 // Scratch: [x gathered (n) | gx (n)].
 template <typename T>
@@ -81,8 +84,11 @@ inline void map_unary_backward(const Frame<T>& A, const Record& r, const Operand
     T* buf = A.scratch(2 * n).data();
     const T* xs = contiguous(A.values(), o.v[0], buf);
     T* gx = buf + n;
-    map_unary_grad_kernel<T>(static_cast<Op>(r.c), xs, A.values() + r.out, A.grads() + r.out, gx, n,
-                             static_cast<T>(r.imm));
+    const T* ys = A.values() + r.out;
+    const T* gy = A.grads() + r.out;
+    for_item_blocks(n, 4, [&](size_t b, size_t e) {
+        map_unary_grad_kernel<T>(static_cast<Op>(r.c), xs + b, ys + b, gy + b, gx + b, e - b, static_cast<T>(r.imm));
+    });
     scatter_add(A.grads(), o.v[0], gx);
 }
 

@@ -34,7 +34,10 @@ template <typename T>
 inline void softmax_forward(const Frame<T>& A, const Record& r, const Operands& o) {
     const uint32_t rows = o.tail[0], n = o.tail[1];
     const T* xs = contiguous(A.values(), o.v[0], A.scratch(size_t(rows) * n).data());
-    for (uint32_t i = 0; i < rows; ++i) softmax_row(xs + size_t(i) * n, A.values() + r.out + size_t(i) * n, n);
+    T* y = A.values() + r.out;
+    for_item_blocks(rows, 8.0 * n, [&](size_t b, size_t e) {
+        for (size_t i = b; i < e; ++i) softmax_row(xs + i * n, y + i * n, n);
+    });
 }
 // Scratch: gx (rows * n).
 template <typename T>
@@ -43,12 +46,14 @@ inline void softmax_backward(const Frame<T>& A, const Record& r, const Operands&
     T* gx = A.scratch(size_t(rows) * n).data();
     const T* y = A.values() + r.out;
     const T* gy = A.grads() + r.out;
-    for (uint32_t i = 0; i < rows; ++i) {
-        const T* yr = y + size_t(i) * n;
-        const T* gr = gy + size_t(i) * n;
-        const T s = kernels::dot(gr, yr, n);
-        for (uint32_t j = 0; j < n; ++j) gx[size_t(i) * n + j] = yr[j] * (gr[j] - s);
-    }
+    for_item_blocks(rows, 4.0 * n, [&](size_t b, size_t e) {
+        for (size_t i = b; i < e; ++i) {
+            const T* yr = y + i * n;
+            const T* gr = gy + i * n;
+            const T s = kernels::dot(gr, yr, n);
+            for (uint32_t j = 0; j < n; ++j) gx[i * n + j] = yr[j] * (gr[j] - s);
+        }
+    });
     scatter_add(A.grads(), o.v[0], gx);
 }
 
@@ -72,17 +77,20 @@ inline uint32_t append_cross_entropy(Arena<T>& A, const Spans& logits, uint32_t 
     cross_entropy_forward(A.frame(), ap.rec, decode_operands(ap.args));
     return ap.out;
 }
-// Scratch: logits gathered (rows * V).
+// Scratch: [logits gathered (rows * V) | each row's loss (rows)].
 template <typename T>
 inline void cross_entropy_forward(const Frame<T>& A, const Record& r, const Operands& o) {
     const uint32_t rows = o.tail[0], V = o.tail[1];
     const uint32_t* targets = o.tail + 2;
-    const T* z = contiguous(A.values(), o.v[0], A.scratch(size_t(rows) * V).data());
+    const size_t n = size_t(rows) * V;
+    T* buf = A.scratch(n + rows).data();
+    const T* z = contiguous(A.values(), o.v[0], buf);
+    T* row_loss = buf + n;
+    for_item_blocks(rows, 8.0 * V, [&](size_t b, size_t e) {
+        for (size_t i = b; i < e; ++i) row_loss[i] = logsumexp(z + i * V, V) - z[i * V + targets[i]];
+    });
     T loss = T(0);
-    for (uint32_t i = 0; i < rows; ++i) {
-        const T* zr = z + size_t(i) * V;
-        loss += logsumexp(zr, V) - zr[targets[i]];
-    }
+    for (uint32_t i = 0; i < rows; ++i) loss += row_loss[i];  // in row order, whatever the split
     A.values()[r.out] = loss / T(rows);
 }
 // Scratch: [logits gathered (rows * V) | gz (rows * V)].
@@ -95,11 +103,13 @@ inline void cross_entropy_backward(const Frame<T>& A, const Record& r, const Ope
     const T* z = contiguous(A.values(), o.v[0], buf);
     T* gz = buf + n;
     const T d = A.grads()[r.out] / T(rows);
-    for (uint32_t i = 0; i < rows; ++i) {
-        softmax_row(z + size_t(i) * V, gz + size_t(i) * V, V);
-        for (uint32_t j = 0; j < V; ++j) gz[size_t(i) * V + j] *= d;
-        gz[size_t(i) * V + targets[i]] -= d;
-    }
+    for_item_blocks(rows, 8.0 * V, [&](size_t b, size_t e) {
+        for (size_t i = b; i < e; ++i) {
+            softmax_row(z + i * V, gz + i * V, V);
+            for (uint32_t j = 0; j < V; ++j) gz[i * V + j] *= d;
+            gz[i * V + targets[i]] -= d;
+        }
+    });
     scatter_add(A.grads(), o.v[0], gz);
 }
 

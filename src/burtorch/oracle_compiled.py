@@ -84,9 +84,10 @@ def _runs(batch):
     return runs
 
 
-def compiled_grad_oracle(model, batch, loss_fn=None, zero_grad: bool = True) -> float:
+def compiled_grad_oracle(model, batch, loss_fn=None, zero_grad: bool = True, threads: int = 1) -> float:
     """grad_oracle(model, batch, compile=True): d mean_loss / d params into the parameters' grads,
-    each sample replayed from its shape's program with seed 1/b. Returns the mean loss."""
+    each sample replayed from its shape's program with seed 1/b. Returns the mean loss. threads > 1
+    replays blocks of each shape's run at once (burtorch.oracle.grad_oracle says how they add)."""
     import numpy as np
 
     batch = list(batch)
@@ -100,7 +101,11 @@ def compiled_grad_oracle(model, batch, loss_fn=None, zero_grad: bool = True) -> 
     for sample, start, rows in _runs(batch):
         prog = sample_program(model, sample, loss_fn)
         values = np.empty(len(rows), dtype=np.float64)
-        failed = prog._replay(np.zeros((len(rows), 0)), rows, "arena", 1.0 / n, values, None)
+        X = np.zeros((len(rows), 0))
+        if threads > 1 and len(rows) > 1:
+            failed = prog._replay_threads(X, rows, 1.0 / n, values, threads)
+        else:
+            failed = prog._replay(X, rows, "arena", 1.0 / n, values, None)
         for s in failed:  # a guard came out differently: this sample runs eagerly
             values[s] = _eager_sample(model, batch[start + s], loss_fn, params.arena, 1.0 / n)
         for v in values.tolist():
