@@ -107,43 +107,44 @@ public:
     void run(size_t ntasks, int nthreads, F&& f) {
         if (ntasks == 0) return;
         std::unique_lock<std::mutex> own(submit_, std::try_to_lock);
-        if (ntasks == 1 || nthreads <= 1 || detail::t_in_task || !own.owns_lock()) {
+        if (ntasks == 1 || nthreads <= 1 || detail::t_in_task || !own.owns_lock() || ntasks > kMaxTasks) {
             for (size_t t = 0; t < ntasks; ++t) f(t);
             return;
         }
         const int helpers = int(std::min<size_t>(size_t(nthreads), ntasks)) - 1;
         ensure_workers(helpers);
         using Fn = std::remove_reference_t<F>;
+        uint64_t seq;
         {
-            // The job is published under the lock a worker takes before it joins.
+            // The job is published under the lock a worker takes to read it.
             std::lock_guard<std::mutex> lk(wake_mu_);
+            seq = ++seq_;
             call_ = [](void* ctx, size_t t) { (*static_cast<Fn*>(ctx))(t); };
             ctx_ = const_cast<void*>(static_cast<const void*>(&f));
             ntasks_ = ntasks;
-            next_.store(0, std::memory_order_relaxed);
+            helpers_ = helpers;
             done_.store(0, std::memory_order_relaxed);
             error_ = nullptr;
-            active_ = helpers;
-            generation_.fetch_add(1, std::memory_order_release);
+            claim_.store(seq << 32, std::memory_order_release);
+            published_.store(seq, std::memory_order_release);
         }
         wake_cv_.notify_all();
-        work();
-        // Wait for the helpers' tasks; they are short, so spin, then yield.
+        work(seq, call_, ctx_, ntasks);
+        // Wait for tasks a helper claimed; they are short, so spin, then yield. A helper that
+        // woke too late finds the claim counter tagged with a later job and touches nothing, so
+        // nothing here waits for a thread that is not running a task of this job.
         for (int spins = 0; done_.load(std::memory_order_acquire) < ntasks; ++spins) {
-            if (spins < 4096) BT_CPU_RELAX();
-            else std::this_thread::yield();
+            if (spins < 256) BT_CPU_RELAX();
+            else std::this_thread::yield();  // the helper may be waiting for this very core
         }
-        {
-            std::lock_guard<std::mutex> lk(wake_mu_);
-            active_ = 0;  // a worker waking late must not join a finished job
-        }
-        while (busy_.load(std::memory_order_acquire) != 0) std::this_thread::yield();
         if (error_) std::rethrow_exception(error_);
     }
 
     int workers() const { return int(threads_.size()); }
 
 private:
+    static constexpr size_t kMaxTasks = 0xffffffffu;  // task indices share a word with the job's tag
+
     Pool() = default;
 
     void ensure_workers(int n) {
@@ -154,67 +155,79 @@ private:
         }
     }
 
-    // Takes tasks until none are left.
-    void work() {
+    // Claims and runs tasks of job `seq` until none are left or the job is over. A claim is a
+    // compare-exchange on (job tag, next index), so a stale thread can never claim a task of a
+    // later job through a snapshot of this one.
+    void work(uint64_t seq, void (*call)(void*, size_t), void* ctx, size_t ntasks) {
         const bool was = detail::t_in_task;
         detail::t_in_task = true;
+        uint64_t c = claim_.load(std::memory_order_acquire);
         for (;;) {
-            const size_t t = next_.fetch_add(1, std::memory_order_relaxed);
-            if (t >= ntasks_) break;
+            if ((c >> 32) != (seq & 0xffffffffu) || (c & 0xffffffffu) >= ntasks) break;
+            if (!claim_.compare_exchange_weak(c, c + 1, std::memory_order_acq_rel, std::memory_order_acquire)) continue;
             try {
-                call_(ctx_, t);
+                call(ctx, size_t(c & 0xffffffffu));
             } catch (...) {
                 std::lock_guard<std::mutex> lk(error_mu_);
                 if (!error_) error_ = std::current_exception();
             }
             done_.fetch_add(1, std::memory_order_acq_rel);
+            c = claim_.load(std::memory_order_acquire);
         }
         detail::t_in_task = was;
     }
 
     void loop(int id) {
-        uint64_t seen = generation_.load(std::memory_order_acquire);
+        uint64_t seen = 0;
         for (;;) {
             // Spin a little (the next record usually follows within microseconds), then sleep.
-            const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(200);
+            // The spin yields now and then: on a busy machine the OS may have put this thread on
+            // the caller's core, and a helper that only spins there would delay the very job it
+            // waits for.
+            const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(100);
             int spins = 0;
-            while (generation_.load(std::memory_order_acquire) == seen) {
+            while (published_.load(std::memory_order_acquire) == seen) {
                 BT_CPU_RELAX();
-                if (++spins % 256 == 0 && std::chrono::steady_clock::now() > until) {
+                if (++spins % 64 == 0) std::this_thread::yield();
+                if (spins % 256 == 0 && std::chrono::steady_clock::now() > until) {
                     std::unique_lock<std::mutex> lk(wake_mu_);
-                    wake_cv_.wait(lk, [&] { return generation_.load(std::memory_order_acquire) != seen; });
+                    wake_cv_.wait(lk, [&] { return seq_ != seen; });
                     break;
                 }
             }
-            bool mine;
+            uint64_t seq;
+            void (*call)(void*, size_t);
+            void* ctx;
+            size_t ntasks;
             {
                 std::lock_guard<std::mutex> lk(wake_mu_);
-                seen = generation_.load(std::memory_order_acquire);
-                mine = id < active_;
-                if (mine) busy_.fetch_add(1, std::memory_order_acq_rel);
+                seen = seq = seq_;
+                if (id >= helpers_) continue;
+                call = call_;
+                ctx = ctx_;
+                ntasks = ntasks_;
             }
-            if (!mine) continue;
-            work();
-            busy_.fetch_sub(1, std::memory_order_acq_rel);
+            work(seq, call, ctx, ntasks);
         }
     }
 
     std::mutex submit_;  // one job at a time; a second submitter runs its tasks itself
     std::vector<std::thread> threads_;
 
-    // The current job.
+    // The current job (written under wake_mu_).
+    uint64_t seq_ = 0;
     void (*call_)(void*, size_t) = nullptr;
     void* ctx_ = nullptr;
     size_t ntasks_ = 0;
-    std::atomic<size_t> next_{0}, done_{0};
-    std::atomic<int> busy_{0};
+    int helpers_ = 0;  // workers 0 .. helpers_ - 1 join it
+    std::atomic<uint64_t> published_{0};  // seq_, for spinning workers to watch without the lock
+    std::atomic<uint64_t> claim_{0};      // (job tag << 32) | next task index
+    std::atomic<size_t> done_{0};
     std::exception_ptr error_;
     std::mutex error_mu_;
 
     std::mutex wake_mu_;
     std::condition_variable wake_cv_;
-    std::atomic<uint64_t> generation_{0};
-    int active_ = 0;  // helpers 0 .. active_ - 1 join the current job
 };
 
 // Runs f(task) for task in [0, ntasks) on the pool with num_threads() threads.
