@@ -49,6 +49,10 @@ def side_by_side(step, reps: int, per_run: int) -> tuple[float, float, float]:
     return m1, m2, statistics.median(load)
 
 
+def _header(what: str, unit: str) -> None:
+    print(f"{what:<34} {'1 thread ' + unit:>12} {'2 threads ' + unit:>13} {'speed-up':>9} {'cpu/wall':>9}")
+
+
 def ops(reps: int) -> None:
     import numpy as np
 
@@ -59,7 +63,7 @@ def ops(reps: int) -> None:
     def leaves(*shape):
         return bt.leaves(rng.uniform(-1, 1, shape).astype(np.float32), shape=shape, dtype=bt.float32)
 
-    print(f"{'record (forward + backward)':<34} {'1 thread us':>12} {'2 threads us':>13} {'speed-up':>9} {'cpu/wall':>9}")
+    _header("record (forward + backward)", "us")
     cases = []
     for rows, n_in, n_out in ((64, 1024, 1024), (64, 1024, 128), (64, 1024, 64), (1, 1024, 1024), (512, 24, 96),
                               (512, 96, 24), (64, 24, 96), (8, 24, 96)):
@@ -67,12 +71,14 @@ def ops(reps: int) -> None:
         cases.append((f"linear {rows}x{n_in} -> {n_out}", lambda x=x, W=W, b=b: bt.linear(x, W, b)))
     for seqs in (64, 8):
         qkv = leaves(seqs * 8, 72)
-        cases.append((f"multi_head_attention {seqs} x 8 x 72", lambda q=qkv, s=seqs: bt.multi_head_attention(q, 6, True, sequences=s)))
+        cases.append((f"multi_head_attention {seqs} x 8 x 72",
+                      lambda q=qkv, s=seqs: bt.multi_head_attention(q, 6, True, sequences=s)))
     for rows in (512, 64):
         x, g, beta = leaves(rows, 24), leaves(24), leaves(24)
         cases.append((f"layer_norm {rows} x 24", lambda x=x, g=g, beta=beta: bt.layer_norm(x, g, beta)))
         z = leaves(rows, 65)
-        cases.append((f"cross_entropy {rows} x 65", lambda z=z, n=rows: bt.cross_entropy(z, [i % 65 for i in range(n)])))
+        cases.append((f"cross_entropy {rows} x 65",
+                      lambda z=z, n=rows: bt.cross_entropy(z, [i % 65 for i in range(n)])))
     for n in (64 * 1024, 512 * 96, 64 * 128):
         v = leaves(n)
         cases.append((f"tanh over {n}", lambda v=v: v.tanh()))
@@ -92,7 +98,7 @@ def steps(reps: int) -> None:
     from burtorch import nn
     from burtorch.optim import SGD
 
-    print(f"{'training step (oracle + SGD)':<34} {'1 thread ms':>12} {'2 threads ms':>13} {'speed-up':>9} {'cpu/wall':>9}")
+    _header("training step (oracle + SGD)", "ms")
     r = random.Random(0)
     for workload, e, b, mode in (("W4", 64, 64, "chunk"), ("W4", 128, 64, "chunk"), ("W4", 1024, 64, "chunk"),
                                  ("W4", 1024, 1, "eager"), ("W5", 0, 8, "chunk"), ("W5", 0, 8, "compiled"),
