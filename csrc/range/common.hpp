@@ -93,9 +93,10 @@ inline const T* contiguous(const T* base, const SpanList& s, T* scratch) {
 }
 
 // Range ops over many independent items (rows, elements, sequence x head pairs) split them across
-// the thread pool when there are at least kParallelItemWork units of work (about 30 us on one
-// core: a parallel region costs a few microseconds), each task a contiguous block of items that
-// it alone writes, so results do not depend on the split. f(first, last) runs each block.
+// the thread pool when there are at least kParallelItemWork units of work (a unit is roughly one
+// arithmetic operation, so tens of microseconds on one core, while starting a region costs
+// microseconds), each task a contiguous block of items that it alone writes, so results do not
+// depend on the split. f(first, last) runs each block.
 inline constexpr double kParallelItemWork = 1 << 15;
 
 template <class F>

@@ -2,21 +2,32 @@
 #pragma once
 #include <cmath>
 #include <limits>
+#include <type_traits>
+
+#include "../kernels/vmath.hpp"
 
 #include "../kernels/vec.hpp"
 #include "common.hpp"
 
 namespace bt {
 
+// e^(x[j] - m) for j < n into y (x and y may be the same row): vectorized for float
+// (kernels/vmath.hpp, within a float ulp), libm's exp for double.
+template <typename T>
+inline void exp_shifted(const T* x, T m, T* y, uint32_t n) {
+    if constexpr (std::is_same_v<T, float>)
+        for (uint32_t j = 0; j < n; ++j) y[j] = kernels::exp_float(x[j] - m);
+    else
+        for (uint32_t j = 0; j < n; ++j) y[j] = std::exp(x[j] - m);
+}
+
 template <typename T>
 inline void softmax_row(const T* x, T* y, uint32_t n) {
     T m = -std::numeric_limits<T>::infinity();
     for (uint32_t j = 0; j < n; ++j) m = std::max(m, x[j]);
+    exp_shifted(x, m, y, n);
     T s = T(0);
-    for (uint32_t j = 0; j < n; ++j) {
-        y[j] = std::exp(x[j] - m);
-        s += y[j];
-    }
+    for (uint32_t j = 0; j < n; ++j) s += y[j];  // in order, as before the exps were vectorized
     const T inv = T(1) / s;
     for (uint32_t j = 0; j < n; ++j) y[j] *= inv;
 }
@@ -65,7 +76,12 @@ inline T logsumexp(const T* z, uint32_t n) {
     T m = -std::numeric_limits<T>::infinity();
     for (uint32_t j = 0; j < n; ++j) m = std::max(m, z[j]);
     T s = T(0);
-    for (uint32_t j = 0; j < n; ++j) s += std::exp(z[j] - m);
+    T e[64];  // the exps a block at a time (vectorized), summed in order
+    for (uint32_t j0 = 0; j0 < n; j0 += 64) {
+        const uint32_t k = std::min<uint32_t>(64, n - j0);
+        exp_shifted(z + j0, m, e, k);
+        for (uint32_t j = 0; j < k; ++j) s += e[j];
+    }
     return m + std::log(s);
 }
 

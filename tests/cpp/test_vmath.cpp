@@ -1,6 +1,6 @@
-// The vectorized float tanh (csrc/kernels/vmath.hpp) against double-precision tanh rounded to
+// The vectorized float tanh and exp (csrc/kernels/vmath.hpp) against double precision rounded to
 // float: at most one float ulp apart over every 37th float of the whole range, both signs, and
-// IEEE behaviour at the edges (NaN, infinities, signed zero).
+// IEEE behaviour at the edges (NaN, infinities, signed zero, underflow and overflow).
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -40,6 +40,21 @@ int main() {
     if (!std::isnan(edge_out[0])) ++failures, std::fprintf(stderr, "FAIL tanh(nan) is not nan\n");
     if (edge_out[1] != 1.0f || edge_out[2] != -1.0f) ++failures, std::fprintf(stderr, "FAIL tanh(+-inf)\n");
     if (bits(edge_out[3]) != bits(0.0f) || bits(edge_out[4]) != bits(-0.0f)) ++failures, std::fprintf(stderr, "FAIL tanh(+-0)\n");
+    for (size_t i = 0; i < xs.size(); ++i) {
+        if (!(std::fabs(xs[i]) < 110.0f)) continue;  // beyond: 0 or inf, checked below
+        const float got = bt::kernels::exp_float(xs[i]);
+        const float want = static_cast<float>(std::exp(double(xs[i])));
+        ++checks;
+        if (std::abs(int64_t(bits(got)) - int64_t(bits(want))) > 1 && ++failures <= 20)
+            std::fprintf(stderr, "FAIL exp(%.9g) = %.9g, want %.9g\n", xs[i], got, want);
+    }
+    checks += 5;
+    if (!std::isnan(bt::kernels::exp_float(NAN))) ++failures, std::fprintf(stderr, "FAIL exp(nan) is not nan\n");
+    if (bt::kernels::exp_float(INFINITY) != INFINITY || bt::kernels::exp_float(100.0f) != INFINITY)
+        ++failures, std::fprintf(stderr, "FAIL exp overflow\n");
+    if (bt::kernels::exp_float(-INFINITY) != 0.0f || bt::kernels::exp_float(-120.0f) != 0.0f)
+        ++failures, std::fprintf(stderr, "FAIL exp underflow\n");
+    if (bt::kernels::exp_float(0.0f) != 1.0f) ++failures, std::fprintf(stderr, "FAIL exp(0)\n");
     std::printf("test_vmath: %ld checks, %d failures\n", checks, failures);
     return failures ? 1 : 0;
 }
