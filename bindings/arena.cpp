@@ -273,7 +273,8 @@ void init_arena(nb::module_& m) {
            "Commits memory for this many nodes (and records, args) up front.")
         .def("release_unused", [](ArenaBox& b) { b.core->release_unused(); },
              "Returns memory above the current size to the OS.")
-        .def("stats", &arena_stats, "Nodes, records and bytes in use by category.")
+        .def("stats", &arena_stats, nb::sig("def stats(self) -> dict[str, Any]"),
+             "Nodes, records and bytes in use by category.")
         .def("value", [](nb::handle self, int64_t index) {
             ArenaBox* b = box_of(self.ptr());
             if (index < 0 || size_t(index) >= b->core->num_slots())
@@ -282,7 +283,7 @@ void init_arena(nb::module_& m) {
             PyObject* v = make_value(b->core.get(), self.ptr(), uint32_t(index));
             if (!v) throw nb::python_error();
             return nb::steal(v);
-        }, nb::arg("index"), "A Value handle to node `index`.")
+        }, nb::arg("index"), nb::sig("def value(self, index: int) -> Value"), "A Value handle to node `index`.")
         .def("reach", [](nb::handle self, nb::handle v) {
             if (!is_value(v.ptr()) || as_pyvalue(v.ptr())->owner != self.ptr())
                 throw nb::type_error("reach() expects a Value of this arena");
@@ -304,7 +305,8 @@ void init_arena(nb::module_& m) {
             if (rec.op == bt::Op::map_unary || rec.op == bt::Op::map_imm || rec.op == bt::Op::map_binary)
                 name += std::string(":") + bt::op_info(static_cast<bt::Op>(rec.c)).name;  // e.g. map_unary:tanh
             return nb::make_tuple(name, rec.out, rec.nout, b.core->record_args(rec), rec.imm);
-        }, nb::arg("r"), "(op, first output, number of outputs, argument spans [(first, count)], immediate).")
+        }, nb::arg("r"), nb::sig("def record(self, r: int) -> tuple[str, int, int, list[tuple[int, int]], float]"),
+           "(op, first output, number of outputs, argument spans [(first, count)], immediate).")
         .def("numpy", [](nb::handle self, int64_t first, int64_t last, const std::string& what, bool writable) {
             ArenaBox& b = *box_of(self.ptr());
             if (!refuse_while_tracing(b.core.get(), "a numpy view of the traced arena")) throw nb::python_error();
@@ -318,6 +320,7 @@ void init_arena(nb::module_& m) {
             if (!writable) o.attr("flags").attr("writeable") = false;
             return o;
         }, nb::arg("first"), nb::arg("last"), nb::arg("what") = "values", nb::arg("writable") = false,
+           nb::sig("def numpy(self, first: int, last: int, what: str = 'values', writable: bool = False) -> Any"),
            "A zero-copy numpy array over the values (or grads) of nodes [first, last).\n\n"
            "Read-only unless writable=True. It shows whatever the slots hold: after a rewind\n"
            "below `last` the slots are reused by new nodes.")

@@ -93,7 +93,7 @@ void init_optim(nb::module_& m) {
             if (buf.size() != s.buf.size()) throw nb::value_error("optimizer state size mismatch");
             s.buf = std::move(buf);
             s.steps = steps;
-        });
+        }, nb::arg("buffers"), nb::arg("steps"));
     m.def("sgd_step", &sgd_step, nb::arg("params"), nb::arg("state"), nb::arg("lr"), nb::arg("momentum"),
           nb::arg("weight_decay"), nb::arg("dampening"), nb::arg("nesterov"));
     m.def("adam_step", &adam_step, nb::arg("params"), nb::arg("state"), nb::arg("lr"), nb::arg("beta1"),

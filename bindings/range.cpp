@@ -248,30 +248,96 @@ void bind_vector_ops(nb::class_<VectorBox>& V) {
 void init_range(nb::module_& m) {
     m.def("linear", &linear, nb::arg("x"), nb::arg("weight"), nb::arg("bias") = nb::none(),
           nb::sig("def linear(x: VectorLike, weight: VectorLike, bias: VectorLike | None = None) -> Vector"),
-          "W x + b for a vector x (in,), or row by row for a matrix x (rows x in); W is (out x in). One record.");
-    m.def("softmax", &softmax, nb::arg("x"), nb::sig("def softmax(x: VectorLike) -> Vector"), "Softmax of a vector, or of each row of a matrix. One record.");
+          R"doc(x W^T + b, for one vector or row by row for a matrix: one record, whatever the sizes.
+
+Args:
+    x: a vector of ``in`` elements, or a (rows x in) matrix; lists and arrays become constant
+        leaves of the weight's arena.
+    weight: the (out x in) weight matrix, contiguous (a parameter block).
+    bias: a contiguous vector of ``out`` elements, or None.
+
+Returns:
+    A Vector of ``out`` elements, or a (rows x out) matrix.
+
+Raises:
+    ValueError: shapes that do not match, or a weight or bias with gaps.
+    TypeError: operands of different dtypes.
+    StaleValueError: an operand was rewound away.)doc");
+    m.def("softmax", &softmax, nb::arg("x"), nb::sig("def softmax(x: VectorLike) -> Vector"),
+          R"doc(Softmax of a vector, or of each row of a matrix: one record.
+
+Args:
+    x: a vector or a matrix.
+
+Returns:
+    A Vector of x's shape.)doc");
     m.def("cross_entropy", &cross_entropy, nb::arg("logits"), nb::arg("targets"),
           nb::sig("def cross_entropy(logits: VectorLike, targets: int | Sequence[int] | ArrayLike) -> Value"),
-          "Mean over rows of -log softmax(logits)[target]: log-softmax and NLL in one record.");
+          R"doc(Mean over rows of -log softmax(logits)[target]: log-softmax and NLL in one record.
+
+Args:
+    logits: a vector of V classes, or a (rows x V) matrix.
+    targets: one class id per row (an int for a vector), each in [0, V).
+
+Returns:
+    The mean loss, a scalar Value.
+
+Raises:
+    IndexError: a target outside [0, V).
+    ValueError: not one target per row.
+    TypeError: targets that are not integers.)doc");
     m.def("layer_norm", &layer_norm, nb::arg("x"), nb::arg("gamma"), nb::arg("beta"), nb::arg("eps") = 1e-5,
           nb::sig("def layer_norm(x: VectorLike, gamma: VectorLike, beta: VectorLike, eps: float = 1e-05) -> Vector"),
-          "Layer normalisation of each row (biased variance, as PyTorch). One record.");
+          R"doc(Layer normalisation of each row (biased variance, as PyTorch's): one record.
+
+Args:
+    x: a vector of C elements, or a (rows x C) matrix.
+    gamma: the scale, a contiguous vector of C elements.
+    beta: the shift, a contiguous vector of C elements.
+    eps: added to the variance; positive and finite.
+
+Returns:
+    A Vector of x's shape.)doc");
     m.def("attention", &attention, nb::arg("q"), nb::arg("k"), nb::arg("v"), nb::arg("causal") = true,
           nb::arg("scale") = nb::none(), nb::arg("return_weights") = false,
           nb::sig("def attention(q: VectorLike, k: VectorLike, v: VectorLike, causal: bool = True, "
                   "scale: float | None = None, return_weights: bool = False) -> Vector | tuple[Vector, Vector]"),
-          "Scaled dot-product attention of one head: q, k, v are (T x head_size). One record whose\n"
-          "outputs are the (T x head_size) result followed by the (T x T) attention weights.");
+          R"doc(Scaled dot-product attention of one head: one record.
+
+Its outputs are the (T x head_size) result followed by the (T x T) attention weights, which are
+nodes too (they can be drawn, and their grads flow).
+
+Args:
+    q, k, v: (T x head_size) matrices of one shape (views such as columns of a fused block work).
+    causal: position i attends to positions <= i only.
+    scale: multiplies q k^T; default 1 / sqrt(head_size).
+    return_weights: also return the weights.
+
+Returns:
+    The result, or (result, weights) with return_weights=True.)doc");
     m.def("multi_head_attention", &multi_head_attention, nb::arg("qkv"), nb::arg("heads"), nb::arg("causal") = true,
           nb::arg("scale") = nb::none(), nb::arg("return_weights") = false, nb::arg("sequences") = 1,
           nb::sig("def multi_head_attention(qkv: VectorLike, heads: int, causal: bool = True, scale: float | None = None, "
                   "return_weights: bool = False, sequences: int = 1) -> Vector | tuple[Vector, list[Vector]]"),
-          "All heads of attention from a fused (T x 3C) q/k/v matrix in one record: the (T x C) output\n"
-          "holds the heads side by side; return_weights=True also returns the H (T x T) weight matrices.\n"
-          "sequences=S: the rows are S stacked sequences of T = rows / S; attention stays within each.");
-    m.def("vsum", [](nb::handle x) { return vsum(x, false); }, nb::arg("x"), nb::sig("def vsum(x: VectorLike) -> Value"), "Sum of a vector, one record.");
-    m.def("vmean", [](nb::handle x) { return vsum(x, true); }, nb::arg("x"), nb::sig("def vmean(x: VectorLike) -> Value"), "Mean of a vector, one record.");
-    m.def("dot", &vdot, nb::arg("x"), nb::arg("w"), nb::sig("def dot(x: VectorLike, w: VectorLike) -> Value"), "Inner product of two vectors, one record.");
+          R"doc(Every head of attention from a fused q/k/v matrix in one record.
+
+Args:
+    qkv: a (T x 3C) matrix: the queries of heads 0..H-1, then the keys, then the values.
+    heads: H, dividing C.
+    causal: position i attends to positions <= i only.
+    scale: multiplies q k^T; default 1 / sqrt(C / H).
+    return_weights: also return the (T x T) weight matrix of every sequence and head.
+    sequences: S stacked sequences of T = rows / S rows each; attention stays within each.
+
+Returns:
+    The (S*T x C) result, the heads side by side; with return_weights=True, (result, weights) with
+    the S*H weight matrices sequence-major.)doc");
+    m.def("vsum", [](nb::handle x) { return vsum(x, false); }, nb::arg("x"), nb::sig("def vsum(x: VectorLike) -> Value"),
+          "The sum of a vector's elements: one record, a scalar Value.");
+    m.def("vmean", [](nb::handle x) { return vsum(x, true); }, nb::arg("x"), nb::sig("def vmean(x: VectorLike) -> Value"),
+          "The mean of a vector's elements: one record, a scalar Value.");
+    m.def("dot", &vdot, nb::arg("x"), nb::arg("w"), nb::sig("def dot(x: VectorLike, w: VectorLike) -> Value"),
+          "The inner product of two vectors of one length: one record, a scalar Value.");
 }
 
 }  // namespace btpy

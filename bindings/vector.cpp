@@ -58,7 +58,10 @@ VectorBox slice_elems(const VectorBox& v, size_t a, size_t b, uint32_t rows, uin
 }
 
 std::string shape_str(const VectorBox& v) {
-    return v.rows ? "(" + std::to_string(v.rows) + ", " + std::to_string(v.cols) + ")" : "(" + std::to_string(v.size) + ",)";
+    std::string s = "(";
+    s += std::to_string(v.rows ? v.rows : v.size);
+    s += v.rows ? ", " + std::to_string(v.cols) + ")" : std::string(",)");
+    return s;
 }
 
 void same_arena(const VectorBox& a, const VectorBox& b, const char* what) {
@@ -574,19 +577,21 @@ void init_vector(nb::module_& m) {
         .def_prop_ro("size", [](const VectorBox& v) { return v.size; }, "Number of elements.")
         .def_prop_ro("shape", [](const VectorBox& v) {
             return v.rows ? nb::make_tuple(v.rows, v.cols) : nb::make_tuple(v.size);
-        })
+        }, nb::sig("def shape(self) -> tuple[int] | tuple[int, int]"), "(size,) or (rows, cols).")
         .def_prop_ro("spans", [](const VectorBox& v) { return v.spans; }, "The (first slot, length) spans viewed.")
         .def_prop_ro("arena", [](const VectorBox& v) { return v.owner; }, nb::sig("def arena(self) -> Arena"))
         .def_prop_ro("dtype", [](const VectorBox& v) { return nb::borrow(g_dtype_objects[int(v.dtype())]); },
                      nb::sig("def dtype(self) -> DType"))
         .def_prop_ro("alive", &VectorBox::alive)
         .def_prop_ro("contiguous", &VectorBox::contiguous)
-        .def_prop_ro("data", [](const VectorBox& v) { return tolist(v, false); }, "The values as a list of floats.")
-        .def_prop_ro("grad", [](const VectorBox& v) { return tolist(v, true); }, "The grads as a list of floats.")
+        .def_prop_ro("data", [](const VectorBox& v) { return tolist(v, false); }, nb::sig("def data(self) -> list[float]"),
+                     "The values as a list of floats.")
+        .def_prop_ro("grad", [](const VectorBox& v) { return tolist(v, true); }, nb::sig("def grad(self) -> list[float]"),
+                     "The grads as a list of floats.")
         .def("tolist", [](const VectorBox& v, const std::string& what) {
             if (what != "values" && what != "grads") throw nb::value_error("what must be 'values' or 'grads'");
             return tolist(v, what == "grads");
-        }, nb::arg("what") = "values")
+        }, nb::arg("what") = "values", nb::sig("def tolist(self, what: str = 'values') -> list[float]"))
         .def("set_data", [](const VectorBox& v, nb::handle d) { assign(v, d, false); }, nb::arg("values"),
              nb::sig("def set_data(self, values: Sequence[float] | Sequence[Sequence[float]] | ArrayLike) -> None"),
              "Overwrites the values (e.g. to load weights): numbers, a nested list or an array.")
@@ -595,6 +600,7 @@ void init_vector(nb::module_& m) {
         .def("zero_grad", [](const VectorBox& v) { fill_grad(v, 0.0); })
         .def("scale_grad", &scale_grad, nb::arg("factor"))
         .def("numpy", &to_numpy, nb::arg("what") = "values", nb::arg("writable") = false,
+             nb::sig("def numpy(self, what: str = 'values', writable: bool = False) -> Any"),
              "A numpy array of the values (or grads): zero-copy for a contiguous Vector, a copy otherwise.")
         .def("reshape", &reshape, nb::arg("rows"), nb::arg("cols"))
         .def("flatten", [](const VectorBox& v) {
@@ -610,7 +616,7 @@ void init_vector(nb::module_& m) {
             for (const Span& s : v.spans)
                 for (uint32_t i = 0; i < s.second; ++i) out.append(value_at(v, s.first + i));
             return out;
-        }, "The elements as a list of Value handles.")
+        }, nb::sig("def values(self) -> list[Value]"), "The elements as a list of Value handles.")
         .def("item", [](const VectorBox& v) { return nb::cast<double>(only_value(v, "item()").attr("data")); },
              "The value of a one-element Vector as a float.")
         .def("__float__", [](const VectorBox& v) { return nb::cast<double>(only_value(v, "float()").attr("data")); })
@@ -625,20 +631,66 @@ void init_vector(nb::module_& m) {
     m.def("leaves", &leaves, nb::arg("data") = nb::none(), nb::arg("shape") = nb::none(), nb::arg("dtype") = nb::none(),
           nb::arg("arena") = nb::none(),
           nb::sig("def leaves(data: Sequence[float] | Sequence[Sequence[float]] | ArrayLike | None = None, "
-                  "shape: int | tuple[int] | tuple[int, int] | None = None, dtype: DType | str | None = None, "
+                  "shape: int | Sequence[int] | None = None, dtype: DType | str | None = None, "
                   "arena: Arena | None = None) -> Vector"),
-          "New contiguous leaf nodes from numbers -- a list, a nested list (rows) or a float/int array\n"
-          "of one or two dimensions, whose shape is kept -- or zeros of a shape:\n"
-          "leaves([1, 2, 3]), leaves([[1, 2], [3, 4]]), leaves(np.ones((4, 3))), leaves(shape=(4, 8)).");
+          R"doc(New contiguous leaf nodes, from numbers or as zeros of a shape.
+
+    leaves([1, 2, 3]); leaves([[1, 2], [3, 4]]); leaves(np.ones((4, 3))); leaves(shape=(4, 8))
+
+Args:
+    data: numbers -- a list, a nested list of rows of one length, or a float/int/bool array of one
+        or two dimensions (any strides); its shape is kept.
+    shape: (n,) or (rows, cols); with data, it must hold as many elements (it may reshape them).
+    dtype: burtorch.float32 or float64 (default: the default dtype, or the arena's).
+    arena: the arena to append to (default: the thread's current arena of the dtype).
+
+Returns:
+    A contiguous Vector of the new leaves.
+
+Raises:
+    TypeError: data that is not numbers (strings, Values, nested lists of Values).
+    ValueError: ragged rows, more than two dimensions, a shape that does not fit the data, no elements.
+    MemoryError: the arena is full.)doc");
     m.def("vector", &vector_of, nb::arg("values"), nb::sig("def vector(values: Sequence[Value | float]) -> Vector"),
-          "A view over existing Values (adjacent slots merge into spans).");
-    m.def("cat", &cat, nb::arg("vectors"), nb::sig("def cat(vectors: Sequence[VectorLike]) -> Vector"), "Concatenation of vectors as a view (no copy).");
+          R"doc(A view over existing Values, copying nothing (adjacent slots merge into one span).
+
+Args:
+    values: Values of one arena; numbers among them become constant leaves.
+
+Returns:
+    A one-dimensional Vector.)doc");
+    m.def("cat", &cat, nb::arg("vectors"), nb::sig("def cat(vectors: Sequence[VectorLike]) -> Vector"),
+          R"doc(The concatenation of vectors as a view: their spans one after another, no copy.
+
+Args:
+    vectors: Vectors (lists and arrays become constant leaves) of one arena.
+
+Returns:
+    A one-dimensional Vector.)doc");
     m.def("hcat", &hcat, nb::arg("matrices"), nb::sig("def hcat(matrices: Sequence[VectorLike]) -> Vector"),
-          "Side-by-side concatenation of matrices with equal rows, as a view (no copy).");
+          R"doc(Matrices side by side as a view (row r is row r of each in turn): how per-head attention
+outputs are concatenated without a copy.
+
+Args:
+    matrices: matrices with equal numbers of rows, of one arena.
+
+Returns:
+    A (rows x sum of cols) Vector.)doc");
     m.def("embedding", &embedding, nb::arg("table"), nb::arg("ids"),
           nb::sig("def embedding(table: Vector, ids: int | Sequence[int] | ArrayLike) -> Vector"),
-          "Rows `ids` (an int, a sequence or an integer array) of a (V x d) table as a (len(ids) x d)\n"
-          "view: no copy, no record. Ids outside [0, V) raise IndexError.");
+          R"doc(Rows of a table as a view: no copy and no record; consumers read the table's slots, so
+gradients land in the table directly.
+
+Args:
+    table: a (V x d) matrix.
+    ids: an int, a sequence of ints or an integer array, each in [0, V).
+
+Returns:
+    A (len(ids) x d) Vector.
+
+Raises:
+    IndexError: an id outside [0, V).
+    TypeError: ids that are not integers.)doc");
 }
 
 }  // namespace btpy

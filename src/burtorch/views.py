@@ -55,7 +55,7 @@ def numpy_view(x: Nodes, what: str = "values", writable: bool = False, copy: boo
     arena, spans = select(x).single_arena()
     if len(spans) == 1:
         first, last = spans[0]
-        return cast("np.ndarray", arena.numpy(first, last, what, writable))  # the stub says object
+        return cast("np.ndarray", arena.numpy(first, last, what, writable))  # numpy() is typed Any: numpy is optional
     if not copy:
         raise ValueError(f"these nodes lie in {len(spans)} separate spans, so no single zero-copy array "
                          "covers them; pass copy=True for a copy, or take a view of each span")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, cast
+from typing import Any
 
 from .. import _core
 from ..seeding import next_seed
@@ -43,7 +43,7 @@ class Module:
         """
         if "_params" not in self.__dict__:
             raise RuntimeError(f"{type(self).__name__}.__init__ must call super().__init__() first")
-        dims = cast("tuple[int] | tuple[int, int]", (shape,) if isinstance(shape, int) else tuple(shape))
+        dims = (shape,) if isinstance(shape, int) else tuple(shape)
         v = _core.leaves(shape=dims, dtype=dtype or self.dtype)  # a shape of other rank raises there
         if init == "ones":
             _core.init_(v, "constant", 1.0, 0.0, 0)

@@ -13,7 +13,6 @@ the record index, which lets a run of leaves inside a span be skipped with a bin
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import cast
 
 from .._core import Arena, StaleValueError, Value
 from ..node_selection import Nodes, select
@@ -125,11 +124,11 @@ class _Walk:
     def record(self, r: int) -> Record:
         rec = self._records.get(r)
         if rec is None:
-            rec = self._records[r] = cast(Record, self.arena.record(r))  # the stub says tuple
+            rec = self._records[r] = self.arena.record(r)
         return rec
 
     def value(self, slot: int) -> Value:
-        return cast(Value, self.arena.value(slot))  # the stub says object
+        return self.arena.value(slot)
 
     def is_scalar(self, rec: Record) -> bool:
         return rec[2] == 1 and sum(count for _, count in rec[3]) <= self.max_scalar_args
