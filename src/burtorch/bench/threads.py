@@ -18,6 +18,9 @@ import resource
 import statistics
 import sys
 import time
+from collections.abc import Callable
+from functools import partial
+from typing import Any
 
 
 def _cpu() -> float:
@@ -64,24 +67,23 @@ def ops(reps: int) -> None:
         return bt.leaves(rng.uniform(-1, 1, shape).astype(np.float32), shape=shape, dtype=bt.float32)
 
     _header("record (forward + backward)", "us")
-    cases = []
+    cases: list[tuple[str, Callable[[], Any]]] = []
     for rows, n_in, n_out in ((64, 1024, 1024), (64, 1024, 128), (64, 1024, 64), (1, 1024, 1024), (512, 24, 96),
                               (512, 96, 24), (64, 24, 96), (8, 24, 96)):
         x, W, b = leaves(rows, n_in), leaves(n_out, n_in), leaves(n_out)
-        cases.append((f"linear {rows}x{n_in} -> {n_out}", lambda x=x, W=W, b=b: bt.linear(x, W, b)))
+        cases.append((f"linear {rows}x{n_in} -> {n_out}", partial(bt.linear, x, W, b)))
     for seqs in (64, 8):
         qkv = leaves(seqs * 8, 72)
         cases.append((f"multi_head_attention {seqs} x 8 x 72",
-                      lambda q=qkv, s=seqs: bt.multi_head_attention(q, 6, True, sequences=s)))
+                      partial(bt.multi_head_attention, qkv, 6, True, sequences=seqs)))
     for rows in (512, 64):
         x, g, beta = leaves(rows, 24), leaves(24), leaves(24)
-        cases.append((f"layer_norm {rows} x 24", lambda x=x, g=g, beta=beta: bt.layer_norm(x, g, beta)))
+        cases.append((f"layer_norm {rows} x 24", partial(bt.layer_norm, x, g, beta)))
         z = leaves(rows, 65)
-        cases.append((f"cross_entropy {rows} x 65",
-                      lambda z=z, n=rows: bt.cross_entropy(z, [i % 65 for i in range(n)])))
+        cases.append((f"cross_entropy {rows} x 65", partial(bt.cross_entropy, z, [i % 65 for i in range(rows)])))
     for n in (64 * 1024, 512 * 96, 64 * 128):
         v = leaves(n)
-        cases.append((f"tanh over {n}", lambda v=v: v.tanh()))
+        cases.append((f"tanh over {n}", v.tanh))
     cp = bt.current_arena(bt.float32).checkpoint()
     for name, make in cases:
         def step(_t, make=make):
@@ -104,6 +106,8 @@ def steps(reps: int) -> None:
                                  ("W4", 1024, 1, "eager"), ("W5", 0, 8, "chunk"), ("W5", 0, 8, "compiled"),
                                  ("W5", 0, 64, "chunk"), ("W5", 0, 64, "compiled")):
         bt.manual_seed(0)
+        model: Any
+        batches: list[Any]
         if workload == "W4":
             model = nn.MakemoreMLP.paper(hidden=e, vocab=27, dtype=bt.float32)
             batches = [[([r.randrange(27) for _ in range(16)], r.randrange(27)) for _ in range(b)] for _ in range(8)]
