@@ -11,6 +11,7 @@
 // already parallel over samples) runs serially on that thread, as does work submitted while
 // another thread holds the pool.
 #pragma once
+#include <pthread.h>
 #include <sched.h>
 
 #include <algorithm>
@@ -96,9 +97,18 @@ private:
 
 class Pool {
 public:
+    // Never destroyed: workers may outlive static destructors. A child made by fork() has none
+    // of the parent's workers and may hold a copy of a lock one of them held, so it starts
+    // from a new pool (the old one is left as it is).
     static Pool& instance() {
-        static Pool* pool = new Pool;  // never destroyed: workers may outlive static destructors
-        return *pool;
+        static const bool once = [] {
+            pthread_atfork(nullptr, nullptr, [] { current() = new Pool; });
+            return true;
+        }();
+        (void)once;
+        Pool*& p = current();
+        if (!p) p = new Pool;
+        return *p;
     }
 
     // f(task) for task in [0, ntasks) on up to nthreads threads, the caller included. The first
@@ -143,6 +153,11 @@ public:
     int workers() const { return int(threads_.size()); }
 
 private:
+    static Pool*& current() {
+        static Pool* p = nullptr;
+        return p;
+    }
+
     static constexpr size_t kMaxTasks = 0xffffffffu;  // task indices share a word with the job's tag
 
     Pool() = default;

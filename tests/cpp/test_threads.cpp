@@ -1,6 +1,9 @@
 // The thread pool (csrc/threads.hpp), a linear layer split across threads, and the threaded
 // replay (csrc/replay_threads.hpp), without Python. scripts/tsan.sh runs this under
 // ThreadSanitizer; scripts/sanitize.sh and ctest run it under ASan + UBSan and plainly.
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <cmath>
 #include <cstdio>
@@ -132,6 +135,20 @@ static void test_threaded_replay() {
     }
 }
 
+// A child made by fork() while the parent's pool has workers gets a pool of its own that works.
+static void test_fork_child_has_a_working_pool() {
+    th::Pool::instance().run(4, 2, [](size_t) {});  // the parent's workers exist
+    const pid_t pid = fork();
+    if (pid == 0) {
+        std::atomic<int> ran{0};
+        th::Pool::instance().run(16, 2, [&](size_t) { ran.fetch_add(1); });
+        _exit(ran.load() == 16 ? 0 : 1);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the child's pool failed (status %d)", status);
+}
+
 int main() {
     th::set_num_threads(std::min(2, th::allowed_cores()));
     test_every_task_once();
@@ -140,6 +157,7 @@ int main() {
     test_linear_split<float>();
     test_linear_split<double>();
     test_threaded_replay();
+    test_fork_child_has_a_working_pool();
     std::printf("test_threads: %d failures\n", failures);
     return failures ? 1 : 0;
 }
