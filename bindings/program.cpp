@@ -1,12 +1,14 @@
 // Recorded programs: tracing (a per-thread mode during which guards and id inputs are noted and
 // numbers cannot be read out of traced Values), the Program object, and native replay loops
 // over many samples (per-sample gradients, their sum, or parameter-grad accumulation).
-#include <nanobind/ndarray.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
 #include <cmath>
+#include <cstring>
 #include <frameobject.h>
+#include <memory>
+#include <type_traits>
 #include <map>
 #include <variant>
 
@@ -215,160 +217,372 @@ static ProgramBox* trace_end(nb::handle root_h, nb::handle inputs_h, nb::handle 
     return box;
 }
 
-// ---- argument checking for replays
-using F64Rows = nb::ndarray<const double, nb::ndim<2>, nb::c_contig, nb::device::cpu>;
-using IdRows = nb::ndarray<const int64_t, nb::ndim<2>, nb::c_contig, nb::device::cpu>;
+// ---- replay arguments: numbers arrive through the buffer protocol (numpy arrays, array.array,
+// memoryview, bytes) or, for ids, as Python sequences, so the library needs numpy only where the
+// user hands numpy in or asks for numpy out.
 
+// A C-contiguous buffer exported by any object, released when it goes out of scope.
+class Buffer {
+public:
+    enum class Kind { f32, f64, sint, uint };
+    Buffer(nb::handle h, bool writable, const char* what) {
+        const int flags = PyBUF_FORMAT | PyBUF_C_CONTIGUOUS | (writable ? PyBUF_WRITABLE : 0);
+        if (PyObject_GetBuffer(h.ptr(), &view_, flags) < 0) {
+            PyErr_Clear();
+            throw nb::type_error((std::string(what) + " must be a C-contiguous " + (writable ? "writable " : "") +
+                                  "buffer (a numpy array, array.array or memoryview), got " + Py_TYPE(h.ptr())->tp_name)
+                                     .c_str());
+        }
+        held_ = true;
+        const char* f = view_.format ? view_.format : "B";
+        if (*f == '@' || *f == '=' || *f == '<') ++f;
+        const char c = *f;
+        const bool one_char = c != 0 && f[1] == 0;
+        if (one_char && c == 'd' && view_.itemsize == 8) kind_ = Kind::f64;
+        else if (one_char && c == 'f' && view_.itemsize == 4) kind_ = Kind::f32;
+        else if (one_char && std::strchr("bhilqn", c)) kind_ = Kind::sint;
+        else if (one_char && std::strchr("BHILQN", c)) kind_ = Kind::uint;
+        else
+            throw nb::type_error((std::string(what) + ": unsupported element format '" + f + "'").c_str());
+    }
+    ~Buffer() {
+        if (held_) PyBuffer_Release(&view_);
+    }
+    Buffer(const Buffer&) = delete;
+    Buffer& operator=(const Buffer&) = delete;
+
+    Kind kind() const { return kind_; }
+    int ndim() const { return view_.ndim; }
+    size_t items() const { return size_t(view_.len / view_.itemsize); }
+    // Rows and columns of a 2-D buffer; a 1-D buffer is one column.
+    size_t rows() const { return view_.ndim >= 1 ? size_t(view_.shape[0]) : 1; }
+    size_t cols() const { return view_.ndim == 2 ? size_t(view_.shape[1]) : 1; }
+    void* data() const { return view_.buf; }
+    bool is_integer() const { return kind_ == Kind::sint || kind_ == Kind::uint; }
+    // Element i as a signed 64-bit integer (integer buffers only; unsigned values past INT64_MAX
+    // come out negative and fail the bound checks).
+    int64_t integer(size_t i) const {
+        const char* p = static_cast<const char*>(view_.buf) + i * view_.itemsize;
+        const bool s = kind_ == Kind::sint;
+        switch (view_.itemsize) {
+            case 1: return s ? int64_t(*reinterpret_cast<const int8_t*>(p)) : int64_t(*reinterpret_cast<const uint8_t*>(p));
+            case 2: return s ? int64_t(*reinterpret_cast<const int16_t*>(p)) : int64_t(*reinterpret_cast<const uint16_t*>(p));
+            case 4: return s ? int64_t(*reinterpret_cast<const int32_t*>(p)) : int64_t(*reinterpret_cast<const uint32_t*>(p));
+            default: return s ? *reinterpret_cast<const int64_t*>(p) : int64_t(*reinterpret_cast<const uint64_t*>(p));
+        }
+    }
+
+private:
+    Py_buffer view_{};
+    bool held_ = false;
+    Kind kind_ = Kind::uint;
+};
+
+template <typename T>
+constexpr Buffer::Kind kind_of() {
+    return std::is_same_v<T, double> ? Buffer::Kind::f64 : Buffer::Kind::f32;
+}
+
+// A writable buffer of `count` elements of T (or null for None).
+template <typename T>
+struct Output {
+    std::unique_ptr<Buffer> buf;
+    T* data = nullptr;
+    Output(nb::handle h, size_t count, const char* what) {
+        if (h.is_none()) return;
+        buf = std::make_unique<Buffer>(h, true, what);
+        if (buf->kind() != kind_of<T>())
+            throw nb::type_error((std::string(what) + " must hold " + (std::is_same_v<T, double> ? "float64" : "float32")).c_str());
+        if (buf->items() != count)
+            throw nb::value_error((std::string(what) + ": expected " + std::to_string(count) + " elements, got " +
+                                   std::to_string(buf->items())).c_str());
+        data = static_cast<T*>(buf->data());
+    }
+};
+
+static void check_id(int64_t id, uint32_t bound, size_t sample, size_t pos) {
+    if (id < 0 || uint64_t(id) >= bound)
+        throw nb::index_error(("sample " + std::to_string(sample) + ": id " + std::to_string(id) + " at position " +
+                               std::to_string(pos) + " is out of range [0, " + std::to_string(bound) + ")")
+                                  .c_str());
+}
+
+// One id read from a Python object (an int or anything with __index__).
+static int64_t id_of(PyObject* o) {
+    long long v;
+    if (PyLong_Check(o)) {
+        v = PyLong_AsLongLong(o);
+    } else {
+        PyObject* i = PyNumber_Index(o);
+        if (!i) {
+            PyErr_Clear();
+            throw nb::type_error((std::string("ids must be ints, got ") + Py_TYPE(o)->tp_name).c_str());
+        }
+        v = PyLong_AsLongLong(i);
+        Py_DECREF(i);
+    }
+    if (v == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        return -1;  // beyond int64: out of range for any table
+    }
+    return v;
+}
+
+// Float inputs: X (n x k doubles) checked finite. Points into the caller's buffer when it holds
+// float64, else into `copy`.
 template <typename P>
-static void check_shapes(const P& prog, const F64Rows& X, const IdRows& ids, size_t* n_out) {
-    const size_t nx = X.shape(0), ni = ids.shape(0);
-    if (X.shape(1) != prog.inputs.size())
-        throw nb::value_error(("the program takes " + std::to_string(prog.inputs.size()) + " float inputs per sample, got " +
-                               std::to_string(X.shape(1))).c_str());
-    if (ids.shape(1) != prog.num_ids)
-        throw nb::value_error(("the program takes " + std::to_string(prog.num_ids) + " ids per sample, got " +
-                               std::to_string(ids.shape(1))).c_str());
-    if (prog.inputs.size() && prog.num_ids && nx != ni)
-        throw nb::value_error("the float inputs and the ids have different numbers of samples");
-    const size_t n = prog.inputs.size() ? nx : ni;
-    const double* xs = X.data();
-    const size_t k = X.shape(1);
-    for (size_t s = 0; s < (k ? n : 0); ++s)
+static const double* float_inputs(const P& prog, const Buffer* X, size_t n, std::vector<double>& copy) {
+    const size_t k = prog.inputs.size();
+    if (!k) return nullptr;
+    const double* xs;
+    if (X->kind() == Buffer::Kind::f64) {
+        xs = static_cast<const double*>(X->data());
+    } else {
+        copy.resize(n * k);
+        for (size_t i = 0; i < n * k; ++i)
+            copy[i] = X->kind() == Buffer::Kind::f32 ? double(static_cast<const float*>(X->data())[i]) : double(X->integer(i));
+        xs = copy.data();
+    }
+    for (size_t s = 0; s < n; ++s)
         for (size_t j = 0; j < k; ++j)
             if (!std::isfinite(xs[s * k + j]))
                 throw nb::value_error(("sample " + std::to_string(s) + ", input " + std::to_string(j) +
                                        " is not finite; a replay would propagate it silently into every output")
                                           .c_str());
-    for (size_t s = 0; s < (prog.num_ids ? n : 0); ++s)
-        for (size_t j = 0; j < prog.num_ids; ++j) {
-            const int64_t id = ids.data()[s * prog.num_ids + j];
-            if (id < 0 || uint64_t(id) >= prog.id_bound[j])
-                throw nb::index_error(("sample " + std::to_string(s) + ": id " + std::to_string(id) + " at position " +
-                                       std::to_string(j) + " is out of range [0, " + std::to_string(prog.id_bound[j]) + ")")
-                                          .c_str());
-        }
-    *n_out = n;
+    return xs;
 }
 
-// The replay loop over n samples. mode: "values" (forward only), "rows" (each sample's wrt grads
-// into row s of out), "sum" (added into out), "arena" (accumulated across samples on top of the
-// wrt nodes' grads in the arena, and written back: the additions of the eager oracle, in its order). values (float64, n) receives each sample's root value.
-// Returns the samples whose guards failed: nothing is written for them; the caller recomputes
-// them eagerly or with a new trace.
+// The oracle's accumulation (mode "arena") over `threads` blocks of samples, one workspace each,
+// with the GIL released (csrc/replay_threads.hpp): each block sums its samples' grads apart,
+// then the sums are added to the arena's grads in block order.
 template <typename T>
-static nb::list replay_typed(ProgramBox& box, bt::Program<T>& P, bt::Workspace<T>& W, const F64Rows& X,
-                             const IdRows& ids, const std::string& mode, double seed, nb::handle values_h,
-                             nb::handle out_h) {
-    size_t n = 0;
-    check_shapes(P, X, ids, &n);
-    const int m = mode == "values" ? 0 : mode == "rows" ? 1 : mode == "sum" ? 2 : mode == "arena" ? 3 : -1;
-    if (m < 0) throw nb::value_error("mode must be 'values', 'rows', 'sum' or 'arena'");
-    double* values = nullptr;
-    if (!values_h.is_none()) {
-        auto va = nb::cast<nb::ndarray<double, nb::ndim<1>, nb::c_contig, nb::device::cpu>>(values_h);
-        if (va.shape(0) != n) throw nb::value_error("values: wrong length");
-        values = va.data();
+static std::vector<size_t> run_replay_threads(ProgramBox& box, const bt::Program<T>& P, bt::Arena<T>& A,
+                                              const bt::Samples& in, bool zero, double seed, double* values,
+                                              int threads) {
+    if (const char* why = bt::threads::thread_count_problem(threads)) throw nb::value_error(why);
+    std::vector<T*> dst;
+    for (const bt::Span& w : box.wrt_arena) dst.push_back(A.grads() + w.first);
+    std::vector<std::vector<T>> saved;  // the grads before, restored if a loss is not finite
+    for (size_t i = 0; i < dst.size(); ++i) {
+        saved.emplace_back(dst[i], dst[i] + P.wrt[i].second);
+        if (zero) std::fill(dst[i], dst[i] + P.wrt[i].second, T(0));
     }
-    T* rows = nullptr;
-    double* sum = nullptr;
-    if (m == 1) {
-        auto oa = nb::cast<nb::ndarray<T, nb::ndim<2>, nb::c_contig, nb::device::cpu>>(out_h);
-        if (oa.shape(0) != n || oa.shape(1) != P.num_wrt) throw nb::value_error("out: wrong shape");
-        rows = oa.data();
-    } else if (m == 2) {
-        auto oa = nb::cast<nb::ndarray<double, nb::ndim<1>, nb::c_contig, nb::device::cpu>>(out_h);
-        if (oa.shape(0) != P.num_wrt) throw nb::value_error("out: wrong length");
-        sum = oa.data();
+    bt::ParallelReplayResult res;
+    {
+        nb::gil_scoped_release unlocked;
+        res = bt::replay_accumulate(P, A.values(), dst.data(), in, static_cast<T>(seed), values, size_t(threads));
     }
-    bt::prepare(P, W, static_cast<bt::Arena<T>*>(box.arena)->values());
-    T* ag = static_cast<bt::Arena<T>*>(box.arena)->grads();
-    if (m == 3)  // continue from the grads already there, so additions happen in the eager order
+    if (res.non_finite >= 0) {
+        for (size_t i = 0; i < dst.size(); ++i) std::copy(saved[i].begin(), saved[i].end(), dst[i]);
+        if (zero)  // as the one-thread replay leaves them: zeroed
+            for (size_t i = 0; i < dst.size(); ++i) std::fill(dst[i], dst[i] + P.wrt[i].second, T(0));
+        PyErr_Format(PyExc_FloatingPointError, "the loss is %s for sample %ld; lower the learning rate or check the data",
+                     std::isnan(res.non_finite_value) ? "nan" : "inf", res.non_finite);
+        throw nb::python_error();
+    }
+    box.arena->mark_grads_written();
+    return std::move(res.failed);
+}
+
+// The replay itself, shared by both entry points: n samples whose inputs are converted and checked.
+// mode: "values" (forward only), "rows" (each sample's wrt grads into row s of out), "sum" (added
+// into out, float64), "arena" (accumulated across samples on top of the wrt nodes' grads in the
+// arena, or on zero when `zero`, and written back: the additions of the eager oracle, in its
+// order). Returns the samples whose guards failed: nothing is written for them; the caller
+// recomputes them eagerly or with a new trace.
+template <typename T>
+static std::vector<size_t> run_replay(ProgramBox& box, bt::Program<T>& P, bt::Workspace<T>& W, const bt::Samples& in,
+                                      bt::Reduce reduce, bool to_arena, bool zero, double seed, double* values, T* rows,
+                                      double* sum, bool stream = false, int threads = 1) {
+    box.check_alive();
+    bt::Arena<T>& A = typed<T>(box.arena);
+    if (to_arena && threads > 1 && in.n > 1) return run_replay_threads(box, P, A, in, zero, seed, values, threads);
+    bt::prepare(P, W, A.values());
+    T* ag = A.grads();
+    if (to_arena && !zero)  // continue from the grads already there, so additions happen in the eager order
         for (size_t i = 0; i < P.wrt.size(); ++i)
             std::copy(ag + box.wrt_arena[i].first, ag + box.wrt_arena[i].first + P.wrt[i].second, W.g.begin() + P.wrt[i].first);
-    const size_t k = P.inputs.size(), nid = P.num_ids;
-    std::vector<T> x(k);
-    std::vector<uint32_t> idrow(nid);
-    const double* xs = X.data();
-    const int64_t* is = ids.data();
-    nb::list failed;
-    for (size_t s = 0; s < n; ++s) {
-        for (size_t j = 0; j < k; ++j) x[j] = static_cast<T>(xs[s * k + j]);
-        for (size_t j = 0; j < nid; ++j) idrow[j] = static_cast<uint32_t>(is[s * nid + j]);
-        bt::set_sample(P, W, x.data(), idrow.data());
-        if (bt::run_forward(P, W) >= 0) {
-            failed.append(s);
-            continue;
-        }
-        const T y = W.v[P.root];
-        if (values) values[s] = double(y);
-        if (m == 0) continue;
-        if (m == 3 && !std::isfinite(y))
-        {
-            PyErr_Format(PyExc_FloatingPointError, "the loss is %s for sample %zu; lower the learning rate or check the data",
-                         std::isnan(y) ? "nan" : "inf", s);
+    bt::ReplayResult res = bt::replay(P, W, in, reduce, static_cast<T>(seed), values, rows, sum, to_arena, stream);
+    if (to_arena) {
+        if (res.non_finite >= 0) {
+            if (zero)
+                for (size_t i = 0; i < P.wrt.size(); ++i)
+                    std::fill(ag + box.wrt_arena[i].first, ag + box.wrt_arena[i].first + P.wrt[i].second, T(0));
+            const T y = W.v[P.root];
+            PyErr_Format(PyExc_FloatingPointError, "the loss is %s for sample %ld; lower the learning rate or check the data",
+                         std::isnan(y) ? "nan" : "inf", res.non_finite);
             throw nb::python_error();
         }
-        if (m != 3) bt::zero_external_grads(P, W);
-        bt::run_backward(P, W, static_cast<T>(seed));
-        if (m == 1) bt::read_wrt_grads(P, W, rows + s * P.num_wrt, false);
-        else if (m == 2) bt::read_wrt_grads(P, W, sum, true);
-    }
-    if (m == 3) {
         for (size_t i = 0; i < P.wrt.size(); ++i)
             std::copy(W.g.begin() + P.wrt[i].first, W.g.begin() + P.wrt[i].first + P.wrt[i].second,
                       ag + box.wrt_arena[i].first);
         box.arena->mark_grads_written();
     }
-    return failed;
+    return std::move(res.failed);
 }
 
-static nb::list replay(ProgramBox& box, const F64Rows& X, const IdRows& ids, const std::string& mode, double seed,
-                       nb::handle values_h, nb::handle out_h) {
-    box.check_alive();
+static bt::Reduce parse_mode(const std::string& mode, bool* to_arena) {
+    *to_arena = mode == "arena";
+    if (mode == "values") return bt::Reduce::values;
+    if (mode == "rows") return bt::Reduce::rows;
+    if (mode == "sum") return bt::Reduce::sum;
+    if (mode == "arena") return bt::Reduce::accumulate;
+    throw nb::value_error("mode must be 'values', 'rows', 'sum' or 'arena'");
+}
+
+// Where the gradients go: out is (n x num_wrt) of the program's dtype for rows, (num_wrt) float64
+// for sum, unused otherwise.
+template <typename T>
+struct GradOutputs {
+    Output<T> rows;
+    Output<double> sum;
+    GradOutputs(bt::Reduce reduce, nb::handle out, size_t n, size_t num_wrt)
+        : rows(reduce == bt::Reduce::rows ? out : nb::none(), n * num_wrt, "out"),
+          sum(reduce == bt::Reduce::sum ? out : nb::none(), num_wrt, "out") {
+        if ((reduce == bt::Reduce::rows || reduce == bt::Reduce::sum) && out.is_none())
+            throw nb::value_error("out is required for modes 'rows' and 'sum'");
+    }
+};
+
+static nb::list to_list(const std::vector<size_t>& v, size_t offset) {
+    nb::list l;
+    for (size_t s : v) l.append(s + offset);
+    return l;
+}
+
+// _replay(X, ids, mode, seed, values, out, zero): X (n x k float inputs) and ids (n x num_ids)
+// as buffers (or None when the program takes none).
+template <typename T>
+static nb::list replay_rows_typed(ProgramBox& box, bt::Program<T>& P, bt::Workspace<T>& W, nb::handle X_h,
+                                  nb::handle ids_h, const std::string& mode, double seed, nb::handle values_h,
+                                  nb::handle out_h, bool zero) {
+    bool to_arena = false;
+    const bt::Reduce reduce = parse_mode(mode, &to_arena);
+    std::unique_ptr<Buffer> X, I;
+    if (!X_h.is_none()) X = std::make_unique<Buffer>(X_h, false, "X");
+    if (!ids_h.is_none()) I = std::make_unique<Buffer>(ids_h, false, "ids");
+    const size_t k = P.inputs.size(), nid = P.num_ids;
+    if (X && X->ndim() != 2) throw nb::value_error("X must be 2-D (samples x float inputs)");
+    if (I && I->ndim() != 2) throw nb::value_error("ids must be 2-D (samples x ids)");
+    if (I && !I->is_integer()) throw nb::type_error("ids must hold integers");
+    const size_t kx = X ? X->cols() : 0, ki = I ? I->cols() : 0;
+    if (kx != k)
+        throw nb::value_error(("the program takes " + std::to_string(k) + " float inputs per sample, got " +
+                               std::to_string(kx)).c_str());
+    if (ki != nid)
+        throw nb::value_error(("the program takes " + std::to_string(nid) + " ids per sample, got " + std::to_string(ki)).c_str());
+    const size_t nx = X ? X->rows() : 0, ni = I ? I->rows() : 0;
+    if (X && I && k && nid && nx != ni) throw nb::value_error("the float inputs and the ids have different numbers of samples");
+    const size_t n = (X && (k || !I)) ? nx : ni;
+    std::vector<double> xcopy;
+    bt::Samples in;
+    in.n = n;
+    in.x = float_inputs(P, X.get(), n, xcopy);
+    std::vector<uint32_t> ids(n * nid);
+    for (size_t s = 0; s < n; ++s)
+        for (size_t j = 0; j < nid; ++j) {
+            const int64_t id = I->integer(s * nid + j);
+            check_id(id, P.id_bound[j], s, j);
+            ids[s * nid + j] = uint32_t(id);
+        }
+    in.ids = ids.data();
+    Output<double> values(values_h, n, "values");
+    GradOutputs<T> out(reduce, out_h, n, P.num_wrt);
+    return to_list(run_replay(box, P, W, in, reduce, to_arena, zero, seed, values.data, out.rows.data, out.sum.data), 0);
+}
+
+// _replay_samples(batch, start, shape, mode, seed, values, out, zero, stream) -> (stop, failed):
+// replays batch[start:stop], the samples from `start` on whose id parts have `shape` (per part: 0
+// for an int, L for a sequence of L ints). values has len(batch) entries and out len(batch) rows;
+// sample i writes entry i. failed holds indices into batch. stream: out is a reused buffer
+// (rows go out with non-temporal stores).
+template <typename T>
+static nb::tuple replay_samples_typed(ProgramBox& box, bt::Program<T>& P, bt::Workspace<T>& W, nb::handle batch_h,
+                                      size_t start, const std::vector<int64_t>& shape, const std::string& mode,
+                                      double seed, nb::handle values_h, nb::handle out_h, bool zero, bool stream,
+                                      int threads) {
+    bool to_arena = false;
+    const bt::Reduce reduce = parse_mode(mode, &to_arena);
+    if (!PyList_Check(batch_h.ptr())) throw nb::type_error("batch must be a list of samples");
+    const size_t N = size_t(PyList_GET_SIZE(batch_h.ptr()));
+    if (start >= N) throw nb::index_error("start is past the end of the batch");
+    size_t want = 0;
+    for (int64_t p : shape) want += p > 0 ? size_t(p) : 1;
+    if (want != P.num_ids || P.inputs.size())
+        throw nb::value_error("the shape does not match the program's ids (or the program takes float inputs)");
+    std::vector<uint32_t> ids;
+    ids.reserve(64 * want);
+    size_t stop = start;
+    // The list may change while __index__ runs Python code: every access rechecks its length.
+    for (; stop < size_t(PyList_GET_SIZE(batch_h.ptr())); ++stop) {
+        nb::object sample = nb::borrow(PyList_GET_ITEM(batch_h.ptr(), Py_ssize_t(stop)));
+        nb::object parts = nb::steal(PySequence_Fast(sample.ptr(), "a sample must be a sequence of id parts"));
+        if (!parts.is_valid()) throw nb::python_error();
+        bool fits = size_t(PySequence_Fast_GET_SIZE(parts.ptr())) == shape.size();
+        const size_t mark = ids.size();
+        for (size_t q = 0; fits && q < shape.size(); ++q) {
+            PyObject* part = PySequence_Fast_GET_ITEM(parts.ptr(), Py_ssize_t(q));
+            const bool scalar = !PySequence_Check(part) && PyIndex_Check(part);
+            if (shape[q] == 0) {
+                if (!scalar) {
+                    fits = false;
+                    break;
+                }
+                const int64_t id = id_of(part);
+                const size_t pos = ids.size() - mark;
+                check_id(id, P.id_bound[pos], stop, pos);
+                ids.push_back(uint32_t(id));
+                continue;
+            }
+            if (scalar || !PySequence_Check(part)) {
+                fits = false;
+                break;
+            }
+            nb::object seq = nb::steal(PySequence_Fast(part, "an id part must be an int or a sequence of ints"));
+            if (!seq.is_valid()) throw nb::python_error();
+            if (PySequence_Fast_GET_SIZE(seq.ptr()) != shape[q]) {
+                fits = false;
+                break;
+            }
+            for (Py_ssize_t t = 0; t < shape[q]; ++t) {
+                const int64_t id = id_of(PySequence_Fast_GET_ITEM(seq.ptr(), t));
+                const size_t pos = ids.size() - mark;
+                check_id(id, P.id_bound[pos], stop, pos);
+                ids.push_back(uint32_t(id));
+            }
+        }
+        if (!fits) {
+            ids.resize(mark);
+            if (stop == start)
+                throw nb::type_error(("sample " + std::to_string(start) + " does not have the shape of its program").c_str());
+            break;
+        }
+    }
+    if (size_t(PyList_GET_SIZE(batch_h.ptr())) != N) throw nb::value_error("the batch changed during the replay");
+    bt::Samples in;
+    in.n = stop - start;
+    in.ids = ids.data();
+    Output<double> values(values_h, N, "values");
+    GradOutputs<T> out(reduce, out_h, N, P.num_wrt);
+    const std::vector<size_t> failed =
+        run_replay(box, P, W, in, reduce, to_arena, zero, seed, values.data ? values.data + start : nullptr,
+                   out.rows.data ? out.rows.data + start * P.num_wrt : nullptr, out.sum.data, stream, threads);
+    return nb::make_tuple(stop, to_list(failed, start));
+}
+
+static nb::list replay(ProgramBox& box, nb::handle X, nb::handle ids, const std::string& mode, double seed,
+                       nb::handle values, nb::handle out, bool zero) {
     if (!std::isfinite(seed)) throw nb::value_error("seed must be finite");
-    return box.visit([&](auto& P, auto& W) { return replay_typed(box, P, W, X, ids, mode, seed, values_h, out_h); });
+    return box.visit([&](auto& P, auto& W) { return replay_rows_typed(box, P, W, X, ids, mode, seed, values, out, zero); });
 }
 
-// The oracle's accumulation (mode "arena") over `threads` blocks of samples, one workspace each,
-// with the GIL released (csrc/replay_threads.hpp). Returns the samples whose guards failed.
-static nb::list replay_threads(ProgramBox& box, const F64Rows& X, const IdRows& ids, double seed, nb::handle values_h,
-                               int threads) {
-    box.check_alive();
+static nb::tuple replay_samples(ProgramBox& box, nb::handle batch, size_t start, const std::vector<int64_t>& shape,
+                                const std::string& mode, double seed, nb::handle values, nb::handle out, bool zero,
+                                bool stream, int threads) {
     if (!std::isfinite(seed)) throw nb::value_error("seed must be finite");
     if (const char* why = bt::threads::thread_count_problem(threads)) throw nb::value_error(why);
-    return box.visit([&](auto& P, auto&) {
-        using T = typename std::remove_reference_t<decltype(P)>::value_type;
-        size_t n = 0;
-        check_shapes(P, X, ids, &n);
-        double* values = nullptr;
-        if (!values_h.is_none()) {
-            auto va = nb::cast<nb::ndarray<double, nb::ndim<1>, nb::c_contig, nb::device::cpu>>(values_h);
-            if (va.shape(0) != n) throw nb::value_error("values: wrong length");
-            values = va.data();
-        }
-        const size_t k = P.inputs.size(), nid = P.num_ids;
-        std::vector<T> xs(n * k);
-        std::vector<uint32_t> idrows(n * nid);
-        for (size_t i = 0; i < n * k; ++i) xs[i] = static_cast<T>(X.data()[i]);
-        for (size_t i = 0; i < n * nid; ++i) idrows[i] = static_cast<uint32_t>(ids.data()[i]);
-        auto& A = *static_cast<bt::Arena<T>*>(box.arena);
-        std::vector<T*> dst;
-        for (const bt::Span& w : box.wrt_arena) dst.push_back(A.grads() + w.first);
-        bt::ParallelReplayResult res;
-        {
-            nb::gil_scoped_release unlocked;
-            res = bt::replay_accumulate(P, A.values(), dst.data(), n, xs.data(), idrows.data(), static_cast<T>(seed),
-                                        values, size_t(threads));
-        }
-        if (res.nonfinite != SIZE_MAX) {
-            PyErr_Format(PyExc_FloatingPointError, "the loss is %s for sample %zu; lower the learning rate or check the data",
-                         std::isnan(res.nonfinite_value) ? "nan" : "inf", res.nonfinite);
-            throw nb::python_error();
-        }
-        box.arena->mark_grads_written();
-        nb::list failed;
-        for (size_t s : res.failed) failed.append(s);
-        return failed;
+    return box.visit([&](auto& P, auto& W) {
+        return replay_samples_typed(box, P, W, batch, start, shape, mode, seed, values, out, zero, stream, threads);
     });
 }
 
@@ -444,10 +658,11 @@ void init_program(nb::module_& m) {
         }, nb::arg("i"), "(op, first output frame slot, number of outputs, argument spans [(frame slot, count)], immediate).")
         .def_prop_ro("root", [](const ProgramBox& b) { return b.visit_prog([](const auto& p) { return p.root; }); })
         .def_prop_ro("input_slots", [](const ProgramBox& b) { return b.visit_prog([](const auto& p) { return p.inputs; }); })
-        .def("_replay", &replay, nb::arg("X"), nb::arg("ids"), nb::arg("mode"), nb::arg("seed"), nb::arg("values").none(),
-             nb::arg("out").none())
-        .def("_replay_threads", &replay_threads, nb::arg("X"), nb::arg("ids"), nb::arg("seed"), nb::arg("values").none(),
-             nb::arg("threads"));
+        .def("_replay", &replay, nb::arg("X").none(), nb::arg("ids").none(), nb::arg("mode"), nb::arg("seed"),
+             nb::arg("values").none() = nb::none(), nb::arg("out").none() = nb::none(), nb::arg("zero") = false)
+        .def("_replay_samples", &replay_samples, nb::arg("batch"), nb::arg("start"), nb::arg("shape"), nb::arg("mode"),
+             nb::arg("seed"), nb::arg("values").none() = nb::none(), nb::arg("out").none() = nb::none(),
+             nb::arg("zero") = false, nb::arg("stream") = false, nb::arg("threads") = 1);
 }
 
 }  // namespace btpy

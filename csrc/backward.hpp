@@ -8,8 +8,9 @@
 namespace bt {
 
 // Adds record r's contribution to the grads of its arguments. args: the arena's args array.
+// Inlined into the sweeps that call it, as forward_record is.
 template <typename T>
-inline void backward_record(const Frame<T>& A, const Record& r, const uint32_t* args) {
+[[gnu::always_inline]] inline void backward_record(const Frame<T>& A, const Record& r, const uint32_t* args) {
     const T* v = A.values();
     T* gr = A.grads();
     switch (r.op) {

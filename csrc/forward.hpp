@@ -110,9 +110,10 @@ inline uint32_t Arena<T>::nary(Op op, const uint32_t* idx, size_t n) {
 
 // Recomputes the outputs of record r from the current values of its arguments. One switch over
 // every op code (as backward_record has): a replay of scalar records pays one indirect jump per
-// record, not a jump on the kind and another on the op.
+// record, not a jump on the kind and another on the op. Inlined into the loops that call it (a
+// replay of scalar records would otherwise pay a call and a return per record as well).
 template <typename T>
-inline void forward_record(const Frame<T>& A, const Record& r, const uint32_t* args) {
+[[gnu::always_inline]] inline void forward_record(const Frame<T>& A, const Record& r, const uint32_t* args) {
     T* v = A.values();
     switch (r.op) {
 #define BT_FWD_U(name, fwd, ...)     \

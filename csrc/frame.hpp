@@ -5,6 +5,8 @@
 // threads replaying one program each pass their own frame and never touch shared state.
 #pragma once
 #include <cstddef>
+#include <cstdint>
+#include <utility>
 #include <vector>
 
 namespace bt {
@@ -14,7 +16,17 @@ struct Frame {
     T* v;
     T* g;
     std::vector<T>* scr;
+    // Weights that stay constant while the frame is in use, already transposed, by the slot of
+    // their first element: a program replaying many samples transposes each linear layer's W
+    // once per call instead of once per sample. Empty (null) for the arena's own frame.
+    const std::vector<std::pair<uint32_t, const T*>>* transposed_weights = nullptr;
 
+    const T* transposed(uint32_t w_slot) const {
+        if (transposed_weights)
+            for (const auto& [slot, wt] : *transposed_weights)
+                if (slot == w_slot) return wt;
+        return nullptr;
+    }
     T* values() const { return v; }
     T* grads() const { return g; }
     std::vector<T>& scratch(size_t n) const {

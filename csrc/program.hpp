@@ -12,10 +12,15 @@
 // so threads can replay one program at once, each with its own workspace.
 #pragma once
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
+#if defined(__SSE2__)
+#include <immintrin.h>
+#endif
 
 #include "backward.hpp"
 
@@ -112,6 +117,15 @@ public:
     std::vector<Record> recs;     // forward order; Record::a of nary/range records indexes `args`
     std::vector<uint32_t> args;   // renumbered argument entries
     std::vector<uint32_t> sweep;  // indices into recs that the reverse sweep visits, ascending
+    // Local grad spans (merged) that the sweep reads or adds into: zeroed before each sample's
+    // sweep. Every other local grad is never read, so a partial program zeroes only its own few.
+    std::vector<Span> sweep_grads;
+    // Linear layers whose forward transposes an external W (constant during a call): (W's frame
+    // slot, rows of W, columns), each W once. prepare() transposes them once per call.
+    struct TransposedWeight {
+        uint32_t slot, rows, cols;
+    };
+    std::vector<TransposedWeight> transposed_weights;
     std::vector<T> local_init;    // values of the local slots at trace time (constants stay)
     std::vector<uint32_t> inputs;
     uint32_t num_ids = 0;
@@ -127,13 +141,30 @@ public:
     bool is_external(uint32_t frame_slot) const { return frame_slot < n_ext; }
 };
 
-// One thread's replay state for a program.
+// One thread's replay state for a program. It is laid out for one program on first use (sizes,
+// constants, args) and reused by every later call with that program.
 template <typename T>
 struct Workspace {
     std::vector<T> v, g, scratch;
     std::vector<uint32_t> args;
-    Frame<T> frame() { return Frame<T>{v.data(), g.data(), &scratch}; }
+    std::vector<T> wt;                                   // the program's transposed weights, back to back
+    std::vector<std::pair<uint32_t, const T*>> wt_index;  // (W's frame slot, its transposed copy in wt)
+    const Program<T>* laid_out_for = nullptr;
+    Frame<T> frame() { return Frame<T>{v.data(), g.data(), &scratch, wt_index.empty() ? nullptr : &wt_index}; }
 };
+
+// Sorts and merges spans (overlapping or adjacent ones become one).
+inline std::vector<Span> merged(std::vector<Span> spans) {
+    std::sort(spans.begin(), spans.end());
+    std::vector<Span> out;
+    for (const Span& sp : spans) {
+        if (!out.empty() && sp.first <= out.back().first + out.back().second)
+            out.back().second = std::max(out.back().first + out.back().second, sp.first + sp.second) - out.back().first;
+        else
+            out.push_back(sp);
+    }
+    return out;
+}
 
 template <typename T>
 Program<T> Program<T>::build(const Arena<T>& A, const TraceSpec& s) {
@@ -282,6 +313,14 @@ Program<T> Program<T>::build(const Arena<T>& A, const TraceSpec& s) {
         P.sweep.push_back(static_cast<uint32_t>(k));
         std::fill(dep.begin() + r.out, dep.begin() + r.out + r.nout, char(1));
     }
+    std::vector<Span> touched;
+    for (uint32_t k : P.sweep) {
+        const Record& r = P.recs[k];
+        touched.emplace_back(r.out, r.nout);
+        for_each_arg_span(r, P.args.data() + r.a, [&](uint32_t first, uint32_t len) {
+            if (first >= P.n_ext) touched.emplace_back(first, len);
+        });
+    }
 
     // 5. Inputs, ids, guards, wrt, root.
     P.local_init.assign(A.values() + base, A.values() + top);
@@ -309,27 +348,53 @@ Program<T> Program<T>::build(const Arena<T>& A, const TraceSpec& s) {
         // wrt spans stay whole: a span either lies below the trace or inside it
         P.wrt.emplace_back(map(w.first), w.second);
         P.num_wrt += w.second;
+        if (P.wrt.back().first >= P.n_ext) touched.push_back(P.wrt.back());
+    }
+    P.sweep_grads = merged(std::move(touched));
+    for (const Record& r : P.recs) {
+        if (r.op != Op::linear) continue;
+        const Operands o = decode_operands(P.args.data() + r.a);
+        const uint32_t rows = o.tail[0], nin = o.tail[1], nout = o.tail[2], w = o.v[1].first(0);
+        const bool seen = std::any_of(P.transposed_weights.begin(), P.transposed_weights.end(),
+                                      [&](const auto& t) { return t.slot == w; });
+        if (linear_forward_transposes_w(rows, nin, nout) && w + nin * nout <= P.n_ext && !seen)
+            P.transposed_weights.push_back({w, nout, nin});
     }
     P.root = map(s.root);
     return P;
 }
 
 // ---------------------------------------------------------------- replay
-// Sizes the workspace and loads what stays fixed during one call: the external values (from the
-// arena's values), the constants, the args. Grads start at zero.
+// Lays the workspace out for P (once: sizes, constants, args) and loads what stays fixed during
+// one call: the external values, read from the arena (parameters change between calls), and the
+// transposed copies of the linear layers' weights. Every external grad starts the call at zero.
 template <typename T>
 inline void prepare(const Program<T>& P, Workspace<T>& W, const T* arena_values) {
-    W.v.resize(P.frame_size());
-    W.g.assign(P.frame_size(), T(0));
+    if (W.laid_out_for != &P) {
+        W.v.assign(P.frame_size(), T(0));
+        W.g.assign(P.frame_size(), T(0));
+        std::copy(P.local_init.begin(), P.local_init.end(), W.v.begin() + P.n_ext);
+        W.args = P.args;
+        W.laid_out_for = &P;
+    }
     for (const ExternalSpan& e : P.ext) std::copy(arena_values + e.first, arena_values + e.first + e.len, W.v.begin() + e.at);
-    std::copy(P.local_init.begin(), P.local_init.end(), W.v.begin() + P.n_ext);
-    W.args = P.args;
+    std::fill(W.g.begin(), W.g.begin() + P.n_ext, T(0));
+    size_t total = 0;
+    for (const auto& t : P.transposed_weights) total += size_t(t.rows) * t.cols;
+    W.wt.resize(total);
+    W.wt_index.clear();
+    T* dst = W.wt.data();
+    for (const auto& t : P.transposed_weights) {
+        gemm::transpose(W.v.data() + t.slot, t.rows, t.cols, t.cols, dst, t.rows);  // cols x rows
+        W.wt_index.emplace_back(t.slot, dst);
+        dst += size_t(t.rows) * t.cols;
+    }
 }
 
 // Writes one sample's float inputs and ids (ids already checked against their bounds).
 template <typename T>
-inline void set_sample(const Program<T>& P, Workspace<T>& W, const T* x, const uint32_t* ids) {
-    for (size_t i = 0; i < P.inputs.size(); ++i) W.v[P.inputs[i]] = x[i];
+inline void set_sample(const Program<T>& P, Workspace<T>& W, const double* x, const uint32_t* ids) {
+    for (size_t i = 0; i < P.inputs.size(); ++i) W.v[P.inputs[i]] = static_cast<T>(x[i]);
     for (const auto& [at, pos] : P.id_slots) W.args[at] = ids[pos];
 }
 
@@ -344,13 +409,13 @@ inline long run_forward(const Program<T>& P, Workspace<T>& W) {
     return -1;
 }
 
-// The reverse sweep from the root with `seed`. Local grads are zeroed first; external grads
-// accumulate (the caller zeroes them between samples when it wants one sample's gradient).
+// The reverse sweep from the root with `seed`. The local grads the sweep uses are zeroed first;
+// external grads accumulate (take_wrt_grads hands them out and zeroes them between samples).
 // Like the arena's sweep, a record whose outputs carry no gradient is skipped, so both add the
 // very same contributions.
 template <typename T>
 inline void run_backward(const Program<T>& P, Workspace<T>& W, T seed) {
-    std::fill(W.g.begin() + P.n_ext, W.g.end(), T(0));
+    for (const Span& s : P.sweep_grads) std::fill(W.g.begin() + s.first, W.g.begin() + s.first + s.second, T(0));
     W.g[P.root] += seed;
     const Frame<T> f = W.frame();
     const uint32_t* args = W.args.data();
@@ -376,10 +441,103 @@ inline void read_wrt_grads(const Program<T>& P, const Workspace<T>& W, U* out, b
     }
 }
 
-// Zeroes the external grads (between samples, when each sample's gradient is wanted alone).
+// Copies n values into memory nothing reads again soon (a row of a per-sample gradient matrix):
+// long runs use non-temporal stores where the CPU has them, so writing the output does not first
+// read each of its cache lines in from memory.
+template <typename T>
+inline void copy_out(const T* src, T* dst, size_t n) {
+#if defined(__SSE2__)
+    if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+        constexpr size_t lane = 16 / sizeof(T), long_run = 4096;
+        if (n >= long_run && reinterpret_cast<uintptr_t>(dst) % sizeof(T) == 0) {
+            size_t i = 0;
+            for (; reinterpret_cast<uintptr_t>(dst + i) % 16 != 0; ++i) dst[i] = src[i];
+            for (; i + lane <= n; i += lane) {
+                if constexpr (std::is_same_v<T, float>) _mm_stream_ps(dst + i, _mm_loadu_ps(src + i));
+                else _mm_stream_pd(dst + i, _mm_loadu_pd(src + i));
+            }
+            for (; i < n; ++i) dst[i] = src[i];
+            _mm_sfence();
+            return;
+        }
+    }
+#endif
+    std::copy(src, src + n, dst);
+}
+
+// read_wrt_grads, then zeroes those grads: one pass, so the next sample starts from zero without
+// a separate zeroing pass over the parameters. stream: out is memory that was written before
+// (an output reused across calls), so non-temporal stores skip reading it in; into freshly
+// allocated pages, which the kernel has just zeroed through the caches, plain stores are faster.
+template <typename T, typename U>
+inline void take_wrt_grads(const Program<T>& P, Workspace<T>& W, U* out, bool add, bool stream = false) {
+    for (const Span& s : P.wrt) {
+        T* g = W.g.data() + s.first;
+        if (add)
+            for (uint32_t i = 0; i < s.second; ++i) out[i] += U(g[i]);
+        else if (std::is_same_v<T, U> && stream)
+            copy_out(g, reinterpret_cast<T*>(out), s.second);
+        else
+            for (uint32_t i = 0; i < s.second; ++i) out[i] = U(g[i]);
+        std::fill(g, g + s.second, T(0));
+        out += s.second;
+    }
+}
+
+// Zeroes the external grads.
 template <typename T>
 inline void zero_external_grads(const Program<T>& P, Workspace<T>& W) {
     std::fill(W.g.begin(), W.g.begin() + P.n_ext, T(0));
+}
+
+// What a replay over many samples does with each sample.
+enum class Reduce : uint8_t {
+    values,      // the forward only: each sample's root value
+    rows,        // each sample's wrt grads into its own row of `rows`
+    sum,         // every sample's wrt grads added into `sum` (float64)
+    accumulate,  // the wrt grads accumulate in the workspace across samples (read them after)
+};
+
+// n samples: float inputs x (n x inputs, row-major) and ids (n x num_ids, already checked).
+struct Samples {
+    size_t n = 0;
+    const double* x = nullptr;
+    const uint32_t* ids = nullptr;
+};
+
+// What replay() reports: the samples whose guards failed (nothing was written for them), and the
+// first sample whose root was not finite when `stop_at_non_finite` (the replay stopped there,
+// before its sweep).
+struct ReplayResult {
+    std::vector<size_t> failed;
+    long non_finite = -1;
+};
+
+// Replays samples [0, n) against a workspace prepare()d for P. `values` (n, or null) receives
+// each sample's root value; `rows` (n x num_wrt) and `sum` (num_wrt) per `reduce`.
+template <typename T>
+inline ReplayResult replay(const Program<T>& P, Workspace<T>& W, const Samples& in, Reduce reduce, T seed,
+                           double* values, T* rows, double* sum, bool stop_at_non_finite, bool stream_rows = false) {
+    ReplayResult res;
+    const size_t k = P.inputs.size(), nid = P.num_ids;
+    for (size_t s = 0; s < in.n; ++s) {
+        set_sample(P, W, in.x + s * k, in.ids + s * nid);
+        if (run_forward(P, W) >= 0) {
+            res.failed.push_back(s);
+            continue;
+        }
+        const T y = W.v[P.root];
+        if (values) values[s] = double(y);
+        if (reduce == Reduce::values) continue;
+        if (stop_at_non_finite && !std::isfinite(y)) {
+            res.non_finite = long(s);
+            return res;
+        }
+        run_backward(P, W, seed);
+        if (reduce == Reduce::rows) take_wrt_grads(P, W, rows + s * P.num_wrt, false, stream_rows);
+        else if (reduce == Reduce::sum) take_wrt_grads(P, W, sum, true);
+    }
+    return res;
 }
 
 }  // namespace bt

@@ -140,6 +140,9 @@ def patterns(core) -> str:
     text += pattern("StaleValueError", [
         "class StaleValueError(RuntimeError):",
         '    """A Value or Vector refers to nodes that a rewind of their arena discarded."""'])
+    text += pattern("TraceError", [
+        "class TraceError(RuntimeError):",
+        '    """Python code read a number out of a traced value, or used a mode a replay cannot repeat."""'])
     text += pattern("AnomalyError", [
         "class AnomalyError(FloatingPointError):",
         '    """The first non-finite forward value or backward contribution under detect_anomaly()."""'])

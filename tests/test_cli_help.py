@@ -18,7 +18,8 @@ def test_command_help(argv, expect, capsys):
     assert expect in out and "argparse wiring" not in out and "register(" not in out
 
 
-@pytest.mark.parametrize("script", ["op_cost", "init_time", "label_memory", "train_memory", "saveload"])
+@pytest.mark.parametrize("script", ["op_cost", "init_time", "label_memory", "train_memory", "saveload", "per_sample",
+                                    "partial_grad", "compiled_vs_eager"])
 def test_benchmark_scripts_have_help(script, capsys):
     module = importlib.import_module(f"burtorch.bench.{script}")
     with pytest.raises(SystemExit) as e:

@@ -59,7 +59,7 @@ def test_tool_modules_import_nothing_heavy():
     # the library without the federated package and the research methods built on it: no numpy,
     # no matplotlib
     (("burtorch.bench", "burtorch.app", "burtorch.__main__", "burtorch.fl")
-     + tuple(f"burtorch.optim.{m}" for m in ("estimator", "gd", "page", "ef21", "marina", "compressors")),
+     + tuple(f"burtorch.optim.{m}" for m in ("estimator", "gd", "page", "ef21", "marina")),
      ("numpy", "matplotlib"), 30),
     # burtorch.fl works on numpy arrays (its extra installs numpy), but still without matplotlib
     (("burtorch.bench", "burtorch.app", "burtorch.__main__"), ("matplotlib",), 40),

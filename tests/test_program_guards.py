@@ -129,3 +129,27 @@ def test_parameters_are_read_at_each_call():
     assert f(2.0) == (6.0, 3.0)
     w.data = 5.0
     assert f(2.0) == (10.0, 5.0) and f.traces == 1
+
+
+def test_replay_takes_any_buffer():
+    from array import array
+    f = bt.value_and_grad(lambda a, b: a * b + b, argnums=(0, 1))
+    f(1.0, 2.0)
+    prog = f.programs()[0]
+    X = np.array([[1.5, -2.0], [0.25, 3.0]])
+    ref_v, ref_g = np.empty(2), np.empty((2, 2))
+    prog._replay(X, None, "rows", 1.0, ref_v, ref_g)
+    xs = array("d", X.ravel().tolist())
+    v, g = array("d", [0.0]) * 2, array("d", [0.0]) * 4
+    prog._replay(memoryview(xs).cast("B").cast("d", (2, 2)), None, "rows", 1.0, v, g)
+    assert list(v) == ref_v.tolist() and list(g) == ref_g.ravel().tolist()
+    prog._replay(X.astype(np.float32), None, "rows", 1.0, v, g)  # float32 inputs are widened
+    assert list(v) == [float(np.float32(1.5)) * -2.0 + -2.0, 0.25 * 3.0 + 3.0]
+    with pytest.raises(TypeError, match="buffer"):
+        prog._replay([[1.0, 2.0]], None, "rows", 1.0, v, g)
+    with pytest.raises(TypeError, match="format"):
+        prog._replay(np.array([[1 + 2j, 2]]), None, "rows", 1.0, v, g)
+    with pytest.raises(ValueError, match="2-D"):
+        prog._replay(np.zeros(2), None, "rows", 1.0, v, g)
+    with pytest.raises(ValueError, match="mode"):
+        prog._replay(X, None, "everything", 1.0, v, g)

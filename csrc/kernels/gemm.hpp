@@ -246,9 +246,11 @@ inline size_t forward_scratch(size_t rows, size_t in, size_t out, size_t o0, siz
 
 // y[r, o] = b[o] + sum_i x[r, i] W[o, i] (b may be null) for all rows and o in [o0, o1).
 // `scratch` holds forward_scratch(rows, in, out, o0, o1) elements (may be null when that is 0).
+// `wt`, if given, is W^T (in x out, leading dimension out): the tiles that would transpose W into
+// scratch read it instead (the same products, so the same bits).
 template <typename T>
 inline void forward(const T* x, const T* W, const T* b, T* y, size_t rows, size_t in, size_t out, size_t o0,
-                    size_t o1, T* scratch) {
+                    size_t o1, T* scratch, const T* wt = nullptr) {
     if (o0 >= o1) return;
     if (forward_by_dots(rows, in, out)) {
         // Four rows of W at a time (read from memory once, then from cache for every row of x).
@@ -268,7 +270,9 @@ inline void forward(const T* x, const T* W, const T* b, T* y, size_t rows, size_
     // which one runs does not change a bit.
     const size_t n_out = o1 - o0;
     if (forward_transposes_w(rows, in, n_out)) {
-        transpose(W + o0 * in, n_out, in, in, scratch, n_out);  // scratch = W[o0:o1]^T, in x n_out
+        const T* wt_block = wt ? wt + o0 : scratch;  // W[o0:o1]^T, in x n_out
+        const size_t ldw = wt ? out : n_out;
+        if (!wt) transpose(W + o0 * in, n_out, in, in, scratch, n_out);
         auto init = [=](auto& acc, size_t, size_t n0, int width) {
             constexpr int R = std::extent_v<std::remove_reference_t<decltype(acc)>, 0>;
             constexpr int NV = std::extent_v<std::remove_reference_t<decltype(acc)>, 1>;
@@ -277,7 +281,7 @@ inline void forward(const T* x, const T* W, const T* b, T* y, size_t rows, size_
                 for (int m = 0; m < R; ++m) acc[m][v] = bv;
             }
         };
-        for_each_tile<T>(rows, n_out, in, x, in, 1, scratch, n_out, false, init, to_tile(y + o0, out));
+        for_each_tile<T>(rows, n_out, in, x, in, 1, wt_block, ldw, false, init, to_tile(y + o0, out));
         return;
     }
     transpose(x, rows, in, in, scratch, rows);  // scratch = x^T, in x rows

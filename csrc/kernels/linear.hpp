@@ -30,29 +30,43 @@ inline size_t linear_tasks(uint32_t rows, uint32_t in, uint32_t out) {
                               (size_t(out) + kLinearAlign - 1) / kLinearAlign);
 }
 
-// Scratch (elements) the forward needs over `tasks` tasks: each task its own operand to transpose
-// (none for dot products).
-inline size_t linear_forward_scratch(uint32_t rows, uint32_t in, uint32_t out, size_t tasks = 1) {
+// Whether the forward's tiles read W transposed (in x out). A caller that keeps W^T across many
+// calls (a program replaying many samples with fixed weights) can hand it in instead of scratch.
+inline bool linear_forward_transposes_w(uint32_t rows, uint32_t in, uint32_t out) {
+    return !gemm::forward_by_dots(rows, in, out) && gemm::forward_transposes_w(rows, in, out);
+}
+
+// Scratch (elements) one task's forward over output units [o0, o1) needs: the operand its tiles
+// transpose; none for dot products, nor when they would transpose W and W^T is supplied.
+inline size_t linear_task_scratch(uint32_t rows, uint32_t in, uint32_t out, size_t o0, size_t o1, bool have_wt) {
+    if (have_wt && !gemm::forward_by_dots(rows, in, out) && gemm::forward_transposes_w(rows, in, o1 - o0)) return 0;
+    return gemm::forward_scratch(rows, in, out, o0, o1);
+}
+
+// Scratch (elements) the forward needs over `tasks` tasks, each its own.
+inline size_t linear_forward_scratch(uint32_t rows, uint32_t in, uint32_t out, bool have_wt = false,
+                                     size_t tasks = 1) {
     size_t n = 0;
     for (size_t t = 0; t < tasks; ++t) {
         const auto [o0, o1] = threads::split(out, tasks, t, kLinearAlign);
-        n += gemm::forward_scratch(rows, in, out, o0, o1);
+        n += linear_task_scratch(rows, in, out, o0, o1, have_wt);
     }
     return n;
 }
 
+// wt: W^T (in x out) when the caller has it (only read when the tiles would transpose W).
 template <typename T>
 inline void linear_fwd(const T* x, const T* W, const T* b, T* y, uint32_t rows, uint32_t in, uint32_t out,
-                       T* scratch, size_t tasks = 1) {
-    if (tasks <= 1) return gemm::forward(x, W, b, y, rows, in, out, 0, out, scratch);
+                       T* scratch, const T* wt = nullptr, size_t tasks = 1) {
+    if (tasks <= 1) return gemm::forward(x, W, b, y, rows, in, out, 0, out, scratch, wt);
     std::vector<size_t> at(tasks, 0);
     for (size_t t = 1; t < tasks; ++t) {
         const auto [o0, o1] = threads::split(out, tasks, t - 1, kLinearAlign);
-        at[t] = at[t - 1] + gemm::forward_scratch(rows, in, out, o0, o1);
+        at[t] = at[t - 1] + linear_task_scratch(rows, in, out, o0, o1, wt != nullptr);
     }
     threads::parallel_tasks(tasks, [&](size_t t) {
         const auto [o0, o1] = threads::split(out, tasks, t, kLinearAlign);
-        gemm::forward(x, W, b, y, rows, in, out, o0, o1, scratch ? scratch + at[t] : nullptr);
+        gemm::forward(x, W, b, y, rows, in, out, o0, o1, scratch ? scratch + at[t] : nullptr, wt);
     });
 }
 

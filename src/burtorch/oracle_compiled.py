@@ -1,11 +1,13 @@
 """The gradient oracle from recorded programs: each distinct sample shape is traced once (token
 ids and targets are program inputs), then every sample is replayed natively, with no Python per
-sample. Parameters stay shared (read from the arena, never copied into the program); memory is
-that of one sample's frame.
+sample. Parameters stay shared: a program holds none, each replay call reads them from the arena
+(once per call, not per sample), so optimizer updates are seen; memory is that of one sample's
+frame. numpy is needed only by per_sample_grads, whose result is an array.
 """
 from __future__ import annotations
 
 import weakref
+from array import array
 
 from . import _core
 from .program import traced_ids
@@ -43,9 +45,19 @@ def sample_program(model, sample, loss_fn=None, wrt=None):
     """The program of samples shaped like `sample` (a tuple of id parts: ints or int lists), traced
     on first use. wrt: Values / Vectors whose grads it reports (default: all parameters, in
     parameter_vector() order); the reverse sweep visits only records leading to them."""
-    params = _parameters(model)
+    return _program(model, sample, _shape(sample), loss_fn, wrt)
+
+
+def _program(model, sample, shape, loss_fn, wrt):
+    cache = _programs.get(model)
     wrt_key = None if wrt is None else tuple((type(w).__name__, repr(w)) for w in wrt)
-    key = (_shape(sample), params.arena.dtype, wrt_key)
+    if cache is not None:
+        params = cache.get("params")
+        prog = cache.get((shape, params.arena.dtype, wrt_key)) if params is not None else None
+        if prog is not None and prog.alive:
+            return prog
+    params = _parameters(model)
+    key = (shape, params.arena.dtype, wrt_key)
     cache = _programs.setdefault(model, {})
     prog = cache.get(key)
     if prog is not None and prog.alive:
@@ -69,47 +81,41 @@ def sample_program(model, sample, loss_fn=None, wrt=None):
     return prog
 
 
-def _runs(batch):
-    """Consecutive samples of one shape, as (shape, first index, id rows) runs (batch order kept,
-    so grads accumulate in the same order as the eager oracle's)."""
-    import numpy as np
-
-    runs, start = [], 0
-    shapes = [_shape(s) for s in batch]
-    for i in range(1, len(batch) + 1):
-        if i == len(batch) or shapes[i] != shapes[start]:
-            rows = [[v for part in s for v in _flat(part)] for s in batch[start:i]]
-            runs.append((batch[start], start, np.asarray(rows, dtype=np.int64).reshape(i - start, -1)))
-            start = i
-    return runs
+def _replay_batch(model, batch, loss_fn, wrt, mode, seed, values, out, zero=False, stream=False, threads=1):
+    """Replays every sample of batch (a list) from the program of its shape, run by run of
+    consecutive samples of one shape (batch order kept, so grads accumulate in the order of the
+    eager oracle). Yields each run's failed sample indices (into batch), after the run."""
+    i, n = 0, len(batch)
+    while i < n:
+        shape = _shape(batch[i])
+        prog = _program(model, batch[i], shape, loss_fn, wrt)
+        stop, failed = prog._replay_samples(batch, i, shape, mode, seed, values, out, zero, stream, threads)
+        zero = False  # later runs continue from the grads the first one wrote
+        yield failed
+        i = stop
 
 
 def compiled_grad_oracle(model, batch, loss_fn=None, zero_grad: bool = True, threads: int = 1) -> float:
     """grad_oracle(model, batch, compile=True): d mean_loss / d params into the parameters' grads,
-    each sample replayed from its shape's program with seed 1/b. Returns the mean loss. threads > 1
-    replays blocks of each shape's run at once (burtorch.oracle.grad_oracle says how they add)."""
-    import numpy as np
-
-    batch = list(batch)
+    each sample replayed from its shape's program with seed 1/b. Returns the mean loss. Needs no
+    numpy: ids go to the replay as the batch's own lists. threads > 1 replays blocks of each
+    shape's run at once (burtorch.oracle.grad_oracle says how their grads add)."""
+    batch = batch if type(batch) is list else list(batch)
     n = len(batch)
     if n == 0:
         raise ValueError("grad_oracle(): empty batch")
-    params = _parameters(model)
-    if zero_grad:
-        params.zero_grad()
-    total = 0.0
-    for sample, start, rows in _runs(batch):
-        prog = sample_program(model, sample, loss_fn)
-        values = np.empty(len(rows), dtype=np.float64)
-        X = np.zeros((len(rows), 0))
-        if threads > 1 and len(rows) > 1:
-            failed = prog._replay_threads(X, rows, 1.0 / n, values, threads)
-        else:
-            failed = prog._replay(X, rows, "arena", 1.0 / n, values, None)
+    values = array("d", [0.0]) * n
+    arena = None
+    # zero=zero_grad: the first replay starts the parameter grads from zero instead of reading
+    # them (the same as zeroing them first, without the pass)
+    for failed in _replay_batch(model, batch, loss_fn, None, "arena", 1.0 / n, values, None, zero_grad,
+                                threads=threads):
         for s in failed:  # a guard came out differently: this sample runs eagerly
-            values[s] = _eager_sample(model, batch[start + s], loss_fn, params.arena, 1.0 / n)
-        for v in values.tolist():
-            total += v
+            arena = arena or _parameters(model).arena
+            values[s] = _eager_sample(model, batch[s], loss_fn, arena, 1.0 / n)
+    total = 0.0
+    for v in values:  # in batch order, as the eager oracle adds
+        total += v
     return total / n
 
 
@@ -127,26 +133,25 @@ def _eager_sample(model, sample, loss_fn, arena, seed):
 def per_sample_grads(model, batch, loss_fn=None, wrt=None, out=None):
     """(G, losses): G[i] is the gradient of sample i's loss w.r.t. the parameters (or the wrt
     nodes), as an (N, d) numpy array written directly by the replay; losses is (N,). out: an
-    (N, d) C-contiguous array of the model's dtype to write into instead of a new one."""
+    (N, d) C-contiguous array of the model's dtype to write into instead of a new one (reusing
+    one across calls saves faulting in fresh pages for every call)."""
     import numpy as np
 
-    batch = list(batch)
+    batch = batch if type(batch) is list else list(batch)
     N = len(batch)
     if N == 0:
         raise ValueError("per_sample_grads(): empty batch")
-    runs = _runs(batch)
-    first = sample_program(model, runs[0][0], loss_fn, wrt)
+    first = sample_program(model, batch[0], loss_fn, wrt)
     dt = np.float64 if first.dtype == _core.float64 else np.float32
+    reused = out is not None  # written before: rows stream past the caches into it
     if out is None:
         out = np.empty((N, first.num_wrt), dtype=dt)
-    elif out.shape != (N, first.num_wrt) or out.dtype != dt or not out.flags.c_contiguous:
-        raise ValueError(f"out must be a C-contiguous {np.dtype(dt).name} array of shape {(N, first.num_wrt)}")
+    elif (not isinstance(out, np.ndarray) or out.shape != (N, first.num_wrt) or out.dtype != dt
+          or not out.flags.c_contiguous or not out.flags.writeable):
+        raise ValueError(f"out must be a writable C-contiguous {np.dtype(dt).name} array of shape {(N, first.num_wrt)}")
     losses = np.empty(N, dtype=np.float64)
-    for sample, start, rows in runs:
-        prog = sample_program(model, sample, loss_fn, wrt)
-        stop = start + len(rows)
-        failed = prog._replay(np.zeros((len(rows), 0)), rows, "rows", 1.0, losses[start:stop], out[start:stop])
+    for failed in _replay_batch(model, batch, loss_fn, wrt, "rows", 1.0, losses, out, stream=reused):
         if failed:
-            raise RuntimeError(f"per_sample_grads(): guards failed for samples {[start + s for s in failed]}; "
+            raise RuntimeError(f"per_sample_grads(): guards failed for samples {failed}; "
                                "the loss branches on values, so per-sample programs do not apply")
     return out, losses

@@ -20,6 +20,7 @@ Trace rules (see the README):
 from __future__ import annotations
 
 import sys
+from array import array
 
 from . import _core
 
@@ -53,7 +54,7 @@ class TracedId:
     __int__ = __float__ = __bool__ = __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _refuse_number
     __truediv__ = __rtruediv__ = __floordiv__ = __mod__ = __pow__ = __rpow__ = __neg__ = _refuse_number
     __lt__ = __le__ = __gt__ = __ge__ = __eq__ = __ne__ = _refuse_number
-    __hash__ = None
+    __hash__ = None  # type: ignore[assignment]  # unhashable, as objects with __eq__ are
 
 
 def _refuse(what):
@@ -132,7 +133,10 @@ class Compiled:
     def _split(self, args):
         """(float values in order, id arguments in order, their lengths, the position of each
         differentiated argument among the floats)."""
-        floats, id_args, id_shape, wrt_pos = [], [], [], []
+        floats: list = []
+        id_args: list = []
+        id_shape: list[int] = []
+        wrt_pos: list[int] = []
         for i, a in enumerate(args):
             if i in self.ids:
                 if _is_int(a):
@@ -186,28 +190,35 @@ class Compiled:
         self._cache[key] = progs
         return key, progs, arena
 
-    # ---- one call
+    # ---- one call (no numpy: plain buffers in and out)
     def __call__(self, *args):
-        import numpy as np
-
         floats, id_args, id_shape, wrt_pos = self._split(args)
         key, progs, arena = self._programs(args, floats, id_args, id_shape, wrt_pos)
-        X = np.asarray([floats], dtype=np.float64).reshape(1, len(floats))
-        ids = np.asarray([[v for a in id_args for v in a]], dtype=np.int64).reshape(1, -1)
+        X = _row(array("d", floats))
+        flat_ids = [v for a in id_args for v in a]
+        ids = _row(array("q", flat_ids)) if flat_ids else None
         for prog in reversed(progs):
-            value, grads, failed = _run(prog, X, ids, "rows", 1.0)
-            if not failed:
-                return self._result(value[0], grads[0])
+            result = self._call_one(prog, X, ids)
+            if result is not None:
+                return result
         prog = self._trace(args, floats, id_args, id_shape, wrt_pos, arena)
         progs.append(prog)
         del progs[:-MAX_VARIANTS]
-        value, grads, failed = _run(prog, X, ids, "rows", 1.0)
-        assert not failed, "a fresh trace failed its own guards"
-        return self._result(value[0], grads[0])
+        result = self._call_one(prog, X, ids)
+        assert result is not None, "a fresh trace failed its own guards"
+        return result
+
+    def _call_one(self, prog, X, ids):
+        """The result of one sample, or None when a guard came out differently."""
+        value = array("d", [0.0])
+        grads = array("d" if prog.dtype == _core.float64 else "f", [0.0]) * prog.num_wrt
+        if prog._replay(X, ids, "rows", 1.0, value, _row(grads)):
+            return None
+        return self._result(value[0], grads)
 
     def _result(self, value, grads):
-        g = [float(x) for x in grads]
-        g = g[0] if self._single else tuple(g)
+        floats = [float(x) for x in grads]
+        g = floats[0] if self._single else tuple(floats)
         return (float(value), g) if self._with_value else g
 
     # ---- many samples in one native call
@@ -255,6 +266,11 @@ class Compiled:
     def programs(self):
         """Every program traced so far (all signatures and variants)."""
         return [p for progs in self._cache.values() for p in progs]
+
+
+def _row(buf):
+    """A non-empty array.array as a (1, n) buffer: one sample for a replay."""
+    return memoryview(buf).cast("B").cast(buf.typecode, (1, len(buf)))
 
 
 def _not_an_id(v):

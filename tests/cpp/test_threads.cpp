@@ -77,10 +77,18 @@ static void test_linear_split() {
     for (auto* v : {&x, &W, &b, &gy})
         for (T& e : *v) e = T(d(rng));
     std::vector<T> y1(rows * out), y2(rows * out);
-    std::vector<T> s1(bt::linear_forward_scratch(rows, in, out, 1)), s2(bt::linear_forward_scratch(rows, in, out, 2));
-    bt::linear_fwd(x.data(), W.data(), b.data(), y1.data(), rows, in, out, s1.data(), 1);
-    bt::linear_fwd(x.data(), W.data(), b.data(), y2.data(), rows, in, out, s2.data(), 2);
+    std::vector<T> s1(bt::linear_forward_scratch(rows, in, out, false, 1)),
+        s2(bt::linear_forward_scratch(rows, in, out, false, 2));
+    bt::linear_fwd(x.data(), W.data(), b.data(), y1.data(), rows, in, out, s1.data(), static_cast<const T*>(nullptr), 1);
+    bt::linear_fwd(x.data(), W.data(), b.data(), y2.data(), rows, in, out, s2.data(), static_cast<const T*>(nullptr), 2);
     CHECK(y1 == y2, "forward split differs");
+    // the same with W^T supplied (as a replay keeps it): tasks that would transpose W read it
+    std::vector<T> wt(size_t(in) * out), y3(rows * out);
+    for (uint32_t o = 0; o < out; ++o)
+        for (uint32_t i = 0; i < in; ++i) wt[size_t(i) * out + o] = W[size_t(o) * in + i];
+    std::vector<T> s3(bt::linear_forward_scratch(rows, in, out, true, 2) + 1);
+    bt::linear_fwd(x.data(), W.data(), b.data(), y3.data(), rows, in, out, s3.data(), wt.data(), 2);
+    CHECK(y1 == y3, "forward split with W^T differs");
     std::vector<T> gx1(rows * in, T(0)), gx2 = gx1, gW1(out * in, T(0)), gW2 = gW1, gb1(out, T(0)), gb2 = gb1;
     {
         th::CallThreads one(1);
@@ -125,8 +133,11 @@ static void test_threaded_replay() {
             double g = 0.0;
             double* dst[1] = {&g};
             std::vector<double> values(n);
-            auto r = bt::replay_accumulate(P, A.values(), dst, n, xs.data(), nullptr, 0.5, values.data(), tasks);
-            CHECK(r.failed.empty() && r.nonfinite == SIZE_MAX, "no guards, finite");
+            bt::Samples in;
+            in.n = n;
+            in.x = xs.data();
+            auto r = bt::replay_accumulate(P, A.values(), dst, in, 0.5, values.data(), tasks);
+            CHECK(r.failed.empty() && r.non_finite < 0, "no guards, finite");
             if (rep == 0) first = g;
             CHECK(g == first, "tasks %zu: run %d gives %.17g, first %.17g", tasks, rep, g, first);
         }

@@ -19,7 +19,6 @@ crash mid-save leaves the previous checkpoint.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import struct
@@ -28,6 +27,7 @@ from array import array
 
 from ..io.atomic import write_atomic
 from ..io.regular_file import open_regular, read_up_to
+from .digest import sha256
 
 MAGIC = b"BTCKPT\x00\x01"
 _HEAD = struct.Struct("<8sQQQ")
@@ -64,7 +64,7 @@ def encode(meta: dict, model_state: bytes, optimizer_buffers) -> bytes:
         buffers.byteswap()
     optim_raw = buffers.tobytes()
     head = _HEAD.pack(MAGIC, len(meta_raw), len(model_state), len(optim_raw))
-    digest = hashlib.sha256(head)
+    digest = sha256(head)
     for part in (meta_raw, model_state, optim_raw):
         digest.update(part)
     return b"".join((head, digest.digest(), meta_raw, model_state, optim_raw))
@@ -89,7 +89,7 @@ def decode(data) -> Checkpoint:
     if magic != MAGIC:
         raise CheckpointError(f"not a burtorch checkpoint (starts with {bytes(magic[:8])!r})")
     _check_sizes(meta_n, model_n, optim_n, len(data))
-    digest = hashlib.sha256(data[:_HEAD.size])
+    digest = sha256(data[:_HEAD.size])
     digest.update(data[HEADER_SIZE:])
     if digest.digest() != bytes(data[_HEAD.size:HEADER_SIZE]):
         raise CheckpointError("corrupt checkpoint: checksum mismatch (the file was damaged or edited)")

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import argparse
-import hashlib
 import os
 import random
 import sys
@@ -11,6 +10,7 @@ from dataclasses import asdict
 from typing import Any
 
 from .arguments import non_negative_int, positive_float, positive_int
+from .digest import sha256
 from .trainer import History, sample_text, train, uniform_loss
 
 PRESETS = {
@@ -124,9 +124,9 @@ def _read_data(model: str, path):
     if model == "mlp":
         words = data.read_words(path) if path else data.default_words()
         words = [w.strip().lower() for w in words if w.strip()]
-        return words, hashlib.sha256("\n".join(words).encode("utf-8")).hexdigest()
+        return words, sha256("\n".join(words).encode("utf-8")).hexdigest()
     text = data.read_text(path) if path else data.default_text()
-    return text, hashlib.sha256(text.encode("utf-8")).hexdigest()
+    return text, sha256(text.encode("utf-8")).hexdigest()
 
 
 def _build(model: str, cfg: dict, vocab: int, dtype_name: str):

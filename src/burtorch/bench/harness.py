@@ -127,10 +127,10 @@ def plan(workloads, entries, preset="full", overrides=None, against=()) -> tuple
             for config in configs_for(workload, entry, preset, overrides):
                 t = int(config.get("threads", 1))
                 jobs.append(Job(entry, workload, config, label=f"{entry.name} ({t} threads)" if t > 1 else ""))
-                if entry.name == "burtorch":
+                if entry.name in ("burtorch", "burtorch-compiled"):
                     for label, python in against:
                         jobs.append(Job(entry, workload, config, python=python,
-                                        label=f"burtorch@{label}"))
+                                        label=f"{entry.name}@{label}" + (f" ({t} threads)" if t > 1 else "")))
     return jobs, missing
 
 

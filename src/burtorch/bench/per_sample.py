@@ -4,11 +4,12 @@ e = 64 (d = 69,083), N = 1,024 samples, FP32, one core.
     taskset -c 0 python -m burtorch.bench.per_sample [--n 1024] [--hidden 64] [--reps 7]
 
 Rows: burtorch's per_sample_grads (recorded program, rows written straight into one numpy
-buffer), an eager burtorch loop (build, backward, copy the grads out, rewind),
-torch.func.vmap(torch.func.grad(...)) and jax.jit(jax.vmap(jax.grad(...))) where installed. Every
-framework starts from the same weights and batch; each row's gradients are cross-checked
-against burtorch's. Medians of --reps timed runs after one warm-up; each run includes
-allocating the (N, d) output.
+buffer) allocating a fresh (N, d) output per call like the peers do, and the same writing into an
+output passed as out= and reused across calls (no fresh pages to fault in); an eager burtorch
+loop (build, backward, copy the grads out, rewind); torch.func.vmap(torch.func.grad(...)) and
+jax.jit(jax.vmap(jax.grad(...))) where installed. Every framework starts from the same weights
+and batch; each row's gradients are cross-checked against burtorch's. Each repetition runs every
+framework once, in turn, so all rows see the same load; medians of --reps after one warm-up.
 """
 from __future__ import annotations
 
@@ -60,6 +61,18 @@ def run_burtorch_compiled(p, X, Y, V, hidden):
 
     def once():
         return bt.per_sample_grads(m, batch)[0]
+    return once
+
+
+def run_burtorch_compiled_out(p, X, Y, V, hidden):
+    import burtorch as bt
+
+    m = _burtorch_model(p, V, hidden)
+    batch = [(x, int(y)) for x, y in zip(X.tolist(), Y.tolist())]
+    out = bt.per_sample_grads(m, batch)[0]  # the trace, and the buffer every call reuses
+
+    def once():
+        return bt.per_sample_grads(m, batch, out=out)[0]
     return once
 
 
@@ -122,7 +135,8 @@ def run_jax(p, X, Y, V, hidden):
     return once
 
 
-ROWS = (("burtorch-compiled", run_burtorch_compiled), ("burtorch-eager-loop", run_burtorch_eager),
+ROWS = (("burtorch-compiled", run_burtorch_compiled), ("burtorch-compiled-out", run_burtorch_compiled_out),
+        ("burtorch-eager-loop", run_burtorch_eager),
         ("torch-func-vmap-grad", run_torch), ("jax-jit-vmap-grad", run_jax))
 
 
@@ -136,8 +150,8 @@ def main(argv=None):
     d = sum(v.size for v in p.values())
     print(f"per-sample gradients: W4 MLP e={args.hidden}, d={d:,}, N={args.n:,}, FP32, "
           f"output {args.n * d * 4 / 1e6:.0f} MB; medians of {args.reps} runs")
-    reference = None
-    print(f"{'framework':<22} {'median ms':>10} {'min':>8} {'max':>8}  max |G - burtorch| / max |G|")
+    print(f"{'framework':<22} {'median ms':>10} {'min':>8} {'max':>8} {'x torch':>8}  max |G - burtorch| / max |G|")
+    runs = {}
     for name, make in ROWS:
         try:
             once = make(p, X, Y, V, args.hidden)
@@ -145,19 +159,26 @@ def main(argv=None):
         except ImportError as exc:
             print(f"{name:<22} not installed ({exc.name})")
             continue
-        times, G = [], None
-        for _ in range(args.reps):
+        runs[name] = once
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    for _ in range(args.reps):  # every framework once per repetition: all see the same load
+        for name, once in runs.items():
             t = time.perf_counter()
             G = once()
-            times.append(time.perf_counter() - t)
+            times[name].append(time.perf_counter() - t)
             del G
+    if "burtorch-compiled" not in runs:
+        raise SystemExit("per_sample: burtorch's compiled row is the reference and did not run")
+    reference = runs["burtorch-compiled"]().copy()
+    torch_ms = statistics.median(times["torch-func-vmap-grad"]) if "torch-func-vmap-grad" in times else None
+    for name, once in runs.items():
         G = once()
-        if reference is None:
-            reference = G
         err = float(np.max(np.abs(G - reference)) / np.max(np.abs(reference)))
         ok = "ok" if err < 1e-4 else "MISMATCH"
-        print(f"{name:<22} {1e3 * statistics.median(times):>10.1f} {1e3 * min(times):>8.1f} "
-              f"{1e3 * max(times):>8.1f}  {err:.2e} {ok}")
+        med = statistics.median(times[name])
+        rel = f"{med / torch_ms:8.3f}" if torch_ms else f"{'-':>8}"
+        print(f"{name:<22} {1e3 * med:>10.1f} {1e3 * min(times[name]):>8.1f} {1e3 * max(times[name]):>8.1f} {rel}  "
+              f"{err:.2e} {ok}")
         del G
 
 

@@ -14,14 +14,14 @@ from .sgd import SGD
 
 _LAZY = {
     "GradientEstimator": ".estimator", "GD": ".gd", "PAGE": ".page", "EF21": ".ef21", "MARINA": ".marina",
-    **{name: ".compressors" for name in ("Compressor", "Identity", "Natural", "RandK", "RandomDithering",
-                                          "RandSeqK", "Scaled", "TopK")},
+    **{name: "..fl.compressors" for name in ("Compressor", "Identity", "Natural", "RandK", "RandomDithering",
+                                              "RandSeqK", "Scaled", "TopK")},
 }
 
 __all__ = ["Optimizer", "SGD", "Adam", "AdamW", "mean_loss", *_LAZY]
 
 if TYPE_CHECKING:  # what __getattr__ below loads, as type checkers should see it
-    from .compressors import (  # noqa: F401
+    from ..fl.compressors import (  # noqa: F401
         Compressor,
         Identity,
         Natural,

@@ -20,7 +20,7 @@ class CompiledGraphRunner:
         self._f = bt.value_and_grad(expr, argnums=(0, 1))
         self._f(*leaves)  # the trace, outside the timed region
         self._leaves = leaves
-        self._last = None
+        self._last: tuple[float, float, float] | None = None
 
     def run(self, phase: str, n: int) -> None:
         X = self._np.tile(self._np.asarray(self._leaves, dtype=self._np.float64), (n, 1))
@@ -28,6 +28,7 @@ class CompiledGraphRunner:
         self._last = (float(values[-1]), float(grads[-1, 0]), float(grads[-1, 1]))
 
     def numbers(self) -> dict:
+        assert self._last is not None, "numbers() comes after run()"
         g, da, db = self._last
         return {"g": g, "dg/da": da, "dg/db": db}
 

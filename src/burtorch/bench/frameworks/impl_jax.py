@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+from functools import partial
 from typing import Any
 
 # One intra-op thread, set before jax is imported; the process is pinned to one core anyway.
@@ -11,8 +12,8 @@ import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
 from ...app.paper_graphs import w1_expr, w2_expr  # noqa: E402
-from ..specs import GPT_DMODEL, GPT_HEAD_SIZE, GPT_HEADS, GPT_LAYERS, GPT_LR, LN_EPS, MLP_LR  # noqa: E402
-from . import Unavailable  # noqa: E402
+from ..specs import GPT_LR, MLP_LR  # noqa: E402
+from . import Unavailable, array_models  # noqa: E402
 from .training import TrainRunner  # noqa: E402
 
 
@@ -53,49 +54,12 @@ class GraphRunner:
 
 # --- W4 / W5 ----------------------------------------------------------------------------------
 
-def cross_entropy(logits, y):
-    logp = jax.nn.log_softmax(logits, axis=-1)
-    return -jnp.mean(jnp.take_along_axis(logp, y[:, None], axis=-1))
-
-
-def layer_norm(x, w, b):
-    mean = jnp.mean(x, axis=-1, keepdims=True)
-    var = jnp.mean((x - mean) ** 2, axis=-1, keepdims=True)
-    return (x - mean) / jnp.sqrt(var + LN_EPS) * w + b
-
-
-def mlp_loss(p, x, y):
-    emb = p["C"][x].reshape(x.shape[0], -1)
-    h = jnp.tanh(emb @ p["W1"] + p["b1"])
-    return cross_entropy(h @ p["W2"] + p["b2"], y)
-
-
-def gpt_loss(p, x, y):
-    B, T = x.shape
-    d, H, hs = GPT_DMODEL, GPT_HEADS, GPT_HEAD_SIZE
-    mask = jnp.tril(jnp.ones((T, T), dtype=bool))
-    h = p["wte"][x] + p["wpe"][:T]
-
-    def heads(t):
-        return t.reshape(B, T, H, hs).transpose(0, 2, 1, 3)
-
-    for i in range(GPT_LAYERS):
-        a = layer_norm(h, p[f"{i}.ln1.w"], p[f"{i}.ln1.b"])
-        q, k, v = heads(a @ p[f"{i}.q"]), heads(a @ p[f"{i}.k"]), heads(a @ p[f"{i}.v"])
-        att = (q @ k.transpose(0, 1, 3, 2)) * hs ** -0.5
-        att = jax.nn.softmax(jnp.where(mask, att, -jnp.inf), axis=-1)
-        y_att = (att @ v).transpose(0, 2, 1, 3).reshape(B, T, d)
-        h = h + y_att @ p[f"{i}.proj.w"] + p[f"{i}.proj.b"]
-        a = layer_norm(h, p[f"{i}.ln2.w"], p[f"{i}.ln2.b"])
-        h = h + jax.nn.relu(a @ p[f"{i}.ff1.w"] + p[f"{i}.ff1.b"]) @ p[f"{i}.ff2.w"] + p[f"{i}.ff2.b"]
-    h = layer_norm(h, p["lnf.w"], p["lnf.b"])
-    logits = h @ p["head.w"] + p["head.b"]
-    return cross_entropy(logits.reshape(B * T, -1), y.reshape(B * T))
+_OPS = array_models.ops(jnp, lambda z: jax.nn.softmax(z, axis=-1), lambda z: jax.nn.log_softmax(z, axis=-1))
 
 
 class JaxTrainRunner(TrainRunner):
     def __init__(self, workload, variant, config):
-        loss_fn = mlp_loss if workload == "mlp" else gpt_loss
+        loss_fn = partial(array_models.mlp_loss if workload == "mlp" else array_models.gpt_loss, _OPS)
         lr = MLP_LR if workload == "mlp" else GPT_LR
 
         def step(params, x, y):

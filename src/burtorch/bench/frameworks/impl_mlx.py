@@ -1,14 +1,15 @@
 """MLX on the CPU (mlx-cpu on Linux): eager (lazy graph, evaluated every step) and mx.compile."""
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import mlx.core as mx
 from mlx.utils import tree_map
 
 from ...app.paper_graphs import w1_expr, w2_expr
-from ..specs import GPT_DMODEL, GPT_HEAD_SIZE, GPT_HEADS, GPT_LAYERS, GPT_LR, LN_EPS, MLP_LR
-from . import Unavailable
+from ..specs import GPT_LR, MLP_LR
+from . import Unavailable, array_models
 from .training import TrainRunner
 
 mx.set_default_device(mx.cpu)
@@ -54,49 +55,13 @@ class GraphRunner:
 
 # --- W4 / W5 ----------------------------------------------------------------------------------
 
-def cross_entropy(logits, y):
-    logp = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
-    return -mx.mean(mx.take_along_axis(logp, y[:, None], axis=-1))
-
-
-def layer_norm(x, w, b):
-    mean = mx.mean(x, axis=-1, keepdims=True)
-    var = mx.mean((x - mean) ** 2, axis=-1, keepdims=True)
-    return (x - mean) * mx.rsqrt(var + LN_EPS) * w + b
-
-
-def mlp_loss(p, x, y):
-    emb = p["C"][x].reshape(x.shape[0], -1)
-    h = mx.tanh(emb @ p["W1"] + p["b1"])
-    return cross_entropy(h @ p["W2"] + p["b2"], y)
-
-
-def gpt_loss(p, x, y):
-    B, T = x.shape
-    d, H, hs = GPT_DMODEL, GPT_HEADS, GPT_HEAD_SIZE
-    mask = mx.tril(mx.ones((T, T), dtype=mx.bool_))
-    h = p["wte"][x] + p["wpe"][:T]
-
-    def heads(t):
-        return t.reshape(B, T, H, hs).transpose(0, 2, 1, 3)
-
-    for i in range(GPT_LAYERS):
-        a = layer_norm(h, p[f"{i}.ln1.w"], p[f"{i}.ln1.b"])
-        q, k, v = heads(a @ p[f"{i}.q"]), heads(a @ p[f"{i}.k"]), heads(a @ p[f"{i}.v"])
-        att = (q @ k.transpose(0, 1, 3, 2)) * hs ** -0.5
-        att = mx.softmax(mx.where(mask, att, -float("inf")), axis=-1)
-        y_att = (att @ v).transpose(0, 2, 1, 3).reshape(B, T, d)
-        h = h + y_att @ p[f"{i}.proj.w"] + p[f"{i}.proj.b"]
-        a = layer_norm(h, p[f"{i}.ln2.w"], p[f"{i}.ln2.b"])
-        h = h + relu(a @ p[f"{i}.ff1.w"] + p[f"{i}.ff1.b"]) @ p[f"{i}.ff2.w"] + p[f"{i}.ff2.b"]
-    h = layer_norm(h, p["lnf.w"], p["lnf.b"])
-    logits = h @ p["head.w"] + p["head.b"]
-    return cross_entropy(logits.reshape(B * T, -1), y.reshape(B * T))
+_OPS = array_models.ops(mx, lambda z: mx.softmax(z, axis=-1),
+                        lambda z: z - mx.logsumexp(z, axis=-1, keepdims=True))
 
 
 class MlxTrainRunner(TrainRunner):
     def __init__(self, workload, variant, config):
-        loss_fn = mlp_loss if workload == "mlp" else gpt_loss
+        loss_fn = partial(array_models.mlp_loss if workload == "mlp" else array_models.gpt_loss, _OPS)
         lr = MLP_LR if workload == "mlp" else GPT_LR
         grad_fn = mx.value_and_grad(loss_fn)
 
