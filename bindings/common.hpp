@@ -180,6 +180,7 @@ void init_range(nb::module_& m);
 void init_optim(nb::module_& m);
 void init_compress(nb::module_& m);
 void init_program(nb::module_& m);
+void init_threads(nb::module_& m);
 
 // ---------------------------------------------------------------- tracing (program.cpp)
 extern PyObject* TraceError;

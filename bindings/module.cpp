@@ -13,6 +13,7 @@ NB_MODULE(_core, m) {
     btpy::init_optim(m);
     btpy::init_compress(m);
     btpy::init_program(m);
+    btpy::init_threads(m);
 #ifdef BT_BUILD_INFO
     m.attr("build_info") = BT_BUILD_INFO;
 #endif

@@ -3,6 +3,7 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include "../csrc/threads.hpp"
 #include "vector.hpp"
 
 namespace btpy {
@@ -20,6 +21,18 @@ static void check_state(const VectorBox& p, const OptimState& st, uint32_t nbuf)
         throw nb::value_error("optimizer state does not match the parameter vector");
 }
 
+// Runs step(first, count) over [0, n) in blocks across the thread pool when n is large: each
+// element's update reads and writes only that element, so blocks give the same bits as one loop.
+template <class F>
+static void in_blocks(size_t n, F&& step) {
+    const size_t tasks = bt::threads::tasks_for(double(n), double(1 << 16), n);
+    if (tasks <= 1) return step(size_t(0), n);
+    bt::threads::parallel_tasks(tasks, [&](size_t t) {
+        const auto [b, e] = bt::threads::split(n, tasks, t, 64);
+        step(b, e - b);
+    });
+}
+
 static void sgd_step(const VectorBox& p, OptimState& st, double lr, double momentum, double wd, double dampening,
                      bool nesterov) {
     check_state(p, st, momentum != 0.0 ? 1 : 0);
@@ -28,7 +41,10 @@ static void sgd_step(const VectorBox& p, OptimState& st, double lr, double momen
     size_t off = 0;
     dispatch(p.arena, [&](auto& A) {
         for (const Span& s : p.spans) {
-            bt::sgd_step(A.values() + s.first, A.grads() + s.first, st.buf.data() + off, s.second, c, first);
+            double* m = st.buf.data() + off;
+            in_blocks(s.second, [&](size_t b, size_t k) {
+                bt::sgd_step(A.values() + s.first + b, A.grads() + s.first + b, momentum != 0.0 ? m + b : m, k, c, first);
+            });
             off += momentum != 0.0 ? s.second : 0;
         }
     });
@@ -43,8 +59,11 @@ static void adam_step(const VectorBox& p, OptimState& st, double lr, double b1, 
     size_t off = 0;
     dispatch(p.arena, [&](auto& A) {
         for (const Span& s : p.spans) {
-            bt::adam_step(A.values() + s.first, A.grads() + s.first, st.buf.data() + off, st.buf.data() + p.size + off,
-                          s.second, c, st.steps);
+            double* m = st.buf.data() + off;
+            double* v = st.buf.data() + p.size + off;
+            in_blocks(s.second, [&](size_t b, size_t k) {
+                bt::adam_step(A.values() + s.first + b, A.grads() + s.first + b, m + b, v + b, k, c, st.steps);
+            });
             off += s.second;
         }
     });

@@ -12,6 +12,7 @@
 #include <map>
 #include <variant>
 
+#include "../csrc/replay_threads.hpp"
 #include "common.hpp"
 #include "vector.hpp"
 
@@ -351,6 +352,38 @@ static const double* float_inputs(const P& prog, const Buffer* X, size_t n, std:
     return xs;
 }
 
+// The oracle's accumulation (mode "arena") over `threads` blocks of samples, one workspace each,
+// with the GIL released (csrc/replay_threads.hpp): each block sums its samples' grads apart,
+// then the sums are added to the arena's grads in block order.
+template <typename T>
+static std::vector<size_t> run_replay_threads(ProgramBox& box, const bt::Program<T>& P, bt::Arena<T>& A,
+                                              const bt::Samples& in, bool zero, double seed, double* values,
+                                              int threads) {
+    if (const char* why = bt::threads::thread_count_problem(threads)) throw nb::value_error(why);
+    std::vector<T*> dst;
+    for (const bt::Span& w : box.wrt_arena) dst.push_back(A.grads() + w.first);
+    std::vector<std::vector<T>> saved;  // the grads before, restored if a loss is not finite
+    for (size_t i = 0; i < dst.size(); ++i) {
+        saved.emplace_back(dst[i], dst[i] + P.wrt[i].second);
+        if (zero) std::fill(dst[i], dst[i] + P.wrt[i].second, T(0));
+    }
+    bt::ParallelReplayResult res;
+    {
+        nb::gil_scoped_release unlocked;
+        res = bt::replay_accumulate(P, A.values(), dst.data(), in, static_cast<T>(seed), values, size_t(threads));
+    }
+    if (res.non_finite >= 0) {
+        for (size_t i = 0; i < dst.size(); ++i) std::copy(saved[i].begin(), saved[i].end(), dst[i]);
+        if (zero)  // as the one-thread replay leaves them: zeroed
+            for (size_t i = 0; i < dst.size(); ++i) std::fill(dst[i], dst[i] + P.wrt[i].second, T(0));
+        PyErr_Format(PyExc_FloatingPointError, "the loss is %s for sample %ld; lower the learning rate or check the data",
+                     std::isnan(res.non_finite_value) ? "nan" : "inf", res.non_finite);
+        throw nb::python_error();
+    }
+    box.arena->mark_grads_written();
+    return std::move(res.failed);
+}
+
 // The replay itself, shared by both entry points: n samples whose inputs are converted and checked.
 // mode: "values" (forward only), "rows" (each sample's wrt grads into row s of out), "sum" (added
 // into out, float64), "arena" (accumulated across samples on top of the wrt nodes' grads in the
@@ -360,9 +393,10 @@ static const double* float_inputs(const P& prog, const Buffer* X, size_t n, std:
 template <typename T>
 static std::vector<size_t> run_replay(ProgramBox& box, bt::Program<T>& P, bt::Workspace<T>& W, const bt::Samples& in,
                                       bt::Reduce reduce, bool to_arena, bool zero, double seed, double* values, T* rows,
-                                      double* sum, bool stream = false) {
+                                      double* sum, bool stream = false, int threads = 1) {
     box.check_alive();
     bt::Arena<T>& A = typed<T>(box.arena);
+    if (to_arena && threads > 1 && in.n > 1) return run_replay_threads(box, P, A, in, zero, seed, values, threads);
     bt::prepare(P, W, A.values());
     T* ag = A.grads();
     if (to_arena && !zero)  // continue from the grads already there, so additions happen in the eager order
@@ -465,7 +499,8 @@ static nb::list replay_rows_typed(ProgramBox& box, bt::Program<T>& P, bt::Worksp
 template <typename T>
 static nb::tuple replay_samples_typed(ProgramBox& box, bt::Program<T>& P, bt::Workspace<T>& W, nb::handle batch_h,
                                       size_t start, const std::vector<int64_t>& shape, const std::string& mode,
-                                      double seed, nb::handle values_h, nb::handle out_h, bool zero, bool stream) {
+                                      double seed, nb::handle values_h, nb::handle out_h, bool zero, bool stream,
+                                      int threads) {
     bool to_arena = false;
     const bt::Reduce reduce = parse_mode(mode, &to_arena);
     if (!PyList_Check(batch_h.ptr())) throw nb::type_error("batch must be a list of samples");
@@ -531,7 +566,7 @@ static nb::tuple replay_samples_typed(ProgramBox& box, bt::Program<T>& P, bt::Wo
     GradOutputs<T> out(reduce, out_h, N, P.num_wrt);
     const std::vector<size_t> failed =
         run_replay(box, P, W, in, reduce, to_arena, zero, seed, values.data ? values.data + start : nullptr,
-                   out.rows.data ? out.rows.data + start * P.num_wrt : nullptr, out.sum.data, stream);
+                   out.rows.data ? out.rows.data + start * P.num_wrt : nullptr, out.sum.data, stream, threads);
     return nb::make_tuple(stop, to_list(failed, start));
 }
 
@@ -543,10 +578,11 @@ static nb::list replay(ProgramBox& box, nb::handle X, nb::handle ids, const std:
 
 static nb::tuple replay_samples(ProgramBox& box, nb::handle batch, size_t start, const std::vector<int64_t>& shape,
                                 const std::string& mode, double seed, nb::handle values, nb::handle out, bool zero,
-                                bool stream) {
+                                bool stream, int threads) {
     if (!std::isfinite(seed)) throw nb::value_error("seed must be finite");
+    if (const char* why = bt::threads::thread_count_problem(threads)) throw nb::value_error(why);
     return box.visit([&](auto& P, auto& W) {
-        return replay_samples_typed(box, P, W, batch, start, shape, mode, seed, values, out, zero, stream);
+        return replay_samples_typed(box, P, W, batch, start, shape, mode, seed, values, out, zero, stream, threads);
     });
 }
 
@@ -626,7 +662,7 @@ void init_program(nb::module_& m) {
              nb::arg("values").none() = nb::none(), nb::arg("out").none() = nb::none(), nb::arg("zero") = false)
         .def("_replay_samples", &replay_samples, nb::arg("batch"), nb::arg("start"), nb::arg("shape"), nb::arg("mode"),
              nb::arg("seed"), nb::arg("values").none() = nb::none(), nb::arg("out").none() = nb::none(),
-             nb::arg("zero") = false, nb::arg("stream") = false);
+             nb::arg("zero") = false, nb::arg("stream") = false, nb::arg("threads") = 1);
 }
 
 }  // namespace btpy

@@ -7,6 +7,8 @@
 //
 // Comparisons: <, <=, >, >= compare values and return a bool (Python control flow on data);
 // == and != stay identity, so Values can be dict keys and set members as in micrograd.
+#include <optional>
+
 #include "common.hpp"
 
 #include <cmath>
@@ -264,10 +266,17 @@ static PyObject* m_backward(PyObject* self, PyObject* const* args, Py_ssize_t na
         stop = lo;
     }
     // 3. sweep
+    // A large graph's sweep runs without the GIL (other Python threads go on; the arena itself
+    // must not be used by them meanwhile). Small ones keep it: releasing costs more than they do.
+    const bool release = v->arena->num_slots() >= (size_t(1) << 16);
     PyObject* r = guarded([&]() -> PyObject* {
-        dispatch(v->arena, [&](auto& A) {
-            A.backward(v->idx, static_cast<typename std::remove_reference_t<decltype(A)>::value_type>(seed), stop);
-        });
+        {
+            std::optional<nb::gil_scoped_release> unlocked;
+            if (release) unlocked.emplace();
+            dispatch(v->arena, [&](auto& A) {
+                A.backward(v->idx, static_cast<typename std::remove_reference_t<decltype(A)>::value_type>(seed), stop);
+            });
+        }
         Py_RETURN_NONE;
     });
     if (r) check_unbounded_growth(v->arena);

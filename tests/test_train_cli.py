@@ -66,7 +66,8 @@ def test_train_plot_when_matplotlib_is_installed(tmp_path, capsys):
 @pytest.mark.parametrize("flag,value", [("--batch", "0"), ("--eval-every", "0"), ("--steps", "-5"),
                                         ("--steps", "0"), ("--lr", "0"), ("--lr", "nan"), ("--lr", "-1"),
                                         ("--save-every", "0"), ("--chunk", "0"), ("--sample", "-1"),
-                                        ("--eval-samples", "0"), ("--hidden", "0"), ("--batch", "x")])
+                                        ("--eval-samples", "0"), ("--hidden", "0"), ("--batch", "x"),
+                                        ("--threads", "0"), ("--threads", "-1")])
 def test_every_number_is_validated_by_argparse(flag, value, capsys):
     with pytest.raises(SystemExit) as e:
         main(["train", "mlp", flag, value])
@@ -87,6 +88,16 @@ def test_bad_data_and_missing_checkpoints_are_clear_errors(tmp_path, capsys):
     expect_error(capsys, ["train", "mlp", "--resume", str(tmp_path / "nothing")], "No such file")
     expect_error(capsys, ["train", "mlp", "--resume", str(tmp_path)], "directory")
     expect_error(capsys, ["train", "gpt", "--hidden", "8", "--steps", "1"], "mlp only")
+    expect_error(capsys, ["train", "gpt", "--threads", "4096", "--steps", "1"], "may use")
+
+
+@pytest.mark.skipif(__import__("burtorch")._core._allowed_cores() < 2, reason="one core only")
+@pytest.mark.parametrize("extra", [["--compile"], ["--chunk", "4"]])
+def test_train_on_two_threads_learns(extra, capsys):
+    out = run(capsys, "train", "gpt", "--preset", "tiny", "--steps", "30", "--batch", "8", "--eval-every", "30",
+              "--eval-samples", "16", "--sample", "0", "--threads", "2", *extra)
+    first, last = val_losses(out)[0], val_losses(out)[-1]
+    assert last < first
 
 
 @pytest.fixture

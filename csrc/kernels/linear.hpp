@@ -2,13 +2,33 @@
 // gx += gy W, gW += gy^T x, gb += column sums of gy (backward).
 // x: rows * in values; W: out * in, row-major (rows of W are output units, as nn.Linear's);
 // b: out, or absent. Output rows * out. The products are the register-tiled kernels of gemm.hpp.
+//
+// Large layers split across the thread pool (threads.hpp): the forward and the weight gradient
+// by output units, the input gradient by rows, so each task owns whole output elements and gives
+// the same bits as one thread (gemm.hpp keeps every element one chain whatever the split).
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
+#include "../threads.hpp"
 #include "gemm.hpp"
 
 namespace bt {
+
+// Multiply-adds (rows * in * out) above which a layer's products are split across threads: a
+// few tens of microseconds of one core's work, so that starting a region (microseconds when a
+// helper is awake) stays a small part of it. `python -m burtorch.bench.threads` times layers
+// on both sides of it with one and two threads.
+inline constexpr double kLinearParallelWork = 1 << 16;
+// Output units per task are a multiple of this, so no task cuts a register tile's columns.
+inline constexpr size_t kLinearAlign = 16;
+
+// Tasks the forward (and the weight gradient) of this layer splits into.
+inline size_t linear_tasks(uint32_t rows, uint32_t in, uint32_t out) {
+    return threads::tasks_for(double(rows) * in * out, kLinearParallelWork,
+                              (size_t(out) + kLinearAlign - 1) / kLinearAlign);
+}
 
 // Whether the forward's tiles read W transposed (in x out). A caller that keeps W^T across many
 // calls (a program replaying many samples with fixed weights) can hand it in instead of scratch.
@@ -16,25 +36,61 @@ inline bool linear_forward_transposes_w(uint32_t rows, uint32_t in, uint32_t out
     return !gemm::forward_by_dots(rows, in, out) && gemm::forward_transposes_w(rows, in, out);
 }
 
-// Scratch (elements) the forward needs: the operand its tiles transpose, none for dot products
-// or when W^T is supplied.
-inline size_t linear_forward_scratch(uint32_t rows, uint32_t in, uint32_t out, bool have_wt = false) {
-    if (have_wt && linear_forward_transposes_w(rows, in, out)) return 0;
-    return gemm::forward_scratch(rows, in, out, 0, out);
+// Scratch (elements) one task's forward over output units [o0, o1) needs: the operand its tiles
+// transpose; none for dot products, nor when they would transpose W and W^T is supplied.
+inline size_t linear_task_scratch(uint32_t rows, uint32_t in, uint32_t out, size_t o0, size_t o1, bool have_wt) {
+    if (have_wt && !gemm::forward_by_dots(rows, in, out) && gemm::forward_transposes_w(rows, in, o1 - o0)) return 0;
+    return gemm::forward_scratch(rows, in, out, o0, o1);
+}
+
+// Scratch (elements) the forward needs over `tasks` tasks, each its own.
+inline size_t linear_forward_scratch(uint32_t rows, uint32_t in, uint32_t out, bool have_wt = false,
+                                     size_t tasks = 1) {
+    size_t n = 0;
+    for (size_t t = 0; t < tasks; ++t) {
+        const auto [o0, o1] = threads::split(out, tasks, t, kLinearAlign);
+        n += linear_task_scratch(rows, in, out, o0, o1, have_wt);
+    }
+    return n;
 }
 
 // wt: W^T (in x out) when the caller has it (only read when the tiles would transpose W).
 template <typename T>
 inline void linear_fwd(const T* x, const T* W, const T* b, T* y, uint32_t rows, uint32_t in, uint32_t out,
-                       T* scratch, const T* wt = nullptr) {
-    gemm::forward(x, W, b, y, rows, in, out, 0, out, scratch, wt);
+                       T* scratch, const T* wt = nullptr, size_t tasks = 1) {
+    if (tasks <= 1) return gemm::forward(x, W, b, y, rows, in, out, 0, out, scratch, wt);
+    std::vector<size_t> at(tasks, 0);
+    for (size_t t = 1; t < tasks; ++t) {
+        const auto [o0, o1] = threads::split(out, tasks, t - 1, kLinearAlign);
+        at[t] = at[t - 1] + linear_task_scratch(rows, in, out, o0, o1, wt != nullptr);
+    }
+    threads::parallel_tasks(tasks, [&](size_t t) {
+        const auto [o0, o1] = threads::split(out, tasks, t, kLinearAlign);
+        gemm::forward(x, W, b, y, rows, in, out, o0, o1, scratch ? scratch + at[t] : nullptr, wt);
+    });
 }
 
 template <typename T>
 inline void linear_bwd(const T* x, const T* W, const T* gy, T* gx, T* gW, T* gb, uint32_t rows, uint32_t in,
                        uint32_t out) {
-    gemm::grad_input(gy, W, gx, rows, in, out, 0, rows);
-    gemm::grad_weight(gy, x, gW, gb, rows, in, out, 0, out);
+    const size_t tw = linear_tasks(rows, in, out);
+    if (tw <= 1) {
+        gemm::grad_input(gy, W, gx, rows, in, out, 0, rows);
+        gemm::grad_weight(gy, x, gW, gb, rows, in, out, 0, out);
+        return;
+    }
+    // One region for both products: row blocks of gx first, then unit blocks of gW (tasks are
+    // taken in order, so the larger input-gradient blocks of a one-row layer start first).
+    const size_t ti = std::min<size_t>(tw, (size_t(rows) + 7) / 8);
+    threads::parallel_tasks(ti + tw, [&](size_t t) {
+        if (t < ti) {
+            const auto [r0, r1] = threads::split(rows, ti, t);
+            gemm::grad_input(gy, W, gx, rows, in, out, r0, r1);
+        } else {
+            const auto [o0, o1] = threads::split(out, tw, t - ti, kLinearAlign);
+            gemm::grad_weight(gy, x, gW, gb, rows, in, out, o0, o1);
+        }
+    });
 }
 
 }  // namespace bt

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "../arena.hpp"
+#include "../threads.hpp"
 
 namespace bt {
 
@@ -89,6 +90,23 @@ inline const T* contiguous(const T* base, const SpanList& s, T* scratch) {
     if (s.n == 1) return base + s.first(0);
     gather(base, s, scratch);
     return scratch;
+}
+
+// Range ops over many independent items (rows, elements, sequence x head pairs) split them across
+// the thread pool when there are at least kParallelItemWork units of work (a unit is roughly one
+// arithmetic operation, so tens of microseconds on one core, while starting a region costs
+// microseconds), each task a contiguous block of items that it alone writes, so results do not
+// depend on the split. f(first, last) runs each block.
+inline constexpr double kParallelItemWork = 1 << 15;
+
+template <class F>
+inline void for_item_blocks(size_t items, double work_per_item, F&& f) {
+    const size_t tasks = threads::tasks_for(double(items) * work_per_item, kParallelItemWork, items);
+    if (tasks <= 1) return f(size_t(0), items);
+    threads::parallel_tasks(tasks, [&](size_t t) {
+        const auto [b, e] = threads::split(items, tasks, t);
+        f(b, e);
+    });
 }
 
 // Appends a range record over vector operands `ops` with an op-specific tail (tail, then tail2),

@@ -17,7 +17,7 @@ inline uint32_t append_linear(Arena<T>& A, const Spans& x, const Spans& W, const
     linear_forward(A.frame(), ap.rec, decode_operands(ap.args));
     return ap.out;
 }
-// Scratch: [x gathered (rows * in) | the operand the forward's tiles transpose, if any (none when
+// Scratch: [x gathered (rows * in) | the operand each task's tiles transpose, if any (none when
 // the frame keeps W^T: a replay transposes each weight once per call)].
 template <typename T>
 inline void linear_forward(const Frame<T>& A, const Record& r, const Operands& o) {
@@ -25,11 +25,12 @@ inline void linear_forward(const Frame<T>& A, const Record& r, const Operands& o
     const bool has_b = o.tail[3] != 0;
     const size_t nx = size_t(rows) * nin;
     const T* wt = A.transposed(o.v[1].first(0));
-    const size_t nw = linear_forward_scratch(rows, nin, nout, wt != nullptr);
+    const size_t tasks = linear_tasks(rows, nin, nout);
+    const size_t nw = linear_forward_scratch(rows, nin, nout, wt != nullptr, tasks);
     T* scratch = A.scratch(nx + nw).data();
     const T* xs = contiguous(A.values(), o.v[0], scratch);
     linear_fwd(xs, A.values() + o.v[1].first(0), has_b ? A.values() + o.v[2].first(0) : nullptr,
-               A.values() + r.out, rows, nin, nout, nw ? scratch + nx : nullptr, wt);
+               A.values() + r.out, rows, nin, nout, nw ? scratch + nx : nullptr, wt, tasks);
 }
 // Scratch: [x gathered (rows * in) | gx (rows * in)].
 template <typename T>

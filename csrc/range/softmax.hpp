@@ -2,21 +2,32 @@
 #pragma once
 #include <cmath>
 #include <limits>
+#include <type_traits>
+
+#include "../kernels/vmath.hpp"
 
 #include "../kernels/vec.hpp"
 #include "common.hpp"
 
 namespace bt {
 
+// e^(x[j] - m) for j < n into y (x and y may be the same row): vectorized for float
+// (kernels/vmath.hpp, within a float ulp), libm's exp for double.
+template <typename T>
+inline void exp_shifted(const T* x, T m, T* y, uint32_t n) {
+    if constexpr (std::is_same_v<T, float>)
+        for (uint32_t j = 0; j < n; ++j) y[j] = kernels::exp_float(x[j] - m);
+    else
+        for (uint32_t j = 0; j < n; ++j) y[j] = std::exp(x[j] - m);
+}
+
 template <typename T>
 inline void softmax_row(const T* x, T* y, uint32_t n) {
     T m = -std::numeric_limits<T>::infinity();
     for (uint32_t j = 0; j < n; ++j) m = std::max(m, x[j]);
+    exp_shifted(x, m, y, n);
     T s = T(0);
-    for (uint32_t j = 0; j < n; ++j) {
-        y[j] = std::exp(x[j] - m);
-        s += y[j];
-    }
+    for (uint32_t j = 0; j < n; ++j) s += y[j];  // in order, as before the exps were vectorized
     const T inv = T(1) / s;
     for (uint32_t j = 0; j < n; ++j) y[j] *= inv;
 }
@@ -34,7 +45,10 @@ template <typename T>
 inline void softmax_forward(const Frame<T>& A, const Record& r, const Operands& o) {
     const uint32_t rows = o.tail[0], n = o.tail[1];
     const T* xs = contiguous(A.values(), o.v[0], A.scratch(size_t(rows) * n).data());
-    for (uint32_t i = 0; i < rows; ++i) softmax_row(xs + size_t(i) * n, A.values() + r.out + size_t(i) * n, n);
+    T* y = A.values() + r.out;
+    for_item_blocks(rows, 8.0 * n, [&](size_t b, size_t e) {
+        for (size_t i = b; i < e; ++i) softmax_row(xs + i * n, y + i * n, n);
+    });
 }
 // Scratch: gx (rows * n).
 template <typename T>
@@ -43,12 +57,14 @@ inline void softmax_backward(const Frame<T>& A, const Record& r, const Operands&
     T* gx = A.scratch(size_t(rows) * n).data();
     const T* y = A.values() + r.out;
     const T* gy = A.grads() + r.out;
-    for (uint32_t i = 0; i < rows; ++i) {
-        const T* yr = y + size_t(i) * n;
-        const T* gr = gy + size_t(i) * n;
-        const T s = kernels::dot(gr, yr, n);
-        for (uint32_t j = 0; j < n; ++j) gx[size_t(i) * n + j] = yr[j] * (gr[j] - s);
-    }
+    for_item_blocks(rows, 4.0 * n, [&](size_t b, size_t e) {
+        for (size_t i = b; i < e; ++i) {
+            const T* yr = y + i * n;
+            const T* gr = gy + i * n;
+            const T s = kernels::dot(gr, yr, n);
+            for (uint32_t j = 0; j < n; ++j) gx[i * n + j] = yr[j] * (gr[j] - s);
+        }
+    });
     scatter_add(A.grads(), o.v[0], gx);
 }
 
@@ -60,7 +76,12 @@ inline T logsumexp(const T* z, uint32_t n) {
     T m = -std::numeric_limits<T>::infinity();
     for (uint32_t j = 0; j < n; ++j) m = std::max(m, z[j]);
     T s = T(0);
-    for (uint32_t j = 0; j < n; ++j) s += std::exp(z[j] - m);
+    T e[64];  // the exps a block at a time (vectorized), summed in order
+    for (uint32_t j0 = 0; j0 < n; j0 += 64) {
+        const uint32_t k = std::min<uint32_t>(64, n - j0);
+        exp_shifted(z + j0, m, e, k);
+        for (uint32_t j = 0; j < k; ++j) s += e[j];
+    }
     return m + std::log(s);
 }
 
@@ -72,17 +93,20 @@ inline uint32_t append_cross_entropy(Arena<T>& A, const Spans& logits, uint32_t 
     cross_entropy_forward(A.frame(), ap.rec, decode_operands(ap.args));
     return ap.out;
 }
-// Scratch: logits gathered (rows * V).
+// Scratch: [logits gathered (rows * V) | each row's loss (rows)].
 template <typename T>
 inline void cross_entropy_forward(const Frame<T>& A, const Record& r, const Operands& o) {
     const uint32_t rows = o.tail[0], V = o.tail[1];
     const uint32_t* targets = o.tail + 2;
-    const T* z = contiguous(A.values(), o.v[0], A.scratch(size_t(rows) * V).data());
+    const size_t n = size_t(rows) * V;
+    T* buf = A.scratch(n + rows).data();
+    const T* z = contiguous(A.values(), o.v[0], buf);
+    T* row_loss = buf + n;
+    for_item_blocks(rows, 8.0 * V, [&](size_t b, size_t e) {
+        for (size_t i = b; i < e; ++i) row_loss[i] = logsumexp(z + i * V, V) - z[i * V + targets[i]];
+    });
     T loss = T(0);
-    for (uint32_t i = 0; i < rows; ++i) {
-        const T* zr = z + size_t(i) * V;
-        loss += logsumexp(zr, V) - zr[targets[i]];
-    }
+    for (uint32_t i = 0; i < rows; ++i) loss += row_loss[i];  // in row order, whatever the split
     A.values()[r.out] = loss / T(rows);
 }
 // Scratch: [logits gathered (rows * V) | gz (rows * V)].
@@ -95,11 +119,13 @@ inline void cross_entropy_backward(const Frame<T>& A, const Record& r, const Ope
     const T* z = contiguous(A.values(), o.v[0], buf);
     T* gz = buf + n;
     const T d = A.grads()[r.out] / T(rows);
-    for (uint32_t i = 0; i < rows; ++i) {
-        softmax_row(z + size_t(i) * V, gz + size_t(i) * V, V);
-        for (uint32_t j = 0; j < V; ++j) gz[size_t(i) * V + j] *= d;
-        gz[size_t(i) * V + targets[i]] -= d;
-    }
+    for_item_blocks(rows, 8.0 * V, [&](size_t b, size_t e) {
+        for (size_t i = b; i < e; ++i) {
+            softmax_row(z + i * V, gz + i * V, V);
+            for (uint32_t j = 0; j < V; ++j) gz[i * V + j] *= d;
+            gz[i * V + targets[i]] -= d;
+        }
+    });
     scatter_add(A.grads(), o.v[0], gz);
 }
 

@@ -18,7 +18,7 @@ LossFn = Callable[[Any, Any], _core.Value]
 
 
 def grad_oracle(model: Any, batch: Sequence[Any], loss_fn: LossFn | None = None, zero_grad: bool = True,
-                chunk: int = 1, compile: bool = False) -> float:
+                chunk: int = 1, compile: bool = False, threads: int | None = None) -> float:
     """Accumulates the gradient of the mean loss over ``batch`` into the parameters' grads.
 
     Args:
@@ -32,23 +32,51 @@ def grad_oracle(model: Any, batch: Sequence[Any], loss_fn: LossFn | None = None,
         compile: trace each distinct sample shape once (token ids and targets are program
             inputs) and replay every sample natively (burtorch.oracle_compiled): the same
             gradient, no Python per sample.
+        threads: native threads for this call, 1 .. the cores this process may use; default
+            ``bt.get_num_threads()``. Compiled: the batch is split into that many blocks of
+            samples replayed at once, each block's gradient summed in its own buffer, the blocks
+            added in order (the same bits on every run for a given count; one thread is exactly
+            the eager order). Eager: large range records (a chunk's layers) split inside the op,
+            which gives the same bits whatever the count.
 
     Returns:
         The mean loss over ``batch``.
 
     Raises:
-        ValueError: an empty batch, a bad ``chunk``, ``chunk > 1`` without ``loss_batch``, or
-            ``chunk > 1`` with ``compile``.
+        ValueError: an empty batch, a bad ``chunk``, ``chunk > 1`` without ``loss_batch``,
+            ``chunk > 1`` with ``compile``, or ``threads`` out of range.
         TypeError: a loss is not a scalar Value.
         FloatingPointError: a sample's loss is inf or nan.
     """
     if not isinstance(chunk, int) or chunk < 1:
         raise ValueError(f"chunk must be a positive int, got {chunk!r}")
+    n_threads = checked_threads(threads)
     if compile:  # each sample shape traced once, every sample replayed natively
         if chunk != 1:
             raise ValueError("compile=True replays per-sample programs; use chunk=1")
         from .oracle_compiled import compiled_grad_oracle
-        return compiled_grad_oracle(model, batch, loss_fn, zero_grad)
+        return compiled_grad_oracle(model, batch, loss_fn, zero_grad, threads=n_threads)
+    old = _core._swap_call_threads(n_threads)
+    try:
+        return _eager_oracle(model, batch, loss_fn, zero_grad, chunk)
+    finally:
+        _core._swap_call_threads(old)
+
+
+def checked_threads(threads: int | None) -> int:
+    """``threads`` as a thread count: None is ``get_num_threads()``; 1 .. the cores this process
+    may use, else ValueError (TypeError for a non-int)."""
+    if threads is None:
+        return int(_core.get_num_threads())
+    if isinstance(threads, bool) or not isinstance(threads, int):
+        raise TypeError(f"threads must be an int, got {type(threads).__name__}")
+    cores = int(_core._allowed_cores())
+    if not 1 <= threads <= cores:
+        raise ValueError(f"threads must be in 1..{cores} (the cores this process may use), got {threads}")
+    return threads
+
+
+def _eager_oracle(model: Any, batch: Sequence[Any], loss_fn: LossFn | None, zero_grad: bool, chunk: int) -> float:
     if chunk > 1:
         if loss_fn is not None or not hasattr(model, "loss_batch"):
             raise ValueError("chunk > 1 needs a model with loss_batch(samples) and no custom loss_fn")

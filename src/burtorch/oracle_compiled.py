@@ -81,7 +81,7 @@ def _program(model, sample, shape, loss_fn, wrt):
     return prog
 
 
-def _replay_batch(model, batch, loss_fn, wrt, mode, seed, values, out, zero=False, stream=False):
+def _replay_batch(model, batch, loss_fn, wrt, mode, seed, values, out, zero=False, stream=False, threads=1):
     """Replays every sample of batch (a list) from the program of its shape, run by run of
     consecutive samples of one shape (batch order kept, so grads accumulate in the order of the
     eager oracle). Yields each run's failed sample indices (into batch), after the run."""
@@ -89,16 +89,17 @@ def _replay_batch(model, batch, loss_fn, wrt, mode, seed, values, out, zero=Fals
     while i < n:
         shape = _shape(batch[i])
         prog = _program(model, batch[i], shape, loss_fn, wrt)
-        stop, failed = prog._replay_samples(batch, i, shape, mode, seed, values, out, zero, stream)
+        stop, failed = prog._replay_samples(batch, i, shape, mode, seed, values, out, zero, stream, threads)
         zero = False  # later runs continue from the grads the first one wrote
         yield failed
         i = stop
 
 
-def compiled_grad_oracle(model, batch, loss_fn=None, zero_grad: bool = True) -> float:
+def compiled_grad_oracle(model, batch, loss_fn=None, zero_grad: bool = True, threads: int = 1) -> float:
     """grad_oracle(model, batch, compile=True): d mean_loss / d params into the parameters' grads,
     each sample replayed from its shape's program with seed 1/b. Returns the mean loss. Needs no
-    numpy: ids go to the replay as the batch's own lists."""
+    numpy: ids go to the replay as the batch's own lists. threads > 1 replays blocks of each
+    shape's run at once (burtorch.oracle.grad_oracle says how their grads add)."""
     batch = batch if type(batch) is list else list(batch)
     n = len(batch)
     if n == 0:
@@ -107,7 +108,8 @@ def compiled_grad_oracle(model, batch, loss_fn=None, zero_grad: bool = True) -> 
     arena = None
     # zero=zero_grad: the first replay starts the parameter grads from zero instead of reading
     # them (the same as zeroing them first, without the pass)
-    for failed in _replay_batch(model, batch, loss_fn, None, "arena", 1.0 / n, values, None, zero_grad):
+    for failed in _replay_batch(model, batch, loss_fn, None, "arena", 1.0 / n, values, None, zero_grad,
+                                threads=threads):
         for s in failed:  # a guard came out differently: this sample runs eagerly
             arena = arena or _parameters(model).arena
             values[s] = _eager_sample(model, batch[s], loss_fn, arena, 1.0 / n)

@@ -62,6 +62,10 @@ def register(sub) -> None:
     p.add_argument("--compile", action="store_true", help="trace each sample shape once and replay every "
                    "sample natively (recorded programs: the same gradients, no Python per sample); may "
                    "change between a run and its resumption")
+    p.add_argument("--threads", type=positive_int, default=1, help="native threads (default 1; at most the "
+                   "cores this process may use): with --compile, blocks of each batch replay at once "
+                   "(the last bits of the sums depend on N); with --chunk, a chunk's layers split "
+                   "across threads (the same bits for any N); per-sample eager ops are too small to split")
     p.add_argument("--dtype", choices=["float32", "float64"], help="default: float32")
     p.add_argument("--seed", type=int, help="seeds initialisation, sampling and the data split (default: 1337)")
     p.add_argument("--eval-every", type=positive_int, help="steps between validation losses (default: 250)")
@@ -248,6 +252,8 @@ def _main(args) -> int:
     run = _run_settings(args, meta)
     if args.compile and run["chunk"] != 1:
         raise UsageError("--compile replays per-sample programs; it does not combine with --chunk")
+    if args.threads > bt._core._allowed_cores():
+        raise UsageError(f"--threads {args.threads}: this process may use {bt._core._allowed_cores()} core(s)")
     cfg = _model_config(args.model, run)
     data_path = args.data if args.data is not None else (meta["data"].get("path") if meta else None)
     try:
@@ -331,7 +337,7 @@ def _main(args) -> int:
     with StopRequests() as stop:
         history = train(model, optimizer, train_set, val_samples, steps, run["batch"], rng, run["eval_every"],
                         history, start, Progress(steps), chunk=run["chunk"], after_step=after_step, stop=stop,
-                        compile=args.compile)
+                        compile=args.compile, threads=args.threads)
     dt = time.perf_counter() - t0
     reached = history.steps[-1] if history.steps else start
     done = reached - start

@@ -26,7 +26,7 @@ class History:
 
 def train(model, optimizer, train_set, val_samples, steps: int, batch: int, rng: random.Random | None = None,
           eval_every: int = 200, history: History | None = None, start_step: int = 0, progress=None,
-          chunk: int = 1, after_step=None, stop=None, compile: bool = False) -> History:
+          chunk: int = 1, after_step=None, stop=None, compile: bool = False, threads: int = 1) -> History:
     """Runs steps ``start_step + 1 .. steps`` of training.
 
     Args:
@@ -43,6 +43,7 @@ def train(model, optimizer, train_set, val_samples, steps: int, batch: int, rng:
         progress: an object with ``update(step, loss, val)``, or None.
         chunk: samples per graph (see :func:`burtorch.oracle.grad_oracle`).
         compile: replay recorded per-sample programs (see :func:`burtorch.oracle.grad_oracle`).
+        threads: native threads per step (see :func:`burtorch.oracle.grad_oracle`).
         after_step: ``after_step(step, history)``, called after each step (periodic checkpoints).
         stop: an object whose ``signal`` turns non-None to stop after the current step.
 
@@ -64,7 +65,7 @@ def train(model, optimizer, train_set, val_samples, steps: int, batch: int, rng:
     val = history.val_loss[-1] if history.val_loss else None
     for step in range(start_step + 1, steps + 1):
         samples = train_set.batch(batch, rng)
-        loss = grad_oracle(model, samples, chunk=chunk, compile=compile)
+        loss = grad_oracle(model, samples, chunk=chunk, compile=compile, threads=threads)
         optimizer.step()
         ema = loss if ema is None else 0.95 * ema + 0.05 * loss
         history.steps.append(step)

@@ -23,12 +23,13 @@ def emit(obj: dict) -> None:
 
 
 def pin(cpu) -> list | None:
-    """Pins this process to one core where the OS allows; returns the affinity in force."""
+    """Pins this process to one core (or a list of cores, for a threaded run) where the OS
+    allows; returns the affinity in force."""
     if not hasattr(os, "sched_setaffinity"):
         return None
     if cpu is not None:
         try:
-            os.sched_setaffinity(0, {int(cpu)})
+            os.sched_setaffinity(0, {int(c) for c in cpu} if isinstance(cpu, list) else {int(cpu)})
         except OSError:
             pass
     return sorted(os.sched_getaffinity(0))

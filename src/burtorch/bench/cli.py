@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import os
 import shlex
 import sys
 import time
@@ -76,6 +77,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--warmup", type=non_negative_int, help="untimed warm-up iterations / steps")
     p.add_argument("--embed", type=int_list, help="W4 hidden sizes e, e.g. 4,64,1024")
     p.add_argument("--batch", type=int_list, help="W4/W5 batch sizes b, e.g. 1,64")
+    p.add_argument("--threads", type=int_list, help="W4/W5: thread counts of the burtorch rows, e.g. 1,2 "
+                   "(a threads column; a run of N threads is pinned to N cores; peers run on one)")
     p.add_argument("--data", metavar="PATH",
                    help="a directory with names.txt / tinyshakespeare.txt, or one file for "
                         "W4/W5 (default: $BURTORCH_DATA, else the embedded corpus)")
@@ -102,6 +105,10 @@ def register(subparsers) -> argparse.ArgumentParser:
 def _validate(args) -> None:
     if args.data is not None and not Path(args.data).exists():
         raise SystemExit(f"burtorch bench: --data {args.data!r} does not exist")
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    for t in getattr(args, "threads", None) or ():
+        if not 1 <= t <= cores:
+            raise SystemExit(f"burtorch bench: --threads {t}: this process may use {cores} core(s)")
 
 
 def handle(args) -> int:
@@ -151,7 +158,7 @@ def run_suite(args) -> int:
         raise SystemExit(f"burtorch bench: {exc}") from None
     overrides = {"iters": args.iters, "reps": args.reps, "warmup": args.warmup,
                  "embed": args.embed, "batch": args.batch, "data": args.data,
-                 "budget": args.budget}
+                 "budget": args.budget, "threads": args.threads}
     jobs, missing = harness.plan(workloads, entries, args.preset, overrides, args.against)
     cpu = harness.default_cpu() if args.cpu is None else (None if args.cpu == "none" else args.cpu)
     for m in missing:

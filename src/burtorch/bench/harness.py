@@ -72,6 +72,15 @@ class Job:
         return self.label or self.entry.name
 
 
+def thread_counts(entry: fw.Entry, workload: str, overrides: dict) -> list:
+    """The thread counts ``entry`` runs at: burtorch's W4/W5 rows at each of ``--threads``; every
+    other row (the peers, the GEMM floor, W1-W3) at one thread."""
+    counts = overrides.get("threads") or [1]
+    if not (entry.name.startswith("burtorch") and WORKLOADS[workload].per_step):
+        return [1]
+    return list(counts)
+
+
 def configs_for(workload: str, entry: fw.Entry, preset: str, overrides: dict) -> list:
     """The configurations ``entry`` runs for ``workload`` under ``preset`` and CLI overrides."""
     p = dict(PRESETS[preset][workload])
@@ -91,14 +100,15 @@ def configs_for(workload: str, entry: fw.Entry, preset: str, overrides: dict) ->
     named = overrides.get("embed") is not None or overrides.get("batch") is not None
     subset = None if (named or entry.name not in COMPILING) else p.get("compile_subset")
     batches = overrides.get("batch") or p["b"]
+    threads = thread_counts(entry, workload, overrides)
     if workload == "mlp":
         embeds = overrides.get("embed") or p["e"]
         grid = [(e, b) for e in embeds for b in batches]
         if subset is not None:
             grid = [eb for eb in grid if eb in subset]
-        return [{**base, "e": int(e), "b": int(b)} for e, b in grid]
+        return [{**base, "e": int(e), "b": int(b), "threads": int(t)} for e, b in grid for t in threads]
     sizes = list(batches) if subset is None else [b for b in batches if b in subset]
-    return [{**base, "b": int(b)} for b in sizes]
+    return [{**base, "b": int(b), "threads": int(t)} for b in sizes for t in threads]
 
 
 def plan(workloads, entries, preset="full", overrides=None, against=()) -> tuple[list, list]:
@@ -115,17 +125,29 @@ def plan(workloads, entries, preset="full", overrides=None, against=()) -> tuple
             if entry.name in absent or workload not in entry.workloads:
                 continue
             for config in configs_for(workload, entry, preset, overrides):
-                jobs.append(Job(entry, workload, config))
+                t = int(config.get("threads", 1))
+                jobs.append(Job(entry, workload, config, label=f"{entry.name} ({t} threads)" if t > 1 else ""))
                 if entry.name in ("burtorch", "burtorch-compiled"):
                     for label, python in against:
                         jobs.append(Job(entry, workload, config, python=python,
-                                        label=f"{entry.name}@{label}"))
+                                        label=f"{entry.name}@{label}" + (f" ({t} threads)" if t > 1 else "")))
     return jobs, missing
+
+
+def cores_for(cpu, threads: int):
+    """The cores a run of ``threads`` threads is pinned to: ``cpu`` alone for one thread, else
+    ``cpu`` and the allowed cores below it (None: not pinned)."""
+    if cpu is None or threads <= 1 or not hasattr(os, "sched_getaffinity"):
+        return cpu
+    allowed = sorted(os.sched_getaffinity(0), reverse=True)
+    below = [c for c in allowed if c < cpu]
+    return [cpu] + below[: threads - 1]
 
 
 def run_job(job: Job, cpu=None, timeout: float = 900.0) -> dict:
     """Spawns the child, times init from the spawn to its 'first' event, returns its result."""
-    spec = {"entry": job.entry.name, "workload": job.workload, "config": job.config, "cpu": cpu}
+    spec = {"entry": job.entry.name, "workload": job.workload, "config": job.config,
+            "cpu": cores_for(cpu, int(job.config.get("threads", 1)))}
     env = {**os.environ, **THREAD_ENV, **job.env}
     cmd = [job.python, "-m", "burtorch.bench.child", json.dumps(spec)]
     with tempfile.TemporaryFile(mode="w+") as err:
@@ -186,4 +208,6 @@ def run_all(jobs, cpu=None, timeout=900.0, progress=None) -> list:
 
 def describe_config(config: dict) -> str:
     parts = [f"{k}={config[k]}" for k in ("e", "b") if k in config]
+    if config.get("threads", 1) != 1:
+        parts.append(f"threads={config['threads']}")
     return " ".join(parts)

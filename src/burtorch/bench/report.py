@@ -77,8 +77,14 @@ def annotate(runs: list) -> None:
                 r["summary"][phase] = {"median": med, "min": lo, "max": hi, "ratio": ratio}
 
 
+# The pseudo-framework whose row is the machine's single-thread GEMM time for a step's shapes.
+FLOOR = "gemm-floor"
+
+
 def computed(row: dict) -> str:
     nums, w = row["numbers"], row["workload"]
+    if row.get("entry") == FLOOR:
+        return f"{nums['gflop']:.3g} GFLOP per step"
     if w in ("tiny", "small"):
         return ", ".join(f"{nums[k]:.10g}" for k in agreement.GRAD_KEYS)
     if w == "saveload":
@@ -97,17 +103,21 @@ def _fmt(x, digits=4) -> str:
 def table_rows(rows: list) -> tuple:
     """(header, body rows of strings, notes) for one workload/config group."""
     w = rows[0]["workload"]
-    header = ["framework", "phase", "units/run", f"median ({unit_label(w)})", "min", "max",
-              "x burtorch", "peak RSS MB", "init s", "computed", "agrees"]
+    header = ["framework", "threads", "phase", "units/run", f"median ({unit_label(w)})", "min", "max",
+              "x burtorch", "% of GEMM floor", "peak RSS MB", "init s", "computed", "agrees"]
+    floor = next((r for r in rows if r.get("entry") == FLOOR and r["status"] == "ok"), None)
     body, notes = [], []
     for r in rows:
         if r["status"] != "ok":
             continue
         for phase, s in r["summary"].items():
+            of_floor = "-"
+            if floor is not None and phase in floor["summary"]:
+                of_floor = f"{100 * floor['summary'][phase]['median'] / s['median']:.0f}"
             body.append([
-                r["name"], phase, f"{r['n'][phase]:,}", _fmt(s["median"]), _fmt(s["min"]),
-                _fmt(s["max"]), _fmt(s["ratio"], 3), f"{r['peak_rss'] / 2**20:.1f}",
-                _fmt(r.get("init_s"), 3), computed(r),
+                r["name"], str((r.get("config") or {}).get("threads", 1)), phase, f"{r['n'][phase]:,}",
+                _fmt(s["median"]), _fmt(s["min"]), _fmt(s["max"]), _fmt(s["ratio"], 3), of_floor,
+                f"{r['peak_rss'] / 2**20:.1f}", _fmt(r.get("init_s"), 3), computed(r),
                 "yes" if r.get("agrees") else "NO",
             ])
         if not r.get("agrees"):

@@ -30,6 +30,8 @@ def main(argv=None):
     ap.add_argument("--data", metavar="DIR", help="directory with names.txt and tinyshakespeare.txt "
                                                   "(default: $BURTORCH_DATA)")
     ap.add_argument("--steps", type=positive_int, default=20, help="training steps per process")
+    ap.add_argument("--threads", type=positive_int, default=1, help="also W5 b=64 rows with this many threads "
+                    "(per-sample, --compile, --chunk 8)")
     args = ap.parse_args(argv)
     shakespeare_path = find_data_file("tinyshakespeare.txt", args.data)
     names_path = find_data_file("names.txt", args.data)
@@ -43,6 +45,12 @@ def main(argv=None):
                       "--optimizer", "sgd", "--lr", "3e-4", "--sample", "0", "--eval-every", str(args.steps),
                       "--eval-samples", "32"]
         rows.append((f"W5 MiniGPT (46,337 params), b={b}", peak_rss_mb(cmd)))
+    if args.threads > 1:  # threads x one sample (or chunk) of activations, per way of using them
+        for extra in ([], ["--compile"], ["--chunk", "8"]):
+            cmd = base + ["gpt", "--data", shakespeare, "--steps", str(args.steps), "--batch", "64",
+                          "--optimizer", "sgd", "--lr", "3e-4", "--sample", "0", "--eval-every", str(args.steps),
+                          "--eval-samples", "32", "--threads", str(args.threads), *extra]
+            rows.append((f"W5 b=64 --threads {args.threads} {' '.join(extra)}".rstrip(), peak_rss_mb(cmd)))
     for b in (1, 64):
         cmd = base + ["mlp", "--data", names, "--hidden", "1024", "--steps", str(args.steps), "--batch", str(b),
                       "--sample", "0", "--eval-every", str(args.steps), "--eval-samples", "32"]

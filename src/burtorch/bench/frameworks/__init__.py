@@ -43,6 +43,7 @@ ENTRIES = (
     Entry("mlx-compile", "impl_mlx", "compile", ("mlx",), 'pip install "mlx[cpu]"',
           ("mlp", "gpt")),
     Entry("numpy", "impl_numpy", "plain", ("numpy",), "pip install numpy", ("saveload",)),
+    Entry("gemm-floor", "impl_gemm_floor", "sgemm", ("numpy",), "pip install numpy", ("mlp",)),
 )
 
 BY_NAME = {e.name: e for e in ENTRIES}

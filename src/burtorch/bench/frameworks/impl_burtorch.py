@@ -122,6 +122,8 @@ class BurtorchTrainRunner(TrainRunner):
     def __init__(self, workload, config, hooks, chunk: int = 1):
         self._nn, self._oracle, sgd = hooks
         self._chunk = chunk
+        self._threads = int(config.get("threads", 1))
+        bt.set_num_threads(self._threads)
         if chunk > 1:
             self.timed_region = self.chunked_region
         super().__init__(workload, config)
@@ -165,7 +167,7 @@ class BurtorchTrainRunner(TrainRunner):
         return [(ids, tgt) for ids, tgt in zip(x.tolist(), y.tolist())]
 
     def step(self, params, batch):
-        loss = self._oracle(self.model, batch, chunk=min(self._chunk, len(batch)))
+        loss = self._oracle(self.model, batch, chunk=min(self._chunk, len(batch)), threads=self._threads)
         self._opt.step()
         return params, loss
 

@@ -42,7 +42,7 @@ class CompiledTrainRunner(BurtorchTrainRunner):
                     "every sample replayed natively with seed 1/b; then SGD.step()")
 
     def step(self, params, batch):
-        loss = self._oracle(self.model, batch, compile=True)
+        loss = self._oracle(self.model, batch, compile=True, threads=self._threads)
         self._opt.step()
         return params, loss
 

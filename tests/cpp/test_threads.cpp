@@ -1,0 +1,174 @@
+// The thread pool (csrc/threads.hpp), a linear layer split across threads, and the threaded
+// replay (csrc/replay_threads.hpp), without Python. scripts/tsan.sh runs this under
+// ThreadSanitizer; scripts/sanitize.sh and ctest run it under ASan + UBSan and plainly.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <stdexcept>
+#include <vector>
+
+#include "../../csrc/burtorch.hpp"
+#include "../../csrc/kernels/linear.hpp"
+#include "../../csrc/replay_threads.hpp"
+
+static int failures = 0;
+#define CHECK(cond, ...)                                              \
+    do {                                                              \
+        if (!(cond)) {                                                \
+            ++failures;                                               \
+            std::fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
+            std::fprintf(stderr, __VA_ARGS__);                        \
+            std::fprintf(stderr, "\n");                               \
+        }                                                             \
+    } while (0)
+
+namespace th = bt::threads;
+
+// Every task runs exactly once, over many short jobs, with and without nesting.
+static void test_every_task_once() {
+    for (int round = 0; round < 2000; ++round) {
+        const size_t n = 1 + round % 13;
+        std::vector<std::atomic<int>> hits(n);
+        std::atomic<int> nested{0};
+        th::Pool::instance().run(n, 2, [&](size_t t) {
+            hits[t].fetch_add(1);
+            th::parallel_tasks(3, [&](size_t) { nested.fetch_add(1); });  // runs serially inside
+        });
+        for (size_t t = 0; t < n; ++t) CHECK(hits[t].load() == 1, "round %d task %zu ran %d times", round, t, hits[t].load());
+        CHECK(nested.load() == int(3 * n), "nested tasks %d of %zu", nested.load(), 3 * n);
+    }
+}
+
+static void test_exceptions_reach_the_caller() {
+    bool caught = false;
+    std::atomic<int> ran{0};
+    try {
+        th::Pool::instance().run(8, 2, [&](size_t t) {
+            ran.fetch_add(1);
+            if (t == 5) throw std::runtime_error("task 5");
+        });
+    } catch (const std::runtime_error& e) {
+        caught = std::string(e.what()) == "task 5";
+    }
+    CHECK(caught && ran.load() == 8, "caught %d, ran %d", int(caught), ran.load());
+}
+
+static void test_thread_counts() {
+    CHECK(th::thread_count_problem(0) != nullptr && th::thread_count_problem(-3) != nullptr, "0 and -3 refused");
+    CHECK(th::thread_count_problem(th::allowed_cores() + 1) != nullptr, "more than the cores refused");
+    CHECK(th::thread_count_problem(1) == nullptr, "1 accepted");
+    {
+        th::CallThreads scope(1);
+        CHECK(th::num_threads() == 1, "the call cap applies");
+    }
+}
+
+// A layer's products split over 2 tasks give the bits of one task.
+template <typename T>
+static void test_linear_split() {
+    std::mt19937 rng(7);
+    std::uniform_real_distribution<double> d(-1, 1);
+    const uint32_t rows = 37, in = 200, out = 90;
+    std::vector<T> x(rows * in), W(out * in), b(out), gy(rows * out);
+    for (auto* v : {&x, &W, &b, &gy})
+        for (T& e : *v) e = T(d(rng));
+    std::vector<T> y1(rows * out), y2(rows * out);
+    std::vector<T> s1(bt::linear_forward_scratch(rows, in, out, false, 1)),
+        s2(bt::linear_forward_scratch(rows, in, out, false, 2));
+    bt::linear_fwd(x.data(), W.data(), b.data(), y1.data(), rows, in, out, s1.data(), static_cast<const T*>(nullptr), 1);
+    bt::linear_fwd(x.data(), W.data(), b.data(), y2.data(), rows, in, out, s2.data(), static_cast<const T*>(nullptr), 2);
+    CHECK(y1 == y2, "forward split differs");
+    // the same with W^T supplied (as a replay keeps it): tasks that would transpose W read it
+    std::vector<T> wt(size_t(in) * out), y3(rows * out);
+    for (uint32_t o = 0; o < out; ++o)
+        for (uint32_t i = 0; i < in; ++i) wt[size_t(i) * out + o] = W[size_t(o) * in + i];
+    std::vector<T> s3(bt::linear_forward_scratch(rows, in, out, true, 2) + 1);
+    bt::linear_fwd(x.data(), W.data(), b.data(), y3.data(), rows, in, out, s3.data(), wt.data(), 2);
+    CHECK(y1 == y3, "forward split with W^T differs");
+    std::vector<T> gx1(rows * in, T(0)), gx2 = gx1, gW1(out * in, T(0)), gW2 = gW1, gb1(out, T(0)), gb2 = gb1;
+    {
+        th::CallThreads one(1);
+        bt::linear_bwd(x.data(), W.data(), gy.data(), gx1.data(), gW1.data(), gb1.data(), rows, in, out);
+    }
+    bt::linear_bwd(x.data(), W.data(), gy.data(), gx2.data(), gW2.data(), gb2.data(), rows, in, out);
+    CHECK(gx1 == gx2 && gW1 == gW2 && gb1 == gb2, "backward split differs");
+}
+
+// f(a, b) = tanh(a * w + b) * (a - 2), w a parameter: the threaded oracle over 101 samples equals
+// the serial loop within rounding, repeats bitwise, and one task is the serial loop exactly.
+static void test_threaded_replay() {
+    using bt::Op;
+    bt::Arena<double> A;
+    const uint32_t w = A.leaf(0.7);
+    bt::TraceSpec s;
+    s.base = A.checkpoint();
+    const uint32_t a = A.leaf(0.3), b = A.leaf(-1.1);
+    const uint32_t t = A.unary(Op::tanh, A.binary(Op::add, A.binary(Op::mul, a, w), b));
+    s.root = A.binary(Op::mul, t, A.unary_imm(Op::add_const, a, -2.0));
+    s.inputs = {a, b};
+    s.wrt = {{w, 1}};
+    const auto P = bt::Program<double>::build(A, s);
+    A.rewind(s.base);
+    const size_t n = 101;
+    std::vector<double> xs(2 * n);
+    for (size_t i = 0; i < xs.size(); ++i) xs[i] = std::sin(0.37 * double(i));
+    double serial = 0.0;  // the single-thread loop's order of additions
+    {
+        bt::Workspace<double> W;
+        bt::prepare(P, W, A.values());
+        for (size_t i = 0; i < n; ++i) {
+            bt::set_sample<double>(P, W, &xs[2 * i], nullptr);
+            bt::run_forward(P, W);
+            bt::run_backward(P, W, 0.5);
+        }
+        serial = W.g[P.wrt[0].first];
+    }
+    for (size_t tasks : {size_t(1), size_t(2), size_t(3), size_t(4)}) {
+        double first = 0.0;
+        for (int rep = 0; rep < 50; ++rep) {
+            double g = 0.0;
+            double* dst[1] = {&g};
+            std::vector<double> values(n);
+            bt::Samples in;
+            in.n = n;
+            in.x = xs.data();
+            auto r = bt::replay_accumulate(P, A.values(), dst, in, 0.5, values.data(), tasks);
+            CHECK(r.failed.empty() && r.non_finite < 0, "no guards, finite");
+            if (rep == 0) first = g;
+            CHECK(g == first, "tasks %zu: run %d gives %.17g, first %.17g", tasks, rep, g, first);
+        }
+        if (tasks == 1) CHECK(first == serial, "one task %.17g vs serial %.17g", first, serial);
+        CHECK(std::fabs(first - serial) <= 1e-12 * std::fabs(serial), "tasks %zu: %.17g vs %.17g", tasks, first, serial);
+    }
+}
+
+// A child made by fork() while the parent's pool has workers gets a pool of its own that works.
+static void test_fork_child_has_a_working_pool() {
+    th::Pool::instance().run(4, 2, [](size_t) {});  // the parent's workers exist
+    const pid_t pid = fork();
+    if (pid == 0) {
+        std::atomic<int> ran{0};
+        th::Pool::instance().run(16, 2, [&](size_t) { ran.fetch_add(1); });
+        _exit(ran.load() == 16 ? 0 : 1);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the child's pool failed (status %d)", status);
+}
+
+int main() {
+    th::set_num_threads(std::min(2, th::allowed_cores()));
+    test_every_task_once();
+    test_exceptions_reach_the_caller();
+    test_thread_counts();
+    test_linear_split<float>();
+    test_linear_split<double>();
+    test_threaded_replay();
+    test_fork_child_has_a_working_pool();
+    std::printf("test_threads: %d failures\n", failures);
+    return failures ? 1 : 0;
+}

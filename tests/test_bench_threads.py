@@ -1,0 +1,74 @@
+"""burtorch bench --threads and the GEMM floor row: which rows run at which thread counts, the cores
+a threaded run is pinned to, the floor's numbers and its column in the tables (never speed)."""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from burtorch.bench import agreement, cli, harness, report
+from burtorch.bench import frameworks as fw
+
+pytest.importorskip("numpy")
+
+
+def test_thread_counts_apply_to_burtorch_training_rows_only():
+    over = {"threads": [1, 2], "embed": [4], "batch": [2]}
+    chunk = harness.configs_for("mlp", fw.BY_NAME["burtorch-chunk"], "quick", over)
+    assert [c["threads"] for c in chunk] == [1, 2]
+    peer = harness.configs_for("mlp", fw.BY_NAME["torch-eager"], "quick", over)
+    assert [c["threads"] for c in peer] == [1]
+    floor = harness.configs_for("mlp", fw.BY_NAME["gemm-floor"], "quick", over)
+    assert [c["threads"] for c in floor] == [1]
+    w1 = harness.configs_for("tiny", fw.BY_NAME["burtorch"], "quick", over)
+    assert "threads" not in w1[0]  # W1-W3 build graphs from Python: one thread
+    jobs, _ = harness.plan(["mlp"], [fw.BY_NAME["burtorch-chunk"]], "quick", over)
+    assert [j.name for j in jobs] == ["burtorch-chunk", "burtorch-chunk (2 threads)"]
+    assert harness.describe_config(jobs[1].config) == "e=4 b=2 threads=2"
+
+
+def test_a_threaded_run_is_pinned_to_that_many_cores():
+    assert harness.cores_for(None, 2) is None
+    assert harness.cores_for(1, 1) == 1
+    allowed = sorted(os.sched_getaffinity(0))
+    top = max(allowed)
+    pinned = harness.cores_for(top, 2)
+    assert pinned[0] == top and len(pinned) == min(2, len(allowed)) and set(pinned) <= set(allowed)
+
+
+def test_cli_refuses_thread_counts_the_machine_cannot_run():
+    with pytest.raises(SystemExit):
+        cli.main(["mlp", "--threads", "0"])
+    with pytest.raises(SystemExit):
+        cli.main(["mlp", "--threads", str(len(os.sched_getaffinity(0)) + 1)])
+
+
+def test_gemm_floor_runs_the_steps_products_and_counts_their_flops():
+    entry = fw.BY_NAME["gemm-floor"]
+    runner = fw.load(entry).make_runner("mlp", entry.variant, {"e": 8, "b": 4})
+    runner.run("step", 2)
+    vocab = runner.info["vocab"]
+    assert runner.numbers()["gflop"] == pytest.approx(2 * 3 * (4 * 1024 * 8 + 4 * 8 * vocab) / 1e9)
+    assert runner.gW1.shape == (8, 1024) and runner.gx.shape == (4, 1024)
+    with pytest.raises(ValueError):
+        fw.load(entry).make_runner("gpt", entry.variant, {"b": 4})
+
+
+def _row(name, entry, ms, threads=1, numbers=None):
+    return {"name": name, "entry": entry, "workload": "mlp", "status": "ok",
+            "config": {"e": 8, "b": 4, "threads": threads}, "times": {"step": [ms / 1e3] * 3},
+            "n": {"step": 1}, "peak_rss": 1 << 24, "init_s": 0.1, "timed_region": "-",
+            "numbers": numbers or {"loss before": 3.3, "loss after": 3.2, "ln V": 3.2958}}
+
+
+def test_floor_row_agrees_without_being_the_reference_and_gives_each_row_its_percent():
+    rows = [_row("burtorch-chunk", "burtorch-chunk", 4.0), _row("burtorch-chunk (2 threads)", "burtorch-chunk", 2.0, 2),
+            _row("gemm-floor", "gemm-floor", 1.0, numbers={"gflop": 0.01})]
+    report.annotate(rows)
+    assert all(r["agrees"] for r in rows)
+    agreement.check("mlp", rows)
+    assert rows[1]["agreement"] == "agrees with burtorch-chunk"
+    header, body, _ = report.table_rows(rows)
+    col, tcol = header.index("% of GEMM floor"), header.index("threads")
+    assert [b[col] for b in body] == ["25", "50", "100"]
+    assert [b[tcol] for b in body] == ["1", "2", "1"]

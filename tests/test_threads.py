@@ -1,0 +1,189 @@
+"""Threads: the thread count's checks, range records split across threads (the same bits as one
+thread), and the threaded gradient oracles on both models (chunked eager: bitwise; compiled:
+within 1e-12 / 1e-5 of one thread and bitwise run to run), plus a stress loop of short runs."""
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+import burtorch as bt
+from burtorch import nn
+
+CORES = bt._core._allowed_cores()
+needs_two = pytest.mark.skipif(CORES < 2, reason="this process may use one core only")
+
+
+@pytest.fixture(autouse=True)
+def _restore_threads():
+    before = bt.get_num_threads()
+    yield
+    bt.set_num_threads(before)
+
+
+def test_default_is_the_allowed_cores_and_set_get_round_trip():
+    assert 1 <= bt.get_num_threads() <= CORES
+    bt.set_num_threads(1)
+    assert bt.get_num_threads() == 1
+    bt.set_num_threads(CORES)
+    assert bt.get_num_threads() == CORES
+
+
+@pytest.mark.parametrize("bad", [0, -1, CORES + 1, 10**30])
+def test_bad_thread_counts_are_value_errors(bad):
+    with pytest.raises(ValueError, match="this process may use"):
+        bt.set_num_threads(bad)
+
+
+@pytest.mark.parametrize("bad", ["2", 2.0, True, None])
+def test_non_int_thread_counts_are_type_errors(bad):
+    with pytest.raises(TypeError):
+        bt.set_num_threads(bad)
+
+
+def _mlp(dtype, hidden=96):
+    bt.manual_seed(11)
+    model = nn.MakemoreMLP(vocab=27, block=8, emb=16, hidden=hidden, dtype=dtype)
+    r = random.Random(12)
+    batch = [([r.randrange(27) for _ in range(8)], r.randrange(27)) for _ in range(40)]
+    return model, batch
+
+
+def _gpt(dtype):
+    bt.manual_seed(13)
+    model = nn.MiniGPT(vocab=20, block=8, dim=24, layers=2, heads=6, dtype=dtype)
+    r = random.Random(14)
+    batch = [([r.randrange(20) for _ in range(8)], [r.randrange(20) for _ in range(8)]) for _ in range(40)]
+    return model, batch
+
+
+def _oracle(model, batch, **kw):
+    loss = bt.grad_oracle(model, batch, **kw)
+    return loss, model.parameter_vector().numpy("grads").copy()
+
+
+@pytest.mark.parametrize("bad", [0, -2, CORES + 1])
+def test_oracle_refuses_bad_thread_counts(bad):
+    model, batch = _mlp(bt.float64)
+    for kw in ({}, {"chunk": 8}, {"compile": True}):
+        with pytest.raises(ValueError, match="threads must be in"):
+            bt.grad_oracle(model, batch, threads=bad, **kw)
+    with pytest.raises(TypeError):
+        bt.grad_oracle(model, batch, threads=1.0)
+
+
+@needs_two
+@pytest.mark.parametrize("make", [_mlp, _gpt])
+@pytest.mark.parametrize("dtype", [bt.float32, bt.float64])
+def test_chunked_eager_is_bitwise_the_same_on_two_threads(make, dtype):
+    model, batch = make(dtype)
+    loss1, g1 = _oracle(model, batch, chunk=40, threads=1)
+    loss2, g2 = _oracle(model, batch, chunk=40, threads=2)
+    assert loss1 == loss2
+    np.testing.assert_array_equal(g1, g2)
+
+
+@needs_two
+@pytest.mark.parametrize("make", [_mlp, _gpt])
+@pytest.mark.parametrize("dtype,rel", [(bt.float32, 1e-5), (bt.float64, 1e-12)])
+def test_compiled_oracle_on_two_threads_matches_one_and_repeats_bitwise(make, dtype, rel):
+    model, batch = make(dtype)
+    loss1, g1 = _oracle(model, batch, compile=True, threads=1)
+    eager_loss, eager = _oracle(model, batch)  # one thread is the eager order, bitwise
+    assert loss1 == eager_loss
+    np.testing.assert_array_equal(g1, eager)
+    loss2, g2 = _oracle(model, batch, compile=True, threads=2)
+    assert loss2 == pytest.approx(loss1, rel=rel)
+    assert np.abs(g2 - g1).max() <= rel * np.abs(g1).max()
+    for _ in range(3):
+        again_loss, again = _oracle(model, batch, compile=True, threads=2)
+        assert again_loss == loss2
+        np.testing.assert_array_equal(again, g2)
+
+
+@needs_two
+def test_compiled_two_threads_with_zero_grad_false_adds_to_existing_grads():
+    model, batch = _mlp(bt.float64)
+    _, g = _oracle(model, batch, compile=True, threads=2)
+    _, twice = _oracle(model, batch, compile=True, threads=2, zero_grad=False)
+    np.testing.assert_allclose(twice, 2 * g, rtol=1e-12, atol=0)
+
+
+@needs_two
+def test_compiled_two_threads_reports_a_non_finite_loss_and_adds_nothing():
+    model, batch = _mlp(bt.float64)
+    pv = model.parameter_vector()
+    bt.grad_oracle(model, batch, compile=True, threads=2)  # traced
+    before = pv.numpy("grads").copy()
+    bias = model.fc2.bias.tolist()
+    bias[3] = float("inf")
+    model.fc2.bias.set_data(bias)
+    with pytest.raises(FloatingPointError, match="sample"):
+        bt.grad_oracle(model, batch, compile=True, threads=2, zero_grad=False)
+    np.testing.assert_array_equal(pv.numpy("grads"), before)
+
+
+@needs_two
+def test_compiled_two_threads_recomputes_samples_whose_guards_fail():
+    bt.manual_seed(21)
+    model, batch = _mlp(bt.float64)
+
+    def loss_fn(m, sample):
+        loss = m.loss(*sample)
+        return loss * 2.0 if loss > 3.3 else loss  # a guard: the branch depends on the sample
+
+    one = bt.grad_oracle(model, batch, loss_fn=loss_fn, threads=1)
+    g_one = model.parameter_vector().numpy("grads").copy()
+    two = bt.grad_oracle(model, batch, loss_fn=loss_fn, compile=True, threads=2)
+    g_two = model.parameter_vector().numpy("grads")
+    assert two == pytest.approx(one, rel=1e-12)
+    assert np.abs(g_two - g_one).max() <= 1e-12 * np.abs(g_one).max()
+
+
+@needs_two
+@pytest.mark.parametrize("dtype", [bt.float32, bt.float64])
+def test_each_split_range_op_gives_the_same_bits_on_two_threads(dtype):
+    """Every op that splits, at sizes above its threshold, values and every grad."""
+    npd = np.float32 if dtype == bt.float32 else np.float64
+    rng = np.random.default_rng(5)
+
+    def run(threads):
+        bt.set_num_threads(threads)
+        arena = bt.Arena(dtype, 1 << 22)
+        with arena:
+            X = bt.leaves(rng_x.astype(npd), shape=(256, 96), dtype=dtype)
+            W = bt.leaves(rng_w.astype(npd), shape=(144, 96), dtype=dtype)
+            b = bt.leaves(rng_b.astype(npd), shape=(144,), dtype=dtype)
+            g = bt.leaves(np.linspace(0.5, 1.5, 48).astype(npd), shape=(48,), dtype=dtype)
+            beta = bt.leaves(np.linspace(-0.2, 0.2, 48).astype(npd), shape=(48,), dtype=dtype)
+            h = bt.linear(X, W, b).tanh()                                 # linear, unary map
+            y = bt.multi_head_attention(h, 6, True, sequences=32)        # 32 sequences of 8
+            z = bt.layer_norm(y.reshape(256, 48), g, beta)
+            s = bt.softmax(z)
+            loss = bt.cross_entropy(z, [i % 48 for i in range(256)]) + bt.vsum(s * s)
+            loss.backward()
+            return [loss.data] + [v.numpy("grads").copy() for v in (X, W, b, g, beta)] + \
+                [np.array(t.tolist()) for t in (h, y, z, s)]
+
+    rng_x, rng_w, rng_b = rng.uniform(-1, 1, (256, 96)), rng.uniform(-0.3, 0.3, (144, 96)), rng.uniform(-1, 1, 144)
+    one, two = run(1), run(2)
+    assert one[0] == two[0]
+    for a, c in zip(one[1:], two[1:]):
+        np.testing.assert_array_equal(a, c)
+
+
+@needs_two
+def test_stress_many_short_threaded_runs_agree_bitwise():
+    """Many short runs through both threaded paths: a lost or doubled task would show."""
+    model, batch = _gpt(bt.float32)
+    small = batch[:6]
+    _, ref_c = _oracle(model, small, compile=True, threads=2)
+    _, ref_e = _oracle(model, small, chunk=6, threads=2)
+    for i in range(150):
+        if i % 2:
+            _, g = _oracle(model, small, compile=True, threads=2)
+            np.testing.assert_array_equal(g, ref_c)
+        else:
+            _, g = _oracle(model, small, chunk=6, threads=2)
+            np.testing.assert_array_equal(g, ref_e)
