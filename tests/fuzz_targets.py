@@ -175,8 +175,8 @@ def _classes_of(module, base):
 
 
 def all_targets() -> list:
+    from burtorch import introspect, nn, optim, views, viz
     from burtorch import io as bio
-    from burtorch import nn, optim, views, introspect, viz
 
     targets = []
     for name in _public(bt):

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import math
 import struct
-from fractions import Fraction
 from decimal import Decimal
+from fractions import Fraction
 
 import burtorch as bt
 
@@ -312,8 +312,8 @@ class World:
 
 # ---------------------------------------------------------------- the argument space
 def _numbers():
-    ints = [0, 1, -1, 2, 3, 4, 6, 7, 64, 255, 2**31 - 1, 2**31, 2**32 - 1, 2**32, 2**32 + 1, 2**53 + 1, 2**63 - 1, 2**63,
-            2**64, 2**64 + 7, -2**31, -2**32, -2**63, -2**63 - 1, 10**30, -10**30]
+    ints = [0, 1, -1, 2, 3, 4, 6, 7, 64, 255, 2**31 - 1, 2**31, 2**32 - 1, 2**32, 2**32 + 1, 2**53 + 1, 2**63 - 1,
+            2**63, 2**64, 2**64 + 7, -2**31, -2**32, -2**63, -2**63 - 1, 10**30, -10**30]
     floats = [0.0, -0.0, 0.5, -1.5, 3.0, 1e-300, 5e-324, -1e308, 1e308, 1.7976931348623157e308, 3.5e38, 1e-45,
               math.inf, -math.inf, math.nan, 2.0**31, 2.0**64]
     return ([(f"{i!r}", lambda w, d, i=i: i) for i in ints] + [(f"{x!r}", lambda w, d, x=x: x) for x in floats] +
@@ -490,7 +490,8 @@ TEMPLATES = {
     "bt.leaves": ["[[1, 2], [3, 4]]"], "bt.vector": ["[v64, 2.0, w64]"], "bt.cat": ["[vec64, mat64]"],
     "bt.hcat": ["[mat64, mat64]"], "bt.dot": ["vec64", "[1.0, 2.0, 3.0]"], "bt.vsum": ["cols64"],
     "bt.reduce_sum": ["[v64, 2.0, w64]"], "bt.reduce_mul": ["[v64, 2.0, w64]"], "bt.variance": ["[v64, 2.0, w64]"],
-    "bt.inner_product": ["[v64, 2.0, w64]", "[v64, 2.0, w64]"], "bt.inner_product_with_bias": ["[v64, 2.0, w64]", "[1.0, 2.0, 3.0]", "v64"],
+    "bt.inner_product": ["[v64, 2.0, w64]", "[v64, 2.0, w64]"],
+    "bt.inner_product_with_bias": ["[v64, 2.0, w64]", "[1.0, 2.0, 3.0]", "v64"],
     "bt.backward": ["u64"], "bt.rewind": ["cp"], "bt.reserve": ["3"], "bt.Value": ["0.5"], "bt.add": ["v64", "w64"],
     "bt.Arena": ["bt.float32", "3"], "bt.numpy_view": ["vec64"], "bt.load_array": ["vec64", "np.ones(3)"],
     "bt.grad_oracle": ["mlp", "[[1, 2], [3, 4]]"],

@@ -82,9 +82,8 @@ def test_a_hanging_batch_is_reported(tmp_path):
 
 
 def test_the_oracle_tells_clean_errors_from_findings():
-    from api_fuzz_child import agrees, classify
-
     import burtorch as bt
+    from api_fuzz_child import agrees, classify
 
     assert classify(TypeError("x"), False) is None and classify(bt.StaleValueError("x"), False) is None
     assert classify(RuntimeError("arenas were exited in another order than entered"), False) is None
@@ -100,9 +99,8 @@ def test_the_oracle_tells_clean_errors_from_findings():
 def test_every_public_callable_is_a_target():
     import inspect
 
-    from fuzz_targets import all_targets
-
     import burtorch as bt
+    from fuzz_targets import all_targets
 
     names = {t.name for t in all_targets()}
     public = {n for n in dir(bt) if not n.startswith("_") and callable(getattr(bt, n))

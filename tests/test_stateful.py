@@ -27,10 +27,31 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 import burtorch as bt
-from arena_model import (KINKED, UNARY, ArenaModel, binary_out, binary_vjp, copy_vjp, imm_out,
-                         imm_vjp, linear_outs, linear_vjp, map_binary_vjp, map_imm_vjp, map_unary_outs,
-                         map_unary_vjp, range_args, reduce_out, reduce_vjp, softmax_outs, softmax_vjp,
-                         sum_range_out, sum_range_vjp, unary_out, unary_vjp)
+from arena_model import (
+    KINKED,
+    UNARY,
+    ArenaModel,
+    binary_out,
+    binary_vjp,
+    copy_vjp,
+    imm_out,
+    imm_vjp,
+    linear_outs,
+    linear_vjp,
+    map_binary_vjp,
+    map_imm_vjp,
+    map_unary_outs,
+    map_unary_vjp,
+    range_args,
+    reduce_out,
+    reduce_vjp,
+    softmax_outs,
+    softmax_vjp,
+    sum_range_out,
+    sum_range_vjp,
+    unary_out,
+    unary_vjp,
+)
 from fuzz_profile import stateful_settings
 
 bio = pytest.importorskip("burtorch.io")
