@@ -9,20 +9,8 @@
 #include <vector>
 
 #include "../../csrc/kernels/gemm.hpp"
+#include "check.hpp"
 
-static int failures = 0;
-static long checks = 0;
-#define CHECK(cond, ...)                                                   \
-    do {                                                                   \
-        ++checks;                                                          \
-        if (!(cond)) {                                                     \
-            if (++failures <= 20) {                                        \
-                std::fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);  \
-                std::fprintf(stderr, __VA_ARGS__);                         \
-                std::fprintf(stderr, "\n");                                \
-            }                                                              \
-        }                                                                  \
-    } while (0)
 
 namespace gemm = bt::gemm;
 static std::mt19937_64 rng(12345);

@@ -6,17 +6,8 @@
 #include <vector>
 
 #include "../../csrc/burtorch.hpp"
+#include "check.hpp"
 
-static int failures = 0;
-#define CHECK(cond, ...)                                              \
-    do {                                                              \
-        if (!(cond)) {                                                \
-            ++failures;                                               \
-            std::fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
-            std::fprintf(stderr, __VA_ARGS__);                        \
-            std::fprintf(stderr, "\n");                               \
-        }                                                             \
-    } while (0)
 
 using bt::Arena;
 using bt::Op;

@@ -14,17 +14,8 @@
 #include "../../csrc/burtorch.hpp"
 #include "../../csrc/kernels/linear.hpp"
 #include "../../csrc/replay_threads.hpp"
+#include "check.hpp"
 
-static int failures = 0;
-#define CHECK(cond, ...)                                              \
-    do {                                                              \
-        if (!(cond)) {                                                \
-            ++failures;                                               \
-            std::fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
-            std::fprintf(stderr, __VA_ARGS__);                        \
-            std::fprintf(stderr, "\n");                               \
-        }                                                             \
-    } while (0)
 
 namespace th = bt::threads;
 
