@@ -30,7 +30,7 @@ ArenaBox* box_of(PyObject* o) {
 namespace {
 struct ThreadArenas {
     PyObject* dict = nullptr;
-    PyObject* stack[2] = {nullptr, nullptr};    // lists
+    PyObject* stack[2] = {nullptr, nullptr};     // lists
     PyObject* fallback[2] = {nullptr, nullptr};  // the default arenas
 };
 thread_local ThreadArenas t_arenas;
@@ -171,8 +171,8 @@ static nb::dict arena_stats(const ArenaBox& b) {
     d["args"] = a.num_args();
     d["labels"] = a.num_labels();
     d["bytes"] = bytes;
-    d["bytes_in_use"] = a.num_slots() * 2 * vs + a.bytes_gen() + a.bytes_lo() + a.bytes_records() + a.bytes_args() +
-                        a.label_bytes();
+    d["bytes_in_use"] =
+        a.num_slots() * 2 * vs + a.bytes_gen() + a.bytes_lo() + a.bytes_records() + a.bytes_args() + a.label_bytes();
     d["bytes_committed"] = a.committed_bytes();
     d["epoch"] = a.epoch();
     d["rewinds"] = a.rewinds();
@@ -184,13 +184,13 @@ static char* range_ptr(ArenaBox& b, int64_t first, int64_t last, const std::stri
     const int64_t n = static_cast<int64_t>(b.core->num_slots());
     if (first < 0 || last < first || last > n)
         throw nb::index_error(("node range [" + std::to_string(first) + ", " + std::to_string(last) +
-                               ") is outside the arena's " + std::to_string(n) + " nodes").c_str());
+                               ") is outside the arena's " + std::to_string(n) + " nodes")
+                                  .c_str());
     const bool grads = what == "grads";
     if (!grads && what != "values")
         throw nb::value_error(("what must be 'values' or 'grads', got '" + what + "'").c_str());
-    char* base = dispatch(b.core.get(), [&](auto& A) {
-        return reinterpret_cast<char*>(grads ? A.grads() : A.values());
-    });
+    char* base =
+        dispatch(b.core.get(), [&](auto& A) { return reinterpret_cast<char*>(grads ? A.grads() : A.values()); });
     return base + first * static_cast<int64_t>(b.core->value_size());
 }
 
@@ -206,14 +206,16 @@ void init_arena(nb::module_& m) {
     Py_INCREF(g_dtype_objects[0]);
     Py_INCREF(g_dtype_objects[1]);
 
-    nb::class_<Checkpoint>(m, "Checkpoint",
-                           "A position in one or two arenas; rewind(cp) truncates them back to it.")
-        .def_prop_ro("nodes", [](const Checkpoint& c) {
-            size_t n = 0;
-            for (int k = 0; k < 2; ++k)
-                if (c.arena[k].is_valid()) n += c.mark[k].slots;
-            return n;
-        }, "Total nodes below this checkpoint.")
+    nb::class_<Checkpoint>(m, "Checkpoint", "A position in one or two arenas; rewind(cp) truncates them back to it.")
+        .def_prop_ro(
+            "nodes",
+            [](const Checkpoint& c) {
+                size_t n = 0;
+                for (int k = 0; k < 2; ++k)
+                    if (c.arena[k].is_valid()) n += c.mark[k].slots;
+                return n;
+            },
+            "Total nodes below this checkpoint.")
         .def("__repr__", [](const Checkpoint& c) {
             std::string s = "Checkpoint(";
             for (int k = 0; k < 2; ++k)
@@ -223,191 +225,252 @@ void init_arena(nb::module_& m) {
         });
 
     nb::class_<ArenaBox>(m, "Arena",
-        "Contiguous storage of nodes (values, grads) and records of one dtype.\n\n"
-        "`with arena:` makes it the thread's current arena for its dtype.")
-        .def("__init__", [](ArenaBox* self, nb::handle dtype, int64_t capacity) {
-            bt::DType d = bt::DType::float64;
-            if (!dtype.is_none() && !parse_dtype(dtype.ptr(), &d)) throw nb::python_error();
-            if (capacity < 0) throw nb::value_error("Arena capacity must be >= 0 (0: the default, 2**28 nodes)");
-            bt::Capacity cap;
-            if (capacity) {
-                if (capacity > (int64_t(1) << 31)) throw nb::value_error("Arena capacity is limited to 2**31 nodes");
-                cap.slots = size_t(capacity);
-                cap.records = size_t(capacity);
-                cap.args = 2 * size_t(capacity);
-            }
-            new (self) ArenaBox(d, cap);
-        }, nb::arg("dtype") = nb::none(), nb::arg("capacity") = 0,
-           nb::sig("def __init__(self, dtype: DType | str | None = None, capacity: int = 0) -> None"),
-           "Arena(dtype=float64, capacity=0): capacity is the maximum number of nodes (address space\n"
-           "is reserved for it, memory is committed as the arena grows); 0 means 2**28.")
-        .def_prop_ro("dtype", [](const ArenaBox& b) { return nb::borrow(g_dtype_objects[int(b.core->dtype())]); },
-                     nb::sig("def dtype(self) -> DType"))
+                         "Contiguous storage of nodes (values, grads) and records of one dtype.\n\n"
+                         "`with arena:` makes it the thread's current arena for its dtype.")
+        .def(
+            "__init__",
+            [](ArenaBox* self, nb::handle dtype, int64_t capacity) {
+                bt::DType d = bt::DType::float64;
+                if (!dtype.is_none() && !parse_dtype(dtype.ptr(), &d)) throw nb::python_error();
+                if (capacity < 0) throw nb::value_error("Arena capacity must be >= 0 (0: the default, 2**28 nodes)");
+                bt::Capacity cap;
+                if (capacity) {
+                    if (capacity > (int64_t(1) << 31))
+                        throw nb::value_error("Arena capacity is limited to 2**31 nodes");
+                    cap.slots = size_t(capacity);
+                    cap.records = size_t(capacity);
+                    cap.args = 2 * size_t(capacity);
+                }
+                new (self) ArenaBox(d, cap);
+            },
+            nb::arg("dtype") = nb::none(), nb::arg("capacity") = 0,
+            nb::sig("def __init__(self, dtype: DType | str | None = None, capacity: int = 0) -> None"),
+            "Arena(dtype=float64, capacity=0): capacity is the maximum number of nodes (address space\n"
+            "is reserved for it, memory is committed as the arena grows); 0 means 2**28.")
+        .def_prop_ro(
+            "dtype", [](const ArenaBox& b) { return nb::borrow(g_dtype_objects[int(b.core->dtype())]); },
+            nb::sig("def dtype(self) -> DType"))
         .def_prop_ro("num_nodes", [](const ArenaBox& b) { return b.core->num_slots(); })
         .def_prop_ro("num_records", [](const ArenaBox& b) { return b.core->num_records(); })
         .def_prop_ro("num_args", [](const ArenaBox& b) { return b.core->num_args(); })
         .def("__len__", [](const ArenaBox& b) { return b.core->num_slots(); })
-        .def("checkpoint", [](nb::handle self) { return take_checkpoint(self, nb::handle()); },
-             "A checkpoint of this arena alone.")
-        .def("rewind", [](nb::handle self, const Checkpoint& cp) {
-            // Only this arena's part of the checkpoint applies; a checkpoint without one is refused.
-            for (int k = 0; k < 2; ++k)
-                if (cp.arena[k].is(self)) {
-                    Checkpoint mine;
-                    mine.arena[k] = cp.arena[k];
-                    mine.mark[k] = cp.mark[k];
-                    rewind_to(mine);
-                    return;
-                }
-            throw nb::value_error("cannot rewind: the checkpoint belongs to another arena");
-        }, nb::arg("checkpoint"), "Discards this arena's nodes created after the checkpoint.")
-        .def("clear", [](ArenaBox& b) {
-            bt::Mark mk;
-            mk.arena_id = b.core->id();
-            b.core->rewind(mk);
-        }, "Discards every node of the arena.")
-        .def("reserve", [](ArenaBox& b, int64_t nodes, int64_t records, int64_t args) {
-            if (nodes < 0 || records < 0 || args < 0) throw nb::value_error("reserve(): counts must be >= 0");
-            b.core->reserve(size_t(nodes), size_t(records ? records : nodes), size_t(args ? args : nodes));
-        }, nb::arg("nodes"), nb::arg("records") = 0, nb::arg("args") = 0,
-           "Commits memory for this many nodes (and records, args) up front.")
-        .def("release_unused", [](ArenaBox& b) { b.core->release_unused(); },
-             "Returns memory above the current size to the OS.")
+        .def(
+            "checkpoint", [](nb::handle self) { return take_checkpoint(self, nb::handle()); },
+            "A checkpoint of this arena alone.")
+        .def(
+            "rewind",
+            [](nb::handle self, const Checkpoint& cp) {
+                // Only this arena's part of the checkpoint applies; a checkpoint without one is refused.
+                for (int k = 0; k < 2; ++k)
+                    if (cp.arena[k].is(self)) {
+                        Checkpoint mine;
+                        mine.arena[k] = cp.arena[k];
+                        mine.mark[k] = cp.mark[k];
+                        rewind_to(mine);
+                        return;
+                    }
+                throw nb::value_error("cannot rewind: the checkpoint belongs to another arena");
+            },
+            nb::arg("checkpoint"), "Discards this arena's nodes created after the checkpoint.")
+        .def(
+            "clear",
+            [](ArenaBox& b) {
+                bt::Mark mk;
+                mk.arena_id = b.core->id();
+                b.core->rewind(mk);
+            },
+            "Discards every node of the arena.")
+        .def(
+            "reserve",
+            [](ArenaBox& b, int64_t nodes, int64_t records, int64_t args) {
+                if (nodes < 0 || records < 0 || args < 0) throw nb::value_error("reserve(): counts must be >= 0");
+                b.core->reserve(size_t(nodes), size_t(records ? records : nodes), size_t(args ? args : nodes));
+            },
+            nb::arg("nodes"), nb::arg("records") = 0, nb::arg("args") = 0,
+            "Commits memory for this many nodes (and records, args) up front.")
+        .def(
+            "release_unused", [](ArenaBox& b) { b.core->release_unused(); },
+            "Returns memory above the current size to the OS.")
         .def("stats", &arena_stats, nb::sig("def stats(self) -> dict[str, Any]"),
              "Nodes, records and bytes in use by category.")
-        .def("value", [](nb::handle self, int64_t index) {
-            ArenaBox* b = box_of(self.ptr());
-            if (index < 0 || size_t(index) >= b->core->num_slots())
-                throw nb::index_error(("node index " + std::to_string(index) + " is out of range for an arena of " +
-                                       std::to_string(b->core->num_slots()) + " nodes").c_str());
-            PyObject* v = make_value(b->core.get(), self.ptr(), uint32_t(index));
-            if (!v) throw nb::python_error();
-            return nb::steal(v);
-        }, nb::arg("index"), nb::sig("def value(self, index: int) -> Value"), "A Value handle to node `index`.")
-        .def("reach", [](nb::handle self, nb::handle v) {
-            if (!is_value(v.ptr()) || as_pyvalue(v.ptr())->owner != self.ptr())
-                throw nb::type_error("reach() expects a Value of this arena");
-            if (!check_alive(as_pyvalue(v.ptr()))) throw nb::python_error();
-            const bt::ArenaBase& a = *box_of(self.ptr())->core;
-            int64_t r = a.record_of(as_pyvalue(v.ptr())->idx);
-            return r < 0 ? int64_t(-1) : int64_t(a.record(size_t(r)).lo);
-        }, nb::arg("value"), nb::sig("def reach(self, value: Value) -> int"),
-           "The lowest record a backward pass from `value` visits (-1 for a leaf): records below it\n"
-           "cannot lead to `value`, so the sweep stops there.")
-        .def("record_of", [](const ArenaBox& b, int64_t index) {
-            if (index < 0 || size_t(index) >= b.core->num_slots()) throw nb::index_error("node index out of range");
-            return b.core->record_of(uint32_t(index));
-        }, nb::arg("index"), "Index of the record that wrote node `index`, or -1 for a leaf.")
-        .def("record", [](const ArenaBox& b, int64_t r) {
-            if (r < 0 || size_t(r) >= b.core->num_records()) throw nb::index_error("record index out of range");
-            const bt::Record& rec = b.core->record(size_t(r));
-            std::string name = bt::op_info(rec.op).name;
-            if (rec.op == bt::Op::map_unary || rec.op == bt::Op::map_imm || rec.op == bt::Op::map_binary)
-                name += std::string(":") + bt::op_info(static_cast<bt::Op>(rec.c)).name;  // e.g. map_unary:tanh
-            return nb::make_tuple(name, rec.out, rec.nout, b.core->record_args(rec), rec.imm);
-        }, nb::arg("r"), nb::sig("def record(self, r: int) -> tuple[str, int, int, list[tuple[int, int]], float]"),
-           "(op, first output, number of outputs, argument spans [(first, count)], immediate).")
-        .def("numpy", [](nb::handle self, int64_t first, int64_t last, const std::string& what, bool writable) {
-            ArenaBox& b = *box_of(self.ptr());
-            if (!refuse_while_tracing(b.core.get(), "a numpy view of the traced arena")) throw nb::python_error();
-            char* p = range_ptr(b, first, last, what);
-            if (writable && what == "grads") b.core->expose_grads();  // writes we cannot see
-            size_t shape[1] = {static_cast<size_t>(last - first)};
-            // The array keeps the arena alive; the arena's columns never move, so it never dangles.
-            nb::dlpack::dtype dt = b.core->dtype() == bt::DType::float64 ? nb::dtype<double>() : nb::dtype<float>();
-            auto arr = nb::ndarray<nb::numpy, nb::ndim<1>>(p, 1, shape, self, nullptr, dt);
-            nb::object o = nb::cast(arr, nb::rv_policy::reference);
-            if (!writable) o.attr("flags").attr("writeable") = false;
-            return o;
-        }, nb::arg("first"), nb::arg("last"), nb::arg("what") = "values", nb::arg("writable") = false,
-           nb::sig("def numpy(self, first: int, last: int, what: str = 'values', writable: bool = False) -> Any"),
-           "A zero-copy numpy array over the values (or grads) of nodes [first, last).\n\n"
-           "Read-only unless writable=True. It shows whatever the slots hold: after a rewind\n"
-           "below `last` the slots are reused by new nodes.")
-        .def("read_bytes", [](nb::handle self, int64_t first, int64_t last, const std::string& what) {
-            ArenaBox& b = *box_of(self.ptr());
-            if (!refuse_while_tracing(b.core.get(), "a numpy view of the traced arena")) throw nb::python_error();
-            char* p = range_ptr(b, first, last, what);
-            return nb::bytes(p, static_cast<size_t>(last - first) * b.core->value_size());
-        }, nb::arg("first"), nb::arg("last"), nb::arg("what") = "values",
-           "The raw native-endian payload of nodes [first, last) as bytes.")
-        .def("write_bytes", [](nb::handle self, int64_t first, nb::handle data, const std::string& what) {
-            ArenaBox& b = *box_of(self.ptr());
-            Py_buffer view;
-            if (PyObject_GetBuffer(data.ptr(), &view, PyBUF_C_CONTIGUOUS) != 0) throw nb::python_error();
-            const size_t vs = b.core->value_size();
-            const size_t nbytes = static_cast<size_t>(view.len);
-            try {
-                if (nbytes % vs != 0)
-                    throw nb::value_error(("payload of " + std::to_string(nbytes) + " bytes is not a whole number of " +
-                                           std::to_string(vs) + "-byte values").c_str());
-                range_ptr(b, first, first, what);  // first is in the arena before first + count is formed
-                char* p = range_ptr(b, first, first + static_cast<int64_t>(nbytes / vs), what);
-                if (what == "grads") b.core->mark_grads_written();
-                std::memmove(p, view.buf, nbytes);
-            } catch (...) {
+        .def(
+            "value",
+            [](nb::handle self, int64_t index) {
+                ArenaBox* b = box_of(self.ptr());
+                if (index < 0 || size_t(index) >= b->core->num_slots())
+                    throw nb::index_error(("node index " + std::to_string(index) + " is out of range for an arena of " +
+                                           std::to_string(b->core->num_slots()) + " nodes")
+                                              .c_str());
+                PyObject* v = make_value(b->core.get(), self.ptr(), uint32_t(index));
+                if (!v) throw nb::python_error();
+                return nb::steal(v);
+            },
+            nb::arg("index"), nb::sig("def value(self, index: int) -> Value"), "A Value handle to node `index`.")
+        .def(
+            "reach",
+            [](nb::handle self, nb::handle v) {
+                if (!is_value(v.ptr()) || as_pyvalue(v.ptr())->owner != self.ptr())
+                    throw nb::type_error("reach() expects a Value of this arena");
+                if (!check_alive(as_pyvalue(v.ptr()))) throw nb::python_error();
+                const bt::ArenaBase& a = *box_of(self.ptr())->core;
+                int64_t r = a.record_of(as_pyvalue(v.ptr())->idx);
+                return r < 0 ? int64_t(-1) : int64_t(a.record(size_t(r)).lo);
+            },
+            nb::arg("value"), nb::sig("def reach(self, value: Value) -> int"),
+            "The lowest record a backward pass from `value` visits (-1 for a leaf): records below it\n"
+            "cannot lead to `value`, so the sweep stops there.")
+        .def(
+            "record_of",
+            [](const ArenaBox& b, int64_t index) {
+                if (index < 0 || size_t(index) >= b.core->num_slots()) throw nb::index_error("node index out of range");
+                return b.core->record_of(uint32_t(index));
+            },
+            nb::arg("index"), "Index of the record that wrote node `index`, or -1 for a leaf.")
+        .def(
+            "record",
+            [](const ArenaBox& b, int64_t r) {
+                if (r < 0 || size_t(r) >= b.core->num_records()) throw nb::index_error("record index out of range");
+                const bt::Record& rec = b.core->record(size_t(r));
+                std::string name = bt::op_info(rec.op).name;
+                if (rec.op == bt::Op::map_unary || rec.op == bt::Op::map_imm || rec.op == bt::Op::map_binary)
+                    name += std::string(":") + bt::op_info(static_cast<bt::Op>(rec.c)).name;  // e.g. map_unary:tanh
+                return nb::make_tuple(name, rec.out, rec.nout, b.core->record_args(rec), rec.imm);
+            },
+            nb::arg("r"), nb::sig("def record(self, r: int) -> tuple[str, int, int, list[tuple[int, int]], float]"),
+            "(op, first output, number of outputs, argument spans [(first, count)], immediate).")
+        .def(
+            "numpy",
+            [](nb::handle self, int64_t first, int64_t last, const std::string& what, bool writable) {
+                ArenaBox& b = *box_of(self.ptr());
+                if (!refuse_while_tracing(b.core.get(), "a numpy view of the traced arena")) throw nb::python_error();
+                char* p = range_ptr(b, first, last, what);
+                if (writable && what == "grads") b.core->expose_grads();  // writes we cannot see
+                size_t shape[1] = {static_cast<size_t>(last - first)};
+                // The array keeps the arena alive; the arena's columns never move, so it never dangles.
+                nb::dlpack::dtype dt = b.core->dtype() == bt::DType::float64 ? nb::dtype<double>() : nb::dtype<float>();
+                auto arr = nb::ndarray<nb::numpy, nb::ndim<1>>(p, 1, shape, self, nullptr, dt);
+                nb::object o = nb::cast(arr, nb::rv_policy::reference);
+                if (!writable) o.attr("flags").attr("writeable") = false;
+                return o;
+            },
+            nb::arg("first"), nb::arg("last"), nb::arg("what") = "values", nb::arg("writable") = false,
+            nb::sig("def numpy(self, first: int, last: int, what: str = 'values', writable: bool = False) -> Any"),
+            "A zero-copy numpy array over the values (or grads) of nodes [first, last).\n\n"
+            "Read-only unless writable=True. It shows whatever the slots hold: after a rewind\n"
+            "below `last` the slots are reused by new nodes.")
+        .def(
+            "read_bytes",
+            [](nb::handle self, int64_t first, int64_t last, const std::string& what) {
+                ArenaBox& b = *box_of(self.ptr());
+                if (!refuse_while_tracing(b.core.get(), "a numpy view of the traced arena")) throw nb::python_error();
+                char* p = range_ptr(b, first, last, what);
+                return nb::bytes(p, static_cast<size_t>(last - first) * b.core->value_size());
+            },
+            nb::arg("first"), nb::arg("last"), nb::arg("what") = "values",
+            "The raw native-endian payload of nodes [first, last) as bytes.")
+        .def(
+            "write_bytes",
+            [](nb::handle self, int64_t first, nb::handle data, const std::string& what) {
+                ArenaBox& b = *box_of(self.ptr());
+                Py_buffer view;
+                if (PyObject_GetBuffer(data.ptr(), &view, PyBUF_C_CONTIGUOUS) != 0) throw nb::python_error();
+                const size_t vs = b.core->value_size();
+                const size_t nbytes = static_cast<size_t>(view.len);
+                try {
+                    if (nbytes % vs != 0)
+                        throw nb::value_error(("payload of " + std::to_string(nbytes) +
+                                               " bytes is not a whole number of " + std::to_string(vs) + "-byte values")
+                                                  .c_str());
+                    range_ptr(b, first, first, what);  // first is in the arena before first + count is formed
+                    char* p = range_ptr(b, first, first + static_cast<int64_t>(nbytes / vs), what);
+                    if (what == "grads") b.core->mark_grads_written();
+                    std::memmove(p, view.buf, nbytes);
+                } catch (...) {
+                    PyBuffer_Release(&view);
+                    throw;
+                }
                 PyBuffer_Release(&view);
-                throw;
-            }
-            PyBuffer_Release(&view);
-        }, nb::arg("first"), nb::arg("data"), nb::arg("what") = "values",
-           nb::sig("def write_bytes(self, first: int, data: bytes | bytearray | memoryview | ArrayLike, "
-                   "what: str = 'values') -> None"),
-           "Copies a raw native-endian payload (any contiguous buffer) into nodes starting at `first`.")
-        .def("__enter__", [](nb::handle self) {
-            enter_arena(self);
-            return nb::borrow(self);
-        }, nb::sig("def __enter__(self) -> Arena"))
-        .def("__exit__", [](nb::handle self, nb::args) { exit_arena(self); },
-             nb::sig("def __exit__(self, *exc: object) -> None"))
+            },
+            nb::arg("first"), nb::arg("data"), nb::arg("what") = "values",
+            nb::sig("def write_bytes(self, first: int, data: bytes | bytearray | memoryview | ArrayLike, "
+                    "what: str = 'values') -> None"),
+            "Copies a raw native-endian payload (any contiguous buffer) into nodes starting at `first`.")
+        .def(
+            "__enter__",
+            [](nb::handle self) {
+                enter_arena(self);
+                return nb::borrow(self);
+            },
+            nb::sig("def __enter__(self) -> Arena"))
+        .def(
+            "__exit__", [](nb::handle self, nb::args) { exit_arena(self); },
+            nb::sig("def __exit__(self, *exc: object) -> None"))
         .def("__repr__", [](const ArenaBox& b) {
-            return "Arena(dtype=" + std::string(dtype_name(b.core->dtype())) + ", nodes=" +
-                   std::to_string(b.core->num_slots()) + ", records=" + std::to_string(b.core->num_records()) + ")";
+            return "Arena(dtype=" + std::string(dtype_name(b.core->dtype())) +
+                   ", nodes=" + std::to_string(b.core->num_slots()) +
+                   ", records=" + std::to_string(b.core->num_records()) + ")";
         });
     g_arena_type = m.attr("Arena").ptr();
 
-    m.def("current_arena", [](nb::handle dtype) {
-        bt::DType d = g_default_dtype;
-        if (!dtype.is_none() && !parse_dtype(dtype.ptr(), &d)) throw nb::python_error();
-        PyObject* a = current_arena(d);
-        if (!a) throw nb::python_error();
-        return nb::borrow(a);
-    }, nb::arg("dtype") = nb::none(), nb::sig("def current_arena(dtype: DType | str | None = None) -> Arena"),
-       "The thread's current arena for a dtype (the default dtype if none).");
-    m.def("checkpoint", [](nb::handle arena) {
-        if (!arena.is_none()) return take_checkpoint(arena, nb::handle());
-        PyObject* a32 = current_arena(bt::DType::float32);
-        PyObject* a64 = a32 ? current_arena(bt::DType::float64) : nullptr;
-        if (!a64) throw nb::python_error();
-        return take_checkpoint(a32, a64);
-    }, nb::arg("arena") = nb::none(), nb::sig("def checkpoint(arena: Arena | None = None) -> Checkpoint"),
-       "A checkpoint of the thread's current float32 and float64 arenas (or of one arena).");
+    m.def(
+        "current_arena",
+        [](nb::handle dtype) {
+            bt::DType d = g_default_dtype;
+            if (!dtype.is_none() && !parse_dtype(dtype.ptr(), &d)) throw nb::python_error();
+            PyObject* a = current_arena(d);
+            if (!a) throw nb::python_error();
+            return nb::borrow(a);
+        },
+        nb::arg("dtype") = nb::none(), nb::sig("def current_arena(dtype: DType | str | None = None) -> Arena"),
+        "The thread's current arena for a dtype (the default dtype if none).");
+    m.def(
+        "checkpoint",
+        [](nb::handle arena) {
+            if (!arena.is_none()) return take_checkpoint(arena, nb::handle());
+            PyObject* a32 = current_arena(bt::DType::float32);
+            PyObject* a64 = a32 ? current_arena(bt::DType::float64) : nullptr;
+            if (!a64) throw nb::python_error();
+            return take_checkpoint(a32, a64);
+        },
+        nb::arg("arena") = nb::none(), nb::sig("def checkpoint(arena: Arena | None = None) -> Checkpoint"),
+        "A checkpoint of the thread's current float32 and float64 arenas (or of one arena).");
     m.def("rewind", &rewind_to, nb::arg("checkpoint"),
           "Discards every node created after the checkpoint; their handles become stale.");
-    m.def("set_default_dtype", [](nb::handle dtype) {
-        bt::DType d;
-        if (!parse_dtype(dtype.ptr(), &d)) throw nb::python_error();
-        g_default_dtype = d;
-    }, nb::arg("dtype"), nb::sig("def set_default_dtype(dtype: DType | str) -> None"), "The dtype of new Values, leaves and checkpoints when none is given (float64 at start).");
-    m.def("get_default_dtype", []() { return nb::borrow(g_dtype_objects[int(g_default_dtype)]); },
-          nb::sig("def get_default_dtype() -> DType"));
+    m.def(
+        "set_default_dtype",
+        [](nb::handle dtype) {
+            bt::DType d;
+            if (!parse_dtype(dtype.ptr(), &d)) throw nb::python_error();
+            g_default_dtype = d;
+        },
+        nb::arg("dtype"), nb::sig("def set_default_dtype(dtype: DType | str) -> None"),
+        "The dtype of new Values, leaves and checkpoints when none is given (float64 at start).");
+    m.def(
+        "get_default_dtype", []() { return nb::borrow(g_dtype_objects[int(g_default_dtype)]); },
+        nb::sig("def get_default_dtype() -> DType"));
     m.def("set_labels", [](bool on) { g_labels_on = on; }, nb::arg("enabled"));
     m.def("labels_enabled", []() { return g_labels_on; });
 
     // Per-thread modes (csrc/modes.hpp); the Python context managers nest them.
-    m.def("_push_mode", [](const std::string& which, int delta) {
-        int& depth = which == "no_grad" ? bt::t_modes.no_grad : which == "anomaly" ? bt::t_modes.anomaly
-                                                                                   : throw nb::value_error("unknown mode");
-        if (depth + delta < 0) throw nb::value_error("mode exited more often than entered");
-        if (which == "no_grad" && delta > 0 && tracing())
-            throw nb::value_error("no_grad() inside a trace: its nodes would be constants of the program; "
-                                  "compute them outside the traced function");
-        depth += delta;
-    }, nb::arg("which"), nb::arg("delta"));
-    m.def("is_grad_enabled", []() { return bt::grad_enabled(); },
-          "False inside `with burtorch.no_grad():` (ops record nothing).");
-    m.def("is_anomaly_enabled", []() { return bt::anomaly_enabled(); },
-          "True inside `with burtorch.detect_anomaly():`.");
+    m.def(
+        "_push_mode",
+        [](const std::string& which, int delta) {
+            int& depth = which == "no_grad"   ? bt::t_modes.no_grad
+                         : which == "anomaly" ? bt::t_modes.anomaly
+                                              : throw nb::value_error("unknown mode");
+            if (depth + delta < 0) throw nb::value_error("mode exited more often than entered");
+            if (which == "no_grad" && delta > 0 && tracing())
+                throw nb::value_error(
+                    "no_grad() inside a trace: its nodes would be constants of the program; "
+                    "compute them outside the traced function");
+            depth += delta;
+        },
+        nb::arg("which"), nb::arg("delta"));
+    m.def(
+        "is_grad_enabled", []() { return bt::grad_enabled(); },
+        "False inside `with burtorch.no_grad():` (ops record nothing).");
+    m.def(
+        "is_anomaly_enabled", []() { return bt::anomaly_enabled(); }, "True inside `with burtorch.detect_anomaly():`.");
 }
 
 }  // namespace btpy

@@ -26,15 +26,16 @@ namespace btpy {
 struct ArenaBox {
     std::unique_ptr<bt::ArenaBase> core;
     explicit ArenaBox(bt::DType dt, const bt::Capacity& cap) {
-        if (dt == bt::DType::float64) core = std::make_unique<bt::Arena<double>>(cap);
-        else core = std::make_unique<bt::Arena<float>>(cap);
+        if (dt == bt::DType::float64)
+            core = std::make_unique<bt::Arena<double>>(cap);
+        else
+            core = std::make_unique<bt::Arena<float>>(cap);
     }
 };
 
 // A scalar handle: (arena, slot index, generation tag). The dtype is the arena's.
 struct PyValue {
-    PyObject_HEAD
-    bt::ArenaBase* arena;
+    PyObject_HEAD bt::ArenaBase* arena;
     PyObject* owner;  // the Python Arena object that owns `arena` (strong reference)
     uint32_t idx;
     uint64_t gen;
@@ -51,7 +52,9 @@ inline bool is_value(PyObject* o) { return Py_TYPE(o) == &ValueType; }
 inline PyValue* as_pyvalue(PyObject* o) { return reinterpret_cast<PyValue*>(o); }
 
 template <typename T>
-inline bt::Arena<T>& typed(bt::ArenaBase* a) { return *static_cast<bt::Arena<T>*>(a); }
+inline bt::Arena<T>& typed(bt::ArenaBase* a) {
+    return *static_cast<bt::Arena<T>*>(a);
+}
 
 // The one dtype dispatch: f(bt::Arena<float>&) or f(bt::Arena<double>&), by the arena's dtype.
 template <typename F>
@@ -79,7 +82,7 @@ std::string describe(PyValue* v);
 
 // The thread's current arena for a dtype (innermost `with arena:`, else the thread's default).
 PyObject* current_arena(bt::DType dt);  // borrowed
-ArenaBox* box_of(PyObject* arena_obj);   // nullptr with TypeError set if not an Arena
+ArenaBox* box_of(PyObject* arena_obj);  // nullptr with TypeError set if not an Arena
 
 // Warns once per arena when a loop appends without ever rewinding (called after a sweep).
 void check_unbounded_growth(bt::ArenaBase* arena);
@@ -127,7 +130,7 @@ struct Collected {
     std::vector<PyObject*> items;  // borrowed from `keep`
     std::vector<double> numbers;   // per item: its number (items that are numbers)
     std::vector<bool> is_number;
-    nb::object keep;               // keeps the items alive
+    nb::object keep;  // keeps the items alive
 };
 
 // Numbers passed where Values are expected become constant leaves before an op has checked all

@@ -22,54 +22,71 @@ void need(bool ok, const char* what) {
 void check_k(size_t d, size_t k) {
     if (d == 0) throw nb::value_error("compress: empty input");
     if (k < 1 || k > d)
-        throw nb::value_error(("compress: k must be in [1, " + std::to_string(d) + "], got " + std::to_string(k)).c_str());
+        throw nb::value_error(
+            ("compress: k must be in [1, " + std::to_string(d) + "], got " + std::to_string(k)).c_str());
 }
 
 template <typename T>
 void define(nb::module_& m) {
-    m.def("rand_k", [](In<T> x, size_t k, uint64_t seed, Indices idx, Out<T> val) {
-        const size_t d = x.shape(0);
-        check_k(d, k);
-        need(idx.shape(0) == k && val.shape(0) == k, "rand_k: idx and val must have k elements");
-        nb::gil_scoped_release unlocked;
-        bt::compress::rand_k(x.data(), d, k, seed, idx.data(), val.data());
-    }, nb::arg("x"), nb::arg("k"), nb::arg("seed"), nb::arg("idx"), nb::arg("val"));
+    m.def(
+        "rand_k",
+        [](In<T> x, size_t k, uint64_t seed, Indices idx, Out<T> val) {
+            const size_t d = x.shape(0);
+            check_k(d, k);
+            need(idx.shape(0) == k && val.shape(0) == k, "rand_k: idx and val must have k elements");
+            nb::gil_scoped_release unlocked;
+            bt::compress::rand_k(x.data(), d, k, seed, idx.data(), val.data());
+        },
+        nb::arg("x"), nb::arg("k"), nb::arg("seed"), nb::arg("idx"), nb::arg("val"));
 
-    m.def("top_k", [](In<T> x, size_t k, Indices idx, Out<T> val) {
-        const size_t d = x.shape(0);
-        check_k(d, k);
-        need(d <= UINT32_MAX, "top_k: more than 2^32 coordinates");
-        need(idx.shape(0) == k && val.shape(0) == k, "top_k: idx and val must have k elements");
-        nb::gil_scoped_release unlocked;
-        bt::compress::top_k(x.data(), d, k, idx.data(), val.data());
-    }, nb::arg("x"), nb::arg("k"), nb::arg("idx"), nb::arg("val"));
+    m.def(
+        "top_k",
+        [](In<T> x, size_t k, Indices idx, Out<T> val) {
+            const size_t d = x.shape(0);
+            check_k(d, k);
+            need(d <= UINT32_MAX, "top_k: more than 2^32 coordinates");
+            need(idx.shape(0) == k && val.shape(0) == k, "top_k: idx and val must have k elements");
+            nb::gil_scoped_release unlocked;
+            bt::compress::top_k(x.data(), d, k, idx.data(), val.data());
+        },
+        nb::arg("x"), nb::arg("k"), nb::arg("idx"), nb::arg("val"));
 
-    m.def("rand_seq_k", [](In<T> x, size_t k, uint64_t seed, Out<T> val) {
-        const size_t d = x.shape(0);
-        check_k(d, k);
-        need(val.shape(0) == k, "rand_seq_k: val must have k elements");
-        nb::gil_scoped_release unlocked;
-        return bt::compress::rand_seq_k(x.data(), d, k, seed, val.data());
-    }, nb::arg("x"), nb::arg("k"), nb::arg("seed"), nb::arg("val"));
+    m.def(
+        "rand_seq_k",
+        [](In<T> x, size_t k, uint64_t seed, Out<T> val) {
+            const size_t d = x.shape(0);
+            check_k(d, k);
+            need(val.shape(0) == k, "rand_seq_k: val must have k elements");
+            nb::gil_scoped_release unlocked;
+            return bt::compress::rand_seq_k(x.data(), d, k, seed, val.data());
+        },
+        nb::arg("x"), nb::arg("k"), nb::arg("seed"), nb::arg("val"));
 
-    m.def("natural", [](In<T> x, uint64_t seed, Out<T> out) {
-        need(out.shape(0) == x.shape(0), "natural: out must have the input's length");
-        nb::gil_scoped_release unlocked;
-        bt::compress::natural(x.data(), x.shape(0), seed, out.data());
-    }, nb::arg("x"), nb::arg("seed"), nb::arg("out"));
+    m.def(
+        "natural",
+        [](In<T> x, uint64_t seed, Out<T> out) {
+            need(out.shape(0) == x.shape(0), "natural: out must have the input's length");
+            nb::gil_scoped_release unlocked;
+            bt::compress::natural(x.data(), x.shape(0), seed, out.data());
+        },
+        nb::arg("x"), nb::arg("seed"), nb::arg("out"));
 
-    m.def("dither", [](In<T> x, unsigned s, uint64_t seed, Out<T> out) {
-        need(s >= 1, "dither: s must be >= 1");
-        need(out.shape(0) == x.shape(0), "dither: out must have the input's length");
-        nb::gil_scoped_release unlocked;
-        return bt::compress::dither(x.data(), x.shape(0), s, seed, out.data());
-    }, nb::arg("x"), nb::arg("s"), nb::arg("seed"), nb::arg("out"));
+    m.def(
+        "dither",
+        [](In<T> x, unsigned s, uint64_t seed, Out<T> out) {
+            need(s >= 1, "dither: s must be >= 1");
+            need(out.shape(0) == x.shape(0), "dither: out must have the input's length");
+            nb::gil_scoped_release unlocked;
+            return bt::compress::dither(x.data(), x.shape(0), s, seed, out.data());
+        },
+        nb::arg("x"), nb::arg("s"), nb::arg("seed"), nb::arg("out"));
 }
 
 }  // namespace
 
 void init_compress(nb::module_& m) {
-    nb::module_ c = m.def_submodule("compress", "Gradient compressors over contiguous float buffers (O(d), GIL released).");
+    nb::module_ c =
+        m.def_submodule("compress", "Gradient compressors over contiguous float buffers (O(d), GIL released).");
     define<double>(c);
     define<float>(c);
 }

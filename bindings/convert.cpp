@@ -13,8 +13,14 @@ namespace btpy {
 const char* dtype_name(bt::DType d) { return d == bt::DType::float64 ? "float64" : "float32"; }
 
 bool parse_dtype(PyObject* o, bt::DType* out) {
-    if (o == g_dtype_objects[0]) { *out = bt::DType::float32; return true; }
-    if (o == g_dtype_objects[1]) { *out = bt::DType::float64; return true; }
+    if (o == g_dtype_objects[0]) {
+        *out = bt::DType::float32;
+        return true;
+    }
+    if (o == g_dtype_objects[1]) {
+        *out = bt::DType::float64;
+        return true;
+    }
     // "float32" / "float64", and objects named so (numpy dtypes and scalar types).
     PyObject* name = nullptr;
     if (PyUnicode_Check(o)) {
@@ -95,13 +101,15 @@ ConstantsGuard::~ConstantsGuard() {
     if (std::uncaught_exceptions() <= exceptions_ && !PyErr_Occurred()) return;
     for (auto b = blocks_.rbegin(); b != blocks_.rend(); ++b) {
         const size_t end = size_t(b->first) + b->n;
-        if (b->arena->num_slots() == end && b->arena->alive(uint32_t(end - 1), b->gen)) b->arena->drop_top_slots(b->first);
+        if (b->arena->num_slots() == end && b->arena->alive(uint32_t(end - 1), b->gen))
+            b->arena->drop_top_slots(b->first);
     }
 }
 
 void ConstantsGuard::created(PyObject* owner, bt::ArenaBase* arena, uint32_t first, size_t n) {
     if (!t_guard || n == 0) return;
-    t_guard->blocks_.push_back(Block{nb::borrow(owner), arena, first, uint32_t(n), arena->gen_of(uint32_t(first + n - 1))});
+    t_guard->blocks_.push_back(
+        Block{nb::borrow(owner), arena, first, uint32_t(n), arena->gen_of(uint32_t(first + n - 1))});
 }
 
 // ---------------------------------------------------------------- sequences of Values and numbers
@@ -139,7 +147,8 @@ bool collect_sequence(PyObject* seq, const char* what, Collected& out, bool allo
         int ok = number_to_double(it, &c);
         if (ok < 0) return false;
         if (ok == 0) {
-            PyErr_Format(PyExc_TypeError, "%s: item %zd is a %s, not a Value or a number", what, i, Py_TYPE(it)->tp_name);
+            PyErr_Format(PyExc_TypeError, "%s: item %zd is a %s, not a Value or a number", what, i,
+                         Py_TYPE(it)->tp_name);
             return false;
         }
         out.numbers[size_t(i)] = c;
@@ -203,18 +212,21 @@ bool place_collected(const Collected& c, const char* what, std::vector<uint32_t>
 static uint32_t checked_id(long long id, uint32_t bound, const char* what, const char* noun) {
     if (id < 0 || id >= (long long)bound)
         throw nb::index_error((std::string(what) + ": " + noun + " " + std::to_string(id) + " is out of range [0, " +
-                               std::to_string(bound) + ")").c_str());
+                               std::to_string(bound) + ")")
+                                  .c_str());
     return uint32_t(id);
 }
 
 static long long as_int(PyObject* h, const char* what, const char* noun) {
     if (PyFloat_Check(h) || PyBool_Check(h) || is_value(h))
-        throw nb::type_error((std::string(what) + ": each " + noun + " must be an int, got " + Py_TYPE(h)->tp_name).c_str());
+        throw nb::type_error(
+            (std::string(what) + ": each " + noun + " must be an int, got " + Py_TYPE(h)->tp_name).c_str());
     PyObject* i = PyNumber_Index(h);  // may run __index__
     if (!i) {
         if (PyErr_ExceptionMatches(PyExc_TypeError)) {
             PyErr_Clear();
-            throw nb::type_error((std::string(what) + ": each " + noun + " must be an int, got " + Py_TYPE(h)->tp_name).c_str());
+            throw nb::type_error(
+                (std::string(what) + ": each " + noun + " must be an int, got " + Py_TYPE(h)->tp_name).c_str());
         }
         throw nb::python_error();
     }
@@ -246,19 +258,29 @@ std::vector<uint32_t> parse_ids(nb::handle h, uint32_t bound, const char* what, 
                 for (size_t i = 0; i < n; ++i) ids.push_back(checked_id((long long)p[i], bound, what, noun));
             };
             try {
-                if (f[1] != '\0') ok = false;
-                else if (*f == 'b') read(static_cast<const int8_t*>(view.buf));
-                else if (*f == 'B') read(static_cast<const uint8_t*>(view.buf));
-                else if (*f == 'h') read(static_cast<const int16_t*>(view.buf));
-                else if (*f == 'H') read(static_cast<const uint16_t*>(view.buf));
-                else if ((*f == 'i' || *f == 'l') && view.itemsize == 4) read(static_cast<const int32_t*>(view.buf));
-                else if ((*f == 'I' || *f == 'L') && view.itemsize == 4) read(static_cast<const uint32_t*>(view.buf));
-                else if ((*f == 'l' || *f == 'q') && view.itemsize == 8) read(static_cast<const int64_t*>(view.buf));
+                if (f[1] != '\0')
+                    ok = false;
+                else if (*f == 'b')
+                    read(static_cast<const int8_t*>(view.buf));
+                else if (*f == 'B')
+                    read(static_cast<const uint8_t*>(view.buf));
+                else if (*f == 'h')
+                    read(static_cast<const int16_t*>(view.buf));
+                else if (*f == 'H')
+                    read(static_cast<const uint16_t*>(view.buf));
+                else if ((*f == 'i' || *f == 'l') && view.itemsize == 4)
+                    read(static_cast<const int32_t*>(view.buf));
+                else if ((*f == 'I' || *f == 'L') && view.itemsize == 4)
+                    read(static_cast<const uint32_t*>(view.buf));
+                else if ((*f == 'l' || *f == 'q') && view.itemsize == 8)
+                    read(static_cast<const int64_t*>(view.buf));
                 else if ((*f == 'L' || *f == 'Q') && view.itemsize == 8) {
                     const uint64_t* p = static_cast<const uint64_t*>(view.buf);
                     for (size_t i = 0; i < n; ++i)
-                        ids.push_back(checked_id(p[i] > uint64_t(LLONG_MAX) ? LLONG_MAX : (long long)p[i], bound, what, noun));
-                } else ok = false;
+                        ids.push_back(
+                            checked_id(p[i] > uint64_t(LLONG_MAX) ? LLONG_MAX : (long long)p[i], bound, what, noun));
+                } else
+                    ok = false;
             } catch (...) {
                 PyBuffer_Release(&view);
                 throw;
@@ -266,14 +288,16 @@ std::vector<uint32_t> parse_ids(nb::handle h, uint32_t bound, const char* what, 
             PyBuffer_Release(&view);
             if (ok) return ids;
             throw nb::type_error((std::string(what) + ": " + noun + "s must be integers, got an array of format '" +
-                                  (view.format ? view.format : "B") + "'").c_str());
+                                  (view.format ? view.format : "B") + "'")
+                                     .c_str());
         }
         PyErr_Clear();
     }
     PyObject* it = PyObject_GetIter(o);
     if (!it) {
         PyErr_Clear();
-        throw nb::type_error((std::string(what) + ": expected an int or a sequence of ints, got " + Py_TYPE(o)->tp_name).c_str());
+        throw nb::type_error(
+            (std::string(what) + ": expected an int or a sequence of ints, got " + Py_TYPE(o)->tp_name).c_str());
     }
     nb::object iter = nb::steal(it);
     while (PyObject* item = PyIter_Next(it)) {

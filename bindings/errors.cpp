@@ -41,8 +41,8 @@ void set_error_from_current_exception() {
 
 void init_errors(nb::module_& m) {
     StaleValueError = PyErr_NewExceptionWithDoc(
-        "burtorch.StaleValueError",
-        "A Value or Vector refers to nodes that a rewind of their arena discarded.", PyExc_RuntimeError, nullptr);
+        "burtorch.StaleValueError", "A Value or Vector refers to nodes that a rewind of their arena discarded.",
+        PyExc_RuntimeError, nullptr);
     AnomalyError = PyErr_NewExceptionWithDoc(
         "burtorch.AnomalyError",
         "Raised under detect_anomaly() by the first record whose forward value or backward contribution is\n"

@@ -94,7 +94,8 @@ static PyObject* f_inner(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
             ix->insert(ix->end(), iw->begin(), iw->end());
             if (WithBias) {
                 PyValue* bv = as_pyvalue(args[2]);
-                if (bv->arena != arena) return PyErr_Format(PyExc_ValueError, "%s: the bias lives in another arena", name);
+                if (bv->arena != arena)
+                    return PyErr_Format(PyExc_ValueError, "%s: the bias lives in another arena", name);
                 if (!check_alive(bv)) return nullptr;
                 ix->push_back(bv->idx);
             }
@@ -158,11 +159,14 @@ static PyObject* f_binary(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
 
 static PyObject* f_leaky_relu(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
     double slope = 0.01;
-    if (nargs < 1 || nargs > 2) return PyErr_Format(PyExc_TypeError, "leaky_relu(x, slope=0.01) takes 1 or 2 arguments");
-    if (!is_value(args[0])) return PyErr_Format(PyExc_TypeError, "leaky_relu() expects a Value, got %s", Py_TYPE(args[0])->tp_name);
+    if (nargs < 1 || nargs > 2)
+        return PyErr_Format(PyExc_TypeError, "leaky_relu(x, slope=0.01) takes 1 or 2 arguments");
+    if (!is_value(args[0]))
+        return PyErr_Format(PyExc_TypeError, "leaky_relu() expects a Value, got %s", Py_TYPE(args[0])->tp_name);
     if (nargs == 2) {
         int ok = is_value(args[1]) ? 0 : number_to_double(args[1], &slope);
-        if (ok <= 0) return ok < 0 ? nullptr : PyErr_Format(PyExc_TypeError, "leaky_relu(): the slope must be a number");
+        if (ok <= 0)
+            return ok < 0 ? nullptr : PyErr_Format(PyExc_TypeError, "leaky_relu(): the slope must be a number");
     }
     return emit_imm(as_pyvalue(args[0]), Op::leaky_relu, slope);
 }
@@ -172,17 +176,20 @@ static PyObject* f_mul_by_constant(PyObject*, PyObject* const* args, Py_ssize_t 
     double c;
     int ok = is_value(args[0]) && !is_value(args[1]) ? number_to_double(args[1], &c) : 0;
     if (ok <= 0)
-        return ok < 0 ? nullptr : PyErr_Format(PyExc_TypeError, "mul_by_constant(x, c): x must be a Value and c a number");
+        return ok < 0 ? nullptr
+                      : PyErr_Format(PyExc_TypeError, "mul_by_constant(x, c): x must be a Value and c a number");
     return emit_imm(as_pyvalue(args[0]), Op::mul_const, c);
 }
 
-#define BT_FN(fname, impl, flags, doc) {fname, reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(impl)), flags, doc}
-#define BT_FN_U(name, ...) BT_FN(#name, (f_unary<Op::name>), METH_O, "Elementwise " #name " of a Value, as a new node."),
-#define BT_FN_B(name, ...) BT_FN(#name, (f_binary<Op::name>), METH_FASTCALL, #name "(a, b) of two Values (or a Value and a number)."),
+#define BT_FN(fname, impl, flags, doc) \
+    {fname, reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(impl)), flags, doc}
+#define BT_FN_U(name, ...) \
+    BT_FN(#name, (f_unary<Op::name>), METH_O, "Elementwise " #name " of a Value, as a new node."),
+#define BT_FN_B(name, ...) \
+    BT_FN(#name, (f_binary<Op::name>), METH_FASTCALL, #name "(a, b) of two Values (or a Value and a number)."),
 static PyMethodDef functions[] = {
-    BT_UNARY_OPS(BT_FN_U)
-    BT_BINARY_OPS(BT_FN_B)
-    BT_FN("leaky_relu", f_leaky_relu, METH_FASTCALL, "leaky_relu(x, slope=0.01): x if x > 0 else slope * x."),
+    BT_UNARY_OPS(BT_FN_U) BT_BINARY_OPS(BT_FN_B)
+        BT_FN("leaky_relu", f_leaky_relu, METH_FASTCALL, "leaky_relu(x, slope=0.01): x if x > 0 else slope * x."),
     BT_FN("mul_by_constant", f_mul_by_constant, METH_FASTCALL, "mul_by_constant(x, c): x * c for a Python number c."),
     BT_FN("reduce_sum", (f_reduce<Op::reduce_sum, 1>), METH_O, "Sum of a sequence of Values, as one node."),
     BT_FN("reduce_sub", (f_reduce<Op::reduce_sub, 1>), METH_O, "x0 - x1 - x2 - ... of a sequence, as one node."),

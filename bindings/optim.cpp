@@ -43,7 +43,8 @@ static void sgd_step(const VectorBox& p, OptimState& st, double lr, double momen
         for (const Span& s : p.spans) {
             double* m = st.buf.data() + off;
             in_blocks(s.second, [&](size_t b, size_t k) {
-                bt::sgd_step(A.values() + s.first + b, A.grads() + s.first + b, momentum != 0.0 ? m + b : m, k, c, first);
+                bt::sgd_step(A.values() + s.first + b, A.grads() + s.first + b, momentum != 0.0 ? m + b : m, k, c,
+                             first);
             });
             off += momentum != 0.0 ? s.second : 0;
         }
@@ -84,16 +85,22 @@ void init_optim(nb::module_& m) {
     m.def("init_", &init_fill, nb::arg("vector"), nb::arg("kind"), nb::arg("a"), nb::arg("b"), nb::arg("seed"),
           "Fills values in place: uniform on [a, b), normal(mean=a, std=b) or the constant a.");
     nb::class_<OptimState>(m, "OptimState", "Buffers of an optimizer (float64), kept beside its parameter vector.")
-        .def("__init__", [](OptimState* s, const VectorBox& p, uint32_t nbuf) {
-            new (s) OptimState{p.dtype(), std::vector<double>(p.size * nbuf, 0.0), nbuf, 0};
-        }, nb::arg("params"), nb::arg("buffers"))
+        .def(
+            "__init__",
+            [](OptimState* s, const VectorBox& p, uint32_t nbuf) {
+                new (s) OptimState{p.dtype(), std::vector<double>(p.size * nbuf, 0.0), nbuf, 0};
+            },
+            nb::arg("params"), nb::arg("buffers"))
         .def_ro("steps", &OptimState::steps)
         .def("state", [](const OptimState& s) { return s.buf; })
-        .def("load_state", [](OptimState& s, std::vector<double> buf, uint64_t steps) {
-            if (buf.size() != s.buf.size()) throw nb::value_error("optimizer state size mismatch");
-            s.buf = std::move(buf);
-            s.steps = steps;
-        }, nb::arg("buffers"), nb::arg("steps"));
+        .def(
+            "load_state",
+            [](OptimState& s, std::vector<double> buf, uint64_t steps) {
+                if (buf.size() != s.buf.size()) throw nb::value_error("optimizer state size mismatch");
+                s.buf = std::move(buf);
+                s.steps = steps;
+            },
+            nb::arg("buffers"), nb::arg("steps"));
     m.def("sgd_step", &sgd_step, nb::arg("params"), nb::arg("state"), nb::arg("lr"), nb::arg("momentum"),
           nb::arg("weight_decay"), nb::arg("dampening"), nb::arg("nesterov"));
     m.def("adam_step", &adam_step, nb::arg("params"), nb::arg("state"), nb::arg("lr"), nb::arg("beta1"),

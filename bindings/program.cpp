@@ -4,12 +4,12 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <frameobject.h>
 #include <cmath>
 #include <cstring>
-#include <frameobject.h>
+#include <map>
 #include <memory>
 #include <type_traits>
-#include <map>
 #include <variant>
 
 #include "../csrc/replay_threads.hpp"
@@ -91,7 +91,8 @@ bool traced_id_positions(nb::handle ids, std::vector<int64_t>& pos) {
         }
         pos.push_back(p);
     };
-    if (PyLong_Check(ids.ptr()) || PyObject_HasAttrString(ids.ptr(), "_bt_input")) one(ids);
+    if (PyLong_Check(ids.ptr()) || PyObject_HasAttrString(ids.ptr(), "_bt_input"))
+        one(ids);
     else
         for (nb::handle h : ids) one(h);
     return any;
@@ -170,8 +171,9 @@ static ProgramBox* trace_end(nb::handle root_h, nb::handle inputs_h, nb::handle 
     t_trace = nullptr;
     bt::ArenaBase* arena = st->arena;
     if (!is_value(root_h.ptr()))
-        throw nb::type_error(("the traced function must return a scalar Value, got " +
-                              std::string(Py_TYPE(root_h.ptr())->tp_name)).c_str());
+        throw nb::type_error(
+            ("the traced function must return a scalar Value, got " + std::string(Py_TYPE(root_h.ptr())->tp_name))
+                .c_str());
     PyValue* root = as_pyvalue(root_h.ptr());
     if (root->arena != arena) throw nb::value_error("the traced function returned a Value of another arena (or dtype)");
     if (!check_alive(root)) throw nb::python_error();
@@ -238,10 +240,14 @@ public:
         if (*f == '@' || *f == '=' || *f == '<') ++f;
         const char c = *f;
         const bool one_char = c != 0 && f[1] == 0;
-        if (one_char && c == 'd' && view_.itemsize == 8) kind_ = Kind::f64;
-        else if (one_char && c == 'f' && view_.itemsize == 4) kind_ = Kind::f32;
-        else if (one_char && std::strchr("bhilqn", c)) kind_ = Kind::sint;
-        else if (one_char && std::strchr("BHILQN", c)) kind_ = Kind::uint;
+        if (one_char && c == 'd' && view_.itemsize == 8)
+            kind_ = Kind::f64;
+        else if (one_char && c == 'f' && view_.itemsize == 4)
+            kind_ = Kind::f32;
+        else if (one_char && std::strchr("bhilqn", c))
+            kind_ = Kind::sint;
+        else if (one_char && std::strchr("BHILQN", c))
+            kind_ = Kind::uint;
         else
             throw nb::type_error((std::string(what) + ": unsupported element format '" + f + "'").c_str());
     }
@@ -265,9 +271,14 @@ public:
         const char* p = static_cast<const char*>(view_.buf) + i * view_.itemsize;
         const bool s = kind_ == Kind::sint;
         switch (view_.itemsize) {
-            case 1: return s ? int64_t(*reinterpret_cast<const int8_t*>(p)) : int64_t(*reinterpret_cast<const uint8_t*>(p));
-            case 2: return s ? int64_t(*reinterpret_cast<const int16_t*>(p)) : int64_t(*reinterpret_cast<const uint16_t*>(p));
-            case 4: return s ? int64_t(*reinterpret_cast<const int32_t*>(p)) : int64_t(*reinterpret_cast<const uint32_t*>(p));
+            case 1:
+                return s ? int64_t(*reinterpret_cast<const int8_t*>(p)) : int64_t(*reinterpret_cast<const uint8_t*>(p));
+            case 2:
+                return s ? int64_t(*reinterpret_cast<const int16_t*>(p))
+                         : int64_t(*reinterpret_cast<const uint16_t*>(p));
+            case 4:
+                return s ? int64_t(*reinterpret_cast<const int32_t*>(p))
+                         : int64_t(*reinterpret_cast<const uint32_t*>(p));
             default: return s ? *reinterpret_cast<const int64_t*>(p) : int64_t(*reinterpret_cast<const uint64_t*>(p));
         }
     }
@@ -292,10 +303,12 @@ struct Output {
         if (h.is_none()) return;
         buf = std::make_unique<Buffer>(h, true, what);
         if (buf->kind() != kind_of<T>())
-            throw nb::type_error((std::string(what) + " must hold " + (std::is_same_v<T, double> ? "float64" : "float32")).c_str());
+            throw nb::type_error(
+                (std::string(what) + " must hold " + (std::is_same_v<T, double> ? "float64" : "float32")).c_str());
         if (buf->items() != count)
             throw nb::value_error((std::string(what) + ": expected " + std::to_string(count) + " elements, got " +
-                                   std::to_string(buf->items())).c_str());
+                                   std::to_string(buf->items()))
+                                      .c_str());
         data = static_cast<T*>(buf->data());
     }
 };
@@ -340,7 +353,8 @@ static const double* float_inputs(const P& prog, const Buffer* X, size_t n, std:
     } else {
         copy.resize(n * k);
         for (size_t i = 0; i < n * k; ++i)
-            copy[i] = X->kind() == Buffer::Kind::f32 ? double(static_cast<const float*>(X->data())[i]) : double(X->integer(i));
+            copy[i] = X->kind() == Buffer::Kind::f32 ? double(static_cast<const float*>(X->data())[i])
+                                                     : double(X->integer(i));
         xs = copy.data();
     }
     for (size_t s = 0; s < n; ++s)
@@ -376,7 +390,8 @@ static std::vector<size_t> run_replay_threads(ProgramBox& box, const bt::Program
         for (size_t i = 0; i < dst.size(); ++i) std::copy(saved[i].begin(), saved[i].end(), dst[i]);
         if (zero)  // as the one-thread replay leaves them: zeroed
             for (size_t i = 0; i < dst.size(); ++i) std::fill(dst[i], dst[i] + P.wrt[i].second, T(0));
-        PyErr_Format(PyExc_FloatingPointError, "the loss is %s for sample %ld; lower the learning rate or check the data",
+        PyErr_Format(PyExc_FloatingPointError,
+                     "the loss is %s for sample %ld; lower the learning rate or check the data",
                      std::isnan(res.non_finite_value) ? "nan" : "inf", res.non_finite);
         throw nb::python_error();
     }
@@ -401,7 +416,8 @@ static std::vector<size_t> run_replay(ProgramBox& box, bt::Program<T>& P, bt::Wo
     T* ag = A.grads();
     if (to_arena && !zero)  // continue from the grads already there, so additions happen in the eager order
         for (size_t i = 0; i < P.wrt.size(); ++i)
-            std::copy(ag + box.wrt_arena[i].first, ag + box.wrt_arena[i].first + P.wrt[i].second, W.g.begin() + P.wrt[i].first);
+            std::copy(ag + box.wrt_arena[i].first, ag + box.wrt_arena[i].first + P.wrt[i].second,
+                      W.g.begin() + P.wrt[i].first);
     bt::ReplayResult res = bt::replay(P, W, in, reduce, static_cast<T>(seed), values, rows, sum, to_arena, stream);
     if (to_arena) {
         if (res.non_finite >= 0) {
@@ -409,7 +425,8 @@ static std::vector<size_t> run_replay(ProgramBox& box, bt::Program<T>& P, bt::Wo
                 for (size_t i = 0; i < P.wrt.size(); ++i)
                     std::fill(ag + box.wrt_arena[i].first, ag + box.wrt_arena[i].first + P.wrt[i].second, T(0));
             const T y = W.v[P.root];
-            PyErr_Format(PyExc_FloatingPointError, "the loss is %s for sample %ld; lower the learning rate or check the data",
+            PyErr_Format(PyExc_FloatingPointError,
+                         "the loss is %s for sample %ld; lower the learning rate or check the data",
                          std::isnan(y) ? "nan" : "inf", res.non_finite);
             throw nb::python_error();
         }
@@ -467,12 +484,14 @@ static nb::list replay_rows_typed(ProgramBox& box, bt::Program<T>& P, bt::Worksp
     if (I && !I->is_integer()) throw nb::type_error("ids must hold integers");
     const size_t kx = X ? X->cols() : 0, ki = I ? I->cols() : 0;
     if (kx != k)
-        throw nb::value_error(("the program takes " + std::to_string(k) + " float inputs per sample, got " +
-                               std::to_string(kx)).c_str());
+        throw nb::value_error(
+            ("the program takes " + std::to_string(k) + " float inputs per sample, got " + std::to_string(kx)).c_str());
     if (ki != nid)
-        throw nb::value_error(("the program takes " + std::to_string(nid) + " ids per sample, got " + std::to_string(ki)).c_str());
+        throw nb::value_error(
+            ("the program takes " + std::to_string(nid) + " ids per sample, got " + std::to_string(ki)).c_str());
     const size_t nx = X ? X->rows() : 0, ni = I ? I->rows() : 0;
-    if (X && I && k && nid && nx != ni) throw nb::value_error("the float inputs and the ids have different numbers of samples");
+    if (X && I && k && nid && nx != ni)
+        throw nb::value_error("the float inputs and the ids have different numbers of samples");
     const size_t n = (X && (k || !I)) ? nx : ni;
     std::vector<double> xcopy;
     bt::Samples in;
@@ -488,7 +507,8 @@ static nb::list replay_rows_typed(ProgramBox& box, bt::Program<T>& P, bt::Worksp
     in.ids = ids.data();
     Output<double> values(values_h, n, "values");
     GradOutputs<T> out(reduce, out_h, n, P.num_wrt);
-    return to_list(run_replay(box, P, W, in, reduce, to_arena, zero, seed, values.data, out.rows.data, out.sum.data), 0);
+    return to_list(run_replay(box, P, W, in, reduce, to_arena, zero, seed, values.data, out.rows.data, out.sum.data),
+                   0);
 }
 
 // _replay_samples(batch, start, shape, mode, seed, values, out, zero, stream) -> (stop, failed):
@@ -554,7 +574,8 @@ static nb::tuple replay_samples_typed(ProgramBox& box, bt::Program<T>& P, bt::Wo
         if (!fits) {
             ids.resize(mark);
             if (stop == start)
-                throw nb::type_error(("sample " + std::to_string(start) + " does not have the shape of its program").c_str());
+                throw nb::type_error(
+                    ("sample " + std::to_string(start) + " does not have the shape of its program").c_str());
             break;
         }
     }
@@ -573,7 +594,8 @@ static nb::tuple replay_samples_typed(ProgramBox& box, bt::Program<T>& P, bt::Wo
 static nb::list replay(ProgramBox& box, nb::handle X, nb::handle ids, const std::string& mode, double seed,
                        nb::handle values, nb::handle out, bool zero) {
     if (!std::isfinite(seed)) throw nb::value_error("seed must be finite");
-    return box.visit([&](auto& P, auto& W) { return replay_rows_typed(box, P, W, X, ids, mode, seed, values, out, zero); });
+    return box.visit(
+        [&](auto& P, auto& W) { return replay_rows_typed(box, P, W, X, ids, mode, seed, values, out, zero); });
 }
 
 static nb::tuple replay_samples(ProgramBox& box, nb::handle batch, size_t start, const std::vector<int64_t>& shape,
@@ -612,52 +634,76 @@ void init_program(nb::module_& m) {
                              "A recorded program: the records of one trace, replayable natively with new inputs.\n"
                              "Made by burtorch.trace / value_and_grad / grad_oracle(compile=True).");
     P.def("__len__", [](const ProgramBox& b) { return b.visit_prog([](const auto& p) { return p.recs.size(); }); })
-        .def_prop_ro("num_inputs", [](const ProgramBox& b) { return b.visit_prog([](const auto& p) { return p.inputs.size(); }); })
-        .def_prop_ro("num_ids", [](const ProgramBox& b) { return b.visit_prog([](const auto& p) { return size_t(p.num_ids); }); })
-        .def_prop_ro("num_wrt", [](const ProgramBox& b) { return b.visit_prog([](const auto& p) { return p.num_wrt; }); })
-        .def_prop_ro("frame_size", [](const ProgramBox& b) { return b.visit_prog([](const auto& p) { return size_t(p.frame_size()); }); })
-        .def_prop_ro("num_external", [](const ProgramBox& b) { return b.visit_prog([](const auto& p) { return size_t(p.n_ext); }); })
-        .def_prop_ro("swept", [](const ProgramBox& b) { return b.visit_prog([](const auto& p) { return p.sweep.size(); }); },
-                     "Records the reverse sweep visits (those leading from the root to a wrt node).")
-        .def_prop_ro("traced_records", [](const ProgramBox& b) { return b.visit_prog([](const auto& p) { return p.traced_records; }); },
-                     "Records the trace appended, before records the root does not depend on were dropped.")
+        .def_prop_ro("num_inputs",
+                     [](const ProgramBox& b) { return b.visit_prog([](const auto& p) { return p.inputs.size(); }); })
+        .def_prop_ro("num_ids",
+                     [](const ProgramBox& b) { return b.visit_prog([](const auto& p) { return size_t(p.num_ids); }); })
+        .def_prop_ro("num_wrt",
+                     [](const ProgramBox& b) { return b.visit_prog([](const auto& p) { return p.num_wrt; }); })
+        .def_prop_ro(
+            "frame_size",
+            [](const ProgramBox& b) { return b.visit_prog([](const auto& p) { return size_t(p.frame_size()); }); })
+        .def_prop_ro("num_external",
+                     [](const ProgramBox& b) { return b.visit_prog([](const auto& p) { return size_t(p.n_ext); }); })
+        .def_prop_ro(
+            "swept", [](const ProgramBox& b) { return b.visit_prog([](const auto& p) { return p.sweep.size(); }); },
+            "Records the reverse sweep visits (those leading from the root to a wrt node).")
+        .def_prop_ro(
+            "traced_records",
+            [](const ProgramBox& b) { return b.visit_prog([](const auto& p) { return p.traced_records; }); },
+            "Records the trace appended, before records the root does not depend on were dropped.")
         .def_prop_ro("dtype", [](const ProgramBox& b) { return nb::borrow(g_dtype_objects[int(b.arena->dtype())]); })
         .def_prop_ro("arena", [](const ProgramBox& b) { return b.owner; })
-        .def_prop_ro("alive", [](const ProgramBox& b) {
-            return b.visit_prog([&](const auto& p) {
-                for (const bt::ExternalSpan& e : p.ext)
-                    if (!b.arena->alive(e.first + e.len - 1, e.gen)) return false;
-                return true;
-            });
-        }, "False once a rewind discarded a node the program reads.")
-        .def_prop_ro("guards", [](const ProgramBox& b) {
-            return b.visit_prog([](const auto& p) {
-                nb::list out;
-                static const char* ops[] = {"<", "<=", ">", ">=", "!= 0"};
-                for (const bt::Guard& g : p.guards) out.append(nb::make_tuple(g.where, ops[int(g.op)], g.expected));
-                return out;
-            });
-        }, "(line, comparison, outcome during the trace) of each guard, in order.")
-        .def("ops", [](const ProgramBox& b) {
-            return b.visit_prog([](const auto& p) {
-                std::map<std::string, size_t> c;
-                for (const bt::Record& r : p.recs) ++c[record_name(r)];
-                nb::dict d;
-                for (auto& [k, v] : c) d[nb::str(k.c_str())] = v;
-                return d;
-            });
-        }, "Number of records per op (map records as map_unary:tanh, ...).")
-        .def("record", [](const ProgramBox& b, int64_t i) {
-            return b.visit_prog([&](const auto& p) {
-                if (i < 0 || size_t(i) >= p.recs.size()) throw nb::index_error("record index out of range");
-                const bt::Record& r = p.recs[size_t(i)];
-                nb::list spans;
-                bt::for_each_arg_span(r, p.args.data() + r.a, [&](uint32_t f, uint32_t n) { spans.append(nb::make_tuple(f, n)); });
-                return nb::make_tuple(record_name(r), r.out, r.nout, spans, r.imm);
-            });
-        }, nb::arg("i"), "(op, first output frame slot, number of outputs, argument spans [(frame slot, count)], immediate).")
+        .def_prop_ro(
+            "alive",
+            [](const ProgramBox& b) {
+                return b.visit_prog([&](const auto& p) {
+                    for (const bt::ExternalSpan& e : p.ext)
+                        if (!b.arena->alive(e.first + e.len - 1, e.gen)) return false;
+                    return true;
+                });
+            },
+            "False once a rewind discarded a node the program reads.")
+        .def_prop_ro(
+            "guards",
+            [](const ProgramBox& b) {
+                return b.visit_prog([](const auto& p) {
+                    nb::list out;
+                    static const char* ops[] = {"<", "<=", ">", ">=", "!= 0"};
+                    for (const bt::Guard& g : p.guards) out.append(nb::make_tuple(g.where, ops[int(g.op)], g.expected));
+                    return out;
+                });
+            },
+            "(line, comparison, outcome during the trace) of each guard, in order.")
+        .def(
+            "ops",
+            [](const ProgramBox& b) {
+                return b.visit_prog([](const auto& p) {
+                    std::map<std::string, size_t> c;
+                    for (const bt::Record& r : p.recs) ++c[record_name(r)];
+                    nb::dict d;
+                    for (auto& [k, v] : c) d[nb::str(k.c_str())] = v;
+                    return d;
+                });
+            },
+            "Number of records per op (map records as map_unary:tanh, ...).")
+        .def(
+            "record",
+            [](const ProgramBox& b, int64_t i) {
+                return b.visit_prog([&](const auto& p) {
+                    if (i < 0 || size_t(i) >= p.recs.size()) throw nb::index_error("record index out of range");
+                    const bt::Record& r = p.recs[size_t(i)];
+                    nb::list spans;
+                    bt::for_each_arg_span(r, p.args.data() + r.a,
+                                          [&](uint32_t f, uint32_t n) { spans.append(nb::make_tuple(f, n)); });
+                    return nb::make_tuple(record_name(r), r.out, r.nout, spans, r.imm);
+                });
+            },
+            nb::arg("i"),
+            "(op, first output frame slot, number of outputs, argument spans [(frame slot, count)], immediate).")
         .def_prop_ro("root", [](const ProgramBox& b) { return b.visit_prog([](const auto& p) { return p.root; }); })
-        .def_prop_ro("input_slots", [](const ProgramBox& b) { return b.visit_prog([](const auto& p) { return p.inputs; }); })
+        .def_prop_ro("input_slots",
+                     [](const ProgramBox& b) { return b.visit_prog([](const auto& p) { return p.inputs; }); })
         .def("_replay", &replay, nb::arg("X").none(), nb::arg("ids").none(), nb::arg("mode"), nb::arg("seed"),
              nb::arg("values").none() = nb::none(), nb::arg("out").none() = nb::none(), nb::arg("zero") = false)
         .def("_replay_samples", &replay_samples, nb::arg("batch"), nb::arg("start"), nb::arg("shape"), nb::arg("mode"),

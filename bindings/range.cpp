@@ -32,7 +32,8 @@ static VectorBox map_binary(const VectorBox& a, const VectorBox& b, Op op) {
     b.check();
     if (a.size != b.size)
         throw nb::value_error(("elementwise " + std::string(bt::op_info(op).name) + ": lengths differ (" +
-                               std::to_string(a.size) + " vs " + std::to_string(b.size) + ")").c_str());
+                               std::to_string(a.size) + " vs " + std::to_string(b.size) + ")")
+                                  .c_str());
     return emit(a, a.size, a.rows, a.cols, [&](auto& A) { return bt::append_map_binary(A, op, a.spans, b.spans); });
 }
 
@@ -75,7 +76,8 @@ static nb::object vdot(nb::handle x_h, nb::handle w_h) {
     x.check();
     w.check();
     if (x.size != w.size)
-        throw nb::value_error(("dot(): lengths differ (" + std::to_string(x.size) + " vs " + std::to_string(w.size) + ")").c_str());
+        throw nb::value_error(
+            ("dot(): lengths differ (" + std::to_string(x.size) + " vs " + std::to_string(w.size) + ")").c_str());
     VectorBox out = emit(x, 1, 0, 0, [&](auto& A) { return bt::append_dot(A, x.spans, w.spans); });
     return value_at(x, out.first());
 }
@@ -94,18 +96,20 @@ static VectorBox linear(nb::handle x_h, nb::handle W_h, nb::handle b_h) {
     W.check();
     if (b) b->check();
     if (!W.rows) throw nb::value_error("linear(): W must be a matrix (out x in)");
-    if (!W.contiguous()) throw nb::value_error("linear(): W must be contiguous (a parameter block), not a view with gaps");
+    if (!W.contiguous())
+        throw nb::value_error("linear(): W must be contiguous (a parameter block), not a view with gaps");
     const uint32_t in = W.cols, out = W.rows;
     const size_t rows = x.nrows();
     if (x.row_len() != in)
         throw nb::value_error(("linear(): x has shape " + shape_str(x) + " but W expects " + std::to_string(in) +
-                               " inputs (W is " + shape_str(W) + ")").c_str());
+                               " inputs (W is " + shape_str(W) + ")")
+                                  .c_str());
     if (b && (b->size != out || !b->contiguous()))
-        throw nb::value_error(("linear(): the bias must be a contiguous vector of " + std::to_string(out) + " elements").c_str());
+        throw nb::value_error(
+            ("linear(): the bias must be a contiguous vector of " + std::to_string(out) + " elements").c_str());
     const uint32_t r32 = bt::checked_u32(rows);
-    return emit(x, rows * out, x.rows ? r32 : 0, out, [&](auto& A) {
-        return bt::append_linear(A, x.spans, W.spans, b ? &b->spans : nullptr, r32, in, out);
-    });
+    return emit(x, rows * out, x.rows ? r32 : 0, out,
+                [&](auto& A) { return bt::append_linear(A, x.spans, W.spans, b ? &b->spans : nullptr, r32, in, out); });
 }
 
 static VectorBox softmax(nb::handle x_h) {
@@ -127,11 +131,13 @@ static nb::object cross_entropy(nb::handle logits_h, nb::handle targets_h) {
     }
     if (t.size() != rows)
         throw nb::value_error(("cross_entropy(): " + std::to_string(t.size()) + " targets for " + std::to_string(rows) +
-                               " rows of logits").c_str());
+                               " rows of logits")
+                                  .c_str());
     std::vector<int64_t> traced;
     const bool traced_targets = traced_id_positions(targets_h, traced);
     logits.check();
-    VectorBox out = emit(logits, 1, 0, 0, [&](auto& A) { return bt::append_cross_entropy(A, logits.spans, rows, V, t.data()); });
+    VectorBox out =
+        emit(logits, 1, 0, 0, [&](auto& A) { return bt::append_cross_entropy(A, logits.spans, rows, V, t.data()); });
     if (traced_targets) record_id_inputs(logits.arena, traced, V);
     return value_at(logits, out.first());
 }
@@ -149,12 +155,12 @@ static VectorBox layer_norm(nb::handle x_h, nb::handle g_h, nb::handle b_h, doub
     beta.check();
     const size_t C = x.row_len();
     if (gamma.size != C || beta.size != C || !gamma.contiguous() || !beta.contiguous())
-        throw nb::value_error(("layer_norm(): gamma and beta must be contiguous vectors of " + std::to_string(C) + " elements").c_str());
+        throw nb::value_error(
+            ("layer_norm(): gamma and beta must be contiguous vectors of " + std::to_string(C) + " elements").c_str());
     if (!(eps > 0) || !std::isfinite(eps)) throw nb::value_error("layer_norm(): eps must be a positive finite number");
     const uint32_t rows = bt::checked_u32(x.nrows()), c32 = bt::checked_u32(C);
-    return emit(x, x.size, x.rows, x.cols, [&](auto& A) {
-        return bt::append_layer_norm(A, x.spans, gamma.spans, beta.spans, rows, c32, eps);
-    });
+    return emit(x, x.size, x.rows, x.cols,
+                [&](auto& A) { return bt::append_layer_norm(A, x.spans, gamma.spans, beta.spans, rows, c32, eps); });
 }
 
 static double parse_scale(nb::handle scale_h, double dflt, const char* what) {
@@ -175,8 +181,9 @@ static nb::object attention(nb::handle q_h, nb::handle k_h, nb::handle v_h, bool
     VectorBox k = as_vector(k_h, &q, "attention()");
     VectorBox v = as_vector(v_h, &q, "attention()");
     if (!q.rows || q.rows != k.rows || q.rows != v.rows || q.cols != k.cols || q.cols != v.cols)
-        throw nb::value_error(("attention(): q, k, v must be matrices of one shape (T x head_size), got " + shape_str(q) +
-                               ", " + shape_str(k) + ", " + shape_str(v)).c_str());
+        throw nb::value_error(("attention(): q, k, v must be matrices of one shape (T x head_size), got " +
+                               shape_str(q) + ", " + shape_str(k) + ", " + shape_str(v))
+                                  .c_str());
     const uint32_t Tn = q.rows, hs = q.cols;
     const double scale = parse_scale(scale_h, 1.0 / std::sqrt(double(hs)), "attention()");
     same_arena(q, k, "attention()");
@@ -185,8 +192,9 @@ static nb::object attention(nb::handle q_h, nb::handle k_h, nb::handle v_h, bool
     k.check();
     v.check();
     const size_t th = size_t(Tn) * hs, tt = size_t(Tn) * Tn;
-    VectorBox all = emit(q, th + tt, 0, 0,
-                         [&](auto& A) { return bt::append_attention(A, q.spans, k.spans, v.spans, Tn, hs, causal, scale); });
+    VectorBox all = emit(q, th + tt, 0, 0, [&](auto& A) {
+        return bt::append_attention(A, q.spans, k.spans, v.spans, Tn, hs, causal, scale);
+    });
     VectorBox out = contiguous_vector(q.owner, q.arena, all.first(), th, Tn, hs);
     if (!return_weights) return nb::cast(out);
     VectorBox w = contiguous_vector(q.owner, q.arena, all.first() + uint32_t(th), tt, Tn, Tn);
@@ -201,11 +209,13 @@ static nb::object multi_head_attention(nb::handle qkv_h, int64_t heads, bool cau
         throw nb::value_error(("multi_head_attention(): qkv must be a (T x 3C) matrix, got " + shape_str(qkv)).c_str());
     if (sequences < 1 || qkv.rows % uint64_t(sequences) != 0)
         throw nb::value_error(("multi_head_attention(): " + std::to_string(qkv.rows) + " rows do not split into " +
-                               std::to_string(sequences) + " sequences").c_str());
+                               std::to_string(sequences) + " sequences")
+                                  .c_str());
     const uint32_t S = uint32_t(sequences), Tn = qkv.rows / S, C = qkv.cols / 3;
     if (heads < 1 || C % uint64_t(heads) != 0)
         throw nb::value_error(("multi_head_attention(): " + std::to_string(C) + " channels do not split into " +
-                               std::to_string(heads) + " heads").c_str());
+                               std::to_string(heads) + " heads")
+                                  .c_str());
     const uint32_t H = uint32_t(heads);
     const double scale = parse_scale(scale_h, 1.0 / std::sqrt(double(C / H)), "multi_head_attention()");
     qkv.check();
@@ -227,28 +237,53 @@ static VectorBox copy(const VectorBox& x) {
 
 // ---------------------------------------------------------------- registration
 void bind_vector_ops(nb::class_<VectorBox>& V) {
-    V.def("sum", [](nb::handle v) { return vsum(v, false); }, nb::sig("def sum(self) -> Value"),
-          "Sum of the elements, one record.")
-        .def("mean", [](nb::handle v) { return vsum(v, true); }, nb::sig("def mean(self) -> Value"),
-             "Mean of the elements, one record.")
-        .def("dot", [](nb::handle v, nb::handle other) { return vdot(v, other); },
-             nb::sig("def dot(self, other: VectorLike) -> Value"), "Inner product with another vector, one record.")
-        .def("softmax", [](nb::handle v) { return softmax(v); }, nb::sig("def softmax(self) -> Vector"),
-             "Softmax of the vector, or of each row of a matrix.")
+    V.def(
+         "sum", [](nb::handle v) { return vsum(v, false); }, nb::sig("def sum(self) -> Value"),
+         "Sum of the elements, one record.")
+        .def(
+            "mean", [](nb::handle v) { return vsum(v, true); }, nb::sig("def mean(self) -> Value"),
+            "Mean of the elements, one record.")
+        .def(
+            "dot", [](nb::handle v, nb::handle other) { return vdot(v, other); },
+            nb::sig("def dot(self, other: VectorLike) -> Value"), "Inner product with another vector, one record.")
+        .def(
+            "softmax", [](nb::handle v) { return softmax(v); }, nb::sig("def softmax(self) -> Vector"),
+            "Softmax of the vector, or of each row of a matrix.")
         .def("copy", &copy, "Materialises the view into fresh contiguous nodes (one record).")
-        .def("leaky_relu", [](const VectorBox& v, double slope) { return map_unary(v, Op::leaky_relu, slope); },
-             nb::arg("slope") = 0.01)
+        .def(
+            "leaky_relu", [](const VectorBox& v, double slope) { return map_unary(v, Op::leaky_relu, slope); },
+            nb::arg("slope") = 0.01)
         .def("__neg__", [](const VectorBox& v) { return map_unary(v, Op::neg); })
-        .def("__add__", [](const VectorBox& a, nb::handle b) { return arith(a, b, Op::add, false); }, nb::sig("def __add__(self, other: VectorLike | float, /) -> Vector"))
-        .def("__radd__", [](const VectorBox& a, nb::handle b) { return arith(a, b, Op::add, true); }, nb::sig("def __radd__(self, other: VectorLike | float, /) -> Vector"))
-        .def("__sub__", [](const VectorBox& a, nb::handle b) { return arith(a, b, Op::sub, false); }, nb::sig("def __sub__(self, other: VectorLike | float, /) -> Vector"))
-        .def("__rsub__", [](const VectorBox& a, nb::handle b) { return arith(a, b, Op::sub, true); }, nb::sig("def __rsub__(self, other: VectorLike | float, /) -> Vector"))
-        .def("__mul__", [](const VectorBox& a, nb::handle b) { return arith(a, b, Op::mul, false); }, nb::sig("def __mul__(self, other: VectorLike | float, /) -> Vector"))
-        .def("__rmul__", [](const VectorBox& a, nb::handle b) { return arith(a, b, Op::mul, true); }, nb::sig("def __rmul__(self, other: VectorLike | float, /) -> Vector"))
-        .def("__truediv__", [](const VectorBox& a, nb::handle b) { return arith(a, b, Op::div, false); }, nb::sig("def __truediv__(self, other: VectorLike | float, /) -> Vector"))
-        .def("__rtruediv__", [](const VectorBox& a, nb::handle b) { return arith(a, b, Op::div, true); }, nb::sig("def __rtruediv__(self, other: VectorLike | float, /) -> Vector"))
-        .def("__pow__", [](const VectorBox& a, nb::handle b) { return arith(a, b, Op::pow, false); }, nb::sig("def __pow__(self, other: VectorLike | float, /) -> Vector"))
-        .def("__rpow__", [](const VectorBox& a, nb::handle b) { return arith(a, b, Op::pow, true); }, nb::sig("def __rpow__(self, other: VectorLike | float, /) -> Vector"));
+        .def(
+            "__add__", [](const VectorBox& a, nb::handle b) { return arith(a, b, Op::add, false); },
+            nb::sig("def __add__(self, other: VectorLike | float, /) -> Vector"))
+        .def(
+            "__radd__", [](const VectorBox& a, nb::handle b) { return arith(a, b, Op::add, true); },
+            nb::sig("def __radd__(self, other: VectorLike | float, /) -> Vector"))
+        .def(
+            "__sub__", [](const VectorBox& a, nb::handle b) { return arith(a, b, Op::sub, false); },
+            nb::sig("def __sub__(self, other: VectorLike | float, /) -> Vector"))
+        .def(
+            "__rsub__", [](const VectorBox& a, nb::handle b) { return arith(a, b, Op::sub, true); },
+            nb::sig("def __rsub__(self, other: VectorLike | float, /) -> Vector"))
+        .def(
+            "__mul__", [](const VectorBox& a, nb::handle b) { return arith(a, b, Op::mul, false); },
+            nb::sig("def __mul__(self, other: VectorLike | float, /) -> Vector"))
+        .def(
+            "__rmul__", [](const VectorBox& a, nb::handle b) { return arith(a, b, Op::mul, true); },
+            nb::sig("def __rmul__(self, other: VectorLike | float, /) -> Vector"))
+        .def(
+            "__truediv__", [](const VectorBox& a, nb::handle b) { return arith(a, b, Op::div, false); },
+            nb::sig("def __truediv__(self, other: VectorLike | float, /) -> Vector"))
+        .def(
+            "__rtruediv__", [](const VectorBox& a, nb::handle b) { return arith(a, b, Op::div, true); },
+            nb::sig("def __rtruediv__(self, other: VectorLike | float, /) -> Vector"))
+        .def(
+            "__pow__", [](const VectorBox& a, nb::handle b) { return arith(a, b, Op::pow, false); },
+            nb::sig("def __pow__(self, other: VectorLike | float, /) -> Vector"))
+        .def(
+            "__rpow__", [](const VectorBox& a, nb::handle b) { return arith(a, b, Op::pow, true); },
+            nb::sig("def __rpow__(self, other: VectorLike | float, /) -> Vector"));
 #define BT_VEC_U(name, ...) V.def(#name, [](const VectorBox& v) { return map_unary(v, Op::name); });
     BT_UNARY_OPS(BT_VEC_U)
 #undef BT_VEC_U
@@ -326,8 +361,9 @@ Returns:
     The result, or (result, weights) with return_weights=True.)doc");
     m.def("multi_head_attention", &multi_head_attention, nb::arg("qkv"), nb::arg("heads"), nb::arg("causal") = true,
           nb::arg("scale") = nb::none(), nb::arg("return_weights") = false, nb::arg("sequences") = 1,
-          nb::sig("def multi_head_attention(qkv: VectorLike, heads: int, causal: bool = True, scale: float | None = None, "
-                  "return_weights: bool = False, sequences: int = 1) -> Vector | tuple[Vector, list[Vector]]"),
+          nb::sig(
+              "def multi_head_attention(qkv: VectorLike, heads: int, causal: bool = True, scale: float | None = None, "
+              "return_weights: bool = False, sequences: int = 1) -> Vector | tuple[Vector, list[Vector]]"),
           R"doc(Every head of attention from a fused q/k/v matrix in one record.
 
 Args:
@@ -341,10 +377,12 @@ Args:
 Returns:
     The (S*T x C) result, the heads side by side; with return_weights=True, (result, weights) with
     the S*H weight matrices sequence-major.)doc");
-    m.def("vsum", [](nb::handle x) { return vsum(x, false); }, nb::arg("x"), nb::sig("def vsum(x: VectorLike) -> Value"),
-          "The sum of a vector's elements: one record, a scalar Value.");
-    m.def("vmean", [](nb::handle x) { return vsum(x, true); }, nb::arg("x"), nb::sig("def vmean(x: VectorLike) -> Value"),
-          "The mean of a vector's elements: one record, a scalar Value.");
+    m.def(
+        "vsum", [](nb::handle x) { return vsum(x, false); }, nb::arg("x"), nb::sig("def vsum(x: VectorLike) -> Value"),
+        "The sum of a vector's elements: one record, a scalar Value.");
+    m.def(
+        "vmean", [](nb::handle x) { return vsum(x, true); }, nb::arg("x"), nb::sig("def vmean(x: VectorLike) -> Value"),
+        "The mean of a vector's elements: one record, a scalar Value.");
     m.def("dot", &vdot, nb::arg("x"), nb::arg("w"), nb::sig("def dot(x: VectorLike, w: VectorLike) -> Value"),
           "The inner product of two vectors of one length: one record, a scalar Value.");
 }

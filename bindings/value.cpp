@@ -41,8 +41,10 @@ PyObject* make_value(bt::ArenaBase* arena, PyObject* owner, uint32_t idx) {
 static void value_dealloc(PyObject* o) {
     PyValue* v = reinterpret_cast<PyValue*>(o);
     Py_DECREF(v->owner);
-    if (g_nfree < kFreeMax) g_free[g_nfree++] = v;
-    else PyObject_Free(v);
+    if (g_nfree < kFreeMax)
+        g_free[g_nfree++] = v;
+    else
+        PyObject_Free(v);
 }
 
 bool check_alive(PyValue* v) {
@@ -106,8 +108,7 @@ PyObject* emit_binary(PyValue* a, PyValue* b, bt::Op op) {
 template <bt::Op VV, bt::Op VC, bt::Op CV, bool NegVC = false>
 static PyObject* binop(PyObject* x, PyObject* y) {
     const bool vx = is_value(x), vy = is_value(y);
-    if (vx && vy)
-        return emit_binary(reinterpret_cast<PyValue*>(x), reinterpret_cast<PyValue*>(y), VV);
+    if (vx && vy) return emit_binary(reinterpret_cast<PyValue*>(x), reinterpret_cast<PyValue*>(y), VV);
     double c;
     int ok = number_to_double(vx ? y : x, &c);  // may run Python code: before any liveness check
     if (ok < 0) return nullptr;
@@ -142,11 +143,15 @@ static double get_grad(PyValue* v) {
     return dispatch(v->arena, [&](auto& A) { return double(A.grads()[v->idx]); });
 }
 static void set_data(PyValue* v, double d) {
-    dispatch(v->arena, [&](auto& A) { A.values()[v->idx] = static_cast<typename std::remove_reference_t<decltype(A)>::value_type>(d); });
+    dispatch(v->arena, [&](auto& A) {
+        A.values()[v->idx] = static_cast<typename std::remove_reference_t<decltype(A)>::value_type>(d);
+    });
 }
 static void set_grad(PyValue* v, double d) {
     v->arena->mark_grads_written();
-    dispatch(v->arena, [&](auto& A) { A.grads()[v->idx] = static_cast<typename std::remove_reference_t<decltype(A)>::value_type>(d); });
+    dispatch(v->arena, [&](auto& A) {
+        A.grads()[v->idx] = static_cast<typename std::remove_reference_t<decltype(A)>::value_type>(d);
+    });
 }
 
 static PyObject* nb_float_(PyObject* x) {
@@ -195,8 +200,10 @@ static PyObject* value_richcompare(PyObject* x, PyObject* y, int op) {
         PyValue* vb = is_value(y) ? as_pyvalue(y) : nullptr;
         // guards are kept as "value OP rhs": a number on the left flips the comparison
         static const int flip[] = {Py_GT, Py_GE, 0, 0, Py_LT, Py_LE};
-        if (va) record_guard(va, vb, b, op, r);
-        else record_guard(vb, nullptr, a, flip[op], r);
+        if (va)
+            record_guard(va, vb, b, op, r);
+        else
+            record_guard(vb, nullptr, a, flip[op], r);
     }
     return PyBool_FromLong(r);
 }
@@ -212,7 +219,8 @@ static PyObject* m_leaky_relu(PyObject* self, PyObject* const* args, Py_ssize_t 
     if (nargs > 1) return PyErr_Format(PyExc_TypeError, "leaky_relu() takes at most 1 argument");
     if (nargs == 1) {
         int ok = number_to_double(args[0], &slope);
-        if (ok <= 0) return ok < 0 ? nullptr : PyErr_Format(PyExc_TypeError, "leaky_relu(): the slope must be a number");
+        if (ok <= 0)
+            return ok < 0 ? nullptr : PyErr_Format(PyExc_TypeError, "leaky_relu(): the slope must be a number");
     }
     return emit_imm(reinterpret_cast<PyValue*>(self), Op::leaky_relu, slope);
 }
@@ -227,9 +235,12 @@ static PyObject* m_backward(PyObject* self, PyObject* const* args, Py_ssize_t na
         for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(kwnames); ++i) {
             PyObject* k = PyTuple_GET_ITEM(kwnames, i);
             PyObject* val = args[nargs + i];
-            if (PyUnicode_CompareWithASCIIString(k, "seed") == 0) seed_o = val;
-            else if (PyUnicode_CompareWithASCIIString(k, "wrt") == 0) wrt_o = val;
-            else return PyErr_Format(PyExc_TypeError, "backward() got an unexpected keyword argument '%U'", k);
+            if (PyUnicode_CompareWithASCIIString(k, "seed") == 0)
+                seed_o = val;
+            else if (PyUnicode_CompareWithASCIIString(k, "wrt") == 0)
+                wrt_o = val;
+            else
+                return PyErr_Format(PyExc_TypeError, "backward() got an unexpected keyword argument '%U'", k);
         }
     }
     // 1. convert (Python code may run)
@@ -238,7 +249,8 @@ static PyObject* m_backward(PyObject* self, PyObject* const* args, Py_ssize_t na
         int ok = is_value(seed_o) ? 0 : number_to_double(seed_o, &seed);
         if (ok < 0) return nullptr;
         if (ok == 0) return PyErr_Format(PyExc_TypeError, "backward(): seed must be a number");
-        if (!std::isfinite(seed)) return PyErr_Format(PyExc_ValueError, "backward(): seed must be finite, got %R", seed_o);
+        if (!std::isfinite(seed))
+            return PyErr_Format(PyExc_ValueError, "backward(): seed must be finite, got %R", seed_o);
     }
     nb::object wrt;
     if (wrt_o && wrt_o != Py_None) {
@@ -257,9 +269,11 @@ static PyObject* m_backward(PyObject* self, PyObject* const* args, Py_ssize_t na
         const Py_ssize_t n = PySequence_Fast_GET_SIZE(wrt.ptr());
         for (Py_ssize_t i = 0; i < n; ++i) {
             PyObject* it = PySequence_Fast_GET_ITEM(wrt.ptr(), i);
-            if (!is_value(it)) return PyErr_Format(PyExc_TypeError, "backward(): wrt must hold Values, got %s", Py_TYPE(it)->tp_name);
+            if (!is_value(it))
+                return PyErr_Format(PyExc_TypeError, "backward(): wrt must hold Values, got %s", Py_TYPE(it)->tp_name);
             PyValue* w = as_pyvalue(it);
-            if (w->arena != v->arena) return PyErr_Format(PyExc_ValueError, "backward(): wrt holds a Value of another arena");
+            if (w->arena != v->arena)
+                return PyErr_Format(PyExc_ValueError, "backward(): wrt holds a Value of another arena");
             if (!check_alive(w)) return nullptr;
             lo = std::min(lo, w->idx);
         }
@@ -303,9 +317,8 @@ static PyObject* m_zero_grad(PyObject* self, PyObject*) {
 
 #define BT_METHOD_U(name, ...) {#name, m_unary<Op::name>, METH_NOARGS, "The " #name " of this Value, as a new node."},
 static PyMethodDef value_methods[] = {
-    BT_UNARY_OPS(BT_METHOD_U)
-    {"leaky_relu", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(m_leaky_relu)), METH_FASTCALL,
-     "leaky_relu(slope=0.01): x if x > 0 else slope * x."},
+    BT_UNARY_OPS(BT_METHOD_U){"leaky_relu", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(m_leaky_relu)),
+                              METH_FASTCALL, "leaky_relu(slope=0.01): x if x > 0 else slope * x."},
     {"backward", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(m_backward)), METH_FASTCALL | METH_KEYWORDS,
      "backward(seed=1.0, wrt=None): reverse sweep from this node.\n\n"
      "Interior grads of the swept records are reset, then hold d self / d node; leaf grads\n"
@@ -457,8 +470,10 @@ static PyObject* value_repr(PyObject* self) {
     const std::string* lab = v->arena->label(v->idx);
     PyObject* r;
     const char* dt = v->arena->dtype() == bt::DType::float32 ? ", dtype=float32" : "";
-    if (lab) r = PyUnicode_FromFormat("Value(data=%R, grad=%R, label='%s'%s)", d, g, lab->c_str(), dt);
-    else r = PyUnicode_FromFormat("Value(data=%R, grad=%R%s)", d, g, dt);
+    if (lab)
+        r = PyUnicode_FromFormat("Value(data=%R, grad=%R, label='%s'%s)", d, g, lab->c_str(), dt);
+    else
+        r = PyUnicode_FromFormat("Value(data=%R, grad=%R%s)", d, g, dt);
     Py_XDECREF(d);
     Py_XDECREF(g);
     return r;
@@ -467,8 +482,8 @@ static PyObject* value_repr(PyObject* self) {
 // Value(data, dtype=None, label=None, arena=None)
 static PyObject* value_vectorcall(PyObject*, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    PyObject* slots[4] = {nargs > 0 ? args[0] : nullptr, nargs > 1 ? args[1] : nullptr,
-                          nargs > 2 ? args[2] : nullptr, nargs > 3 ? args[3] : nullptr};
+    PyObject* slots[4] = {nargs > 0 ? args[0] : nullptr, nargs > 1 ? args[1] : nullptr, nargs > 2 ? args[2] : nullptr,
+                          nargs > 3 ? args[3] : nullptr};
     static const char* names[4] = {"data", "dtype", "label", "arena"};
     if (nargs > 4) return PyErr_Format(PyExc_TypeError, "Value() takes at most 4 arguments");
     if (kwnames) {
@@ -477,7 +492,8 @@ static PyObject* value_vectorcall(PyObject*, PyObject* const* args, size_t nargs
             int j = 0;
             while (j < 4 && PyUnicode_CompareWithASCIIString(k, names[j]) != 0) ++j;
             if (j == 4) return PyErr_Format(PyExc_TypeError, "Value() got an unexpected keyword argument '%U'", k);
-            if (slots[j]) return PyErr_Format(PyExc_TypeError, "Value() got multiple values for argument '%s'", names[j]);
+            if (slots[j])
+                return PyErr_Format(PyExc_TypeError, "Value() got multiple values for argument '%s'", names[j]);
             slots[j] = args[nargs + i];
         }
     }
@@ -488,7 +504,8 @@ static PyObject* value_vectorcall(PyObject*, PyObject* const* args, size_t nargs
         return PyErr_Format(PyExc_TypeError, "Value(): data is already a Value; use v.detach() for a new leaf");
     int ok = number_to_double(data, &d);
     if (ok < 0) return nullptr;
-    if (ok == 0) return PyErr_Format(PyExc_TypeError, "Value(): data must be a real number, got %s", Py_TYPE(data)->tp_name);
+    if (ok == 0)
+        return PyErr_Format(PyExc_TypeError, "Value(): data must be a real number, got %s", Py_TYPE(data)->tp_name);
     if (label && label != Py_None && !PyUnicode_Check(label))
         return PyErr_Format(PyExc_TypeError, "Value(): label must be a str or None");
 

@@ -32,7 +32,8 @@ VectorBox make_vector(const nb::object& owner, bt::ArenaBase* arena, const Spans
         if (s.second == 0) continue;
         if (!v.spans.empty() && uint64_t(v.spans.back().first) + v.spans.back().second == s.first)
             v.spans.back().second += s.second;
-        else v.spans.push_back(s);
+        else
+            v.spans.push_back(s);
         v.size += s.second;
     }
     for (const Span& s : v.spans) v.gens.push_back(arena->gen_of(s.first + s.second - 1));
@@ -68,7 +69,8 @@ void same_arena(const VectorBox& a, const VectorBox& b, const char* what) {
     if (a.arena == b.arena) return;
     if (a.dtype() != b.dtype())
         throw nb::type_error((std::string(what) + ": cannot combine " + dtype_name(a.dtype()) + " and " +
-                              dtype_name(b.dtype()) + " vectors").c_str());
+                              dtype_name(b.dtype()) + " vectors")
+                                 .c_str());
     throw nb::value_error((std::string(what) + ": the vectors live in different arenas").c_str());
 }
 
@@ -119,8 +121,8 @@ static int numbers_from_buffer(PyObject* o, NumberArray& out, const char* what) 
     const char* f = view.format ? view.format : "B";
     if (*f == '<' || *f == '=' || *f == '@') ++f;
     if (view.ndim < 1 || view.ndim > 2)
-        throw nb::value_error((std::string(what) + ": arrays must have 1 or 2 dimensions, got " +
-                               std::to_string(view.ndim)).c_str());
+        throw nb::value_error(
+            (std::string(what) + ": arrays must have 1 or 2 dimensions, got " + std::to_string(view.ndim)).c_str());
     const size_t rows = view.ndim == 2 ? size_t(view.shape[0]) : 1;
     const size_t cols = size_t(view.shape[view.ndim - 1]);
     const Py_ssize_t rs = view.ndim == 2 ? view.strides[0] : 0, cs = view.strides[view.ndim - 1];
@@ -132,25 +134,37 @@ static int numbers_from_buffer(PyObject* o, NumberArray& out, const char* what) 
         for (size_t r = 0; r < rows; ++r)
             for (size_t c = 0; c < cols; ++c) {
                 S x;
-                std::memcpy(&x, static_cast<const char*>(view.buf) + Py_ssize_t(r) * rs + Py_ssize_t(c) * cs, sizeof(S));
+                std::memcpy(&x, static_cast<const char*>(view.buf) + Py_ssize_t(r) * rs + Py_ssize_t(c) * cs,
+                            sizeof(S));
                 out.v[r * cols + c] = double(x);
             }
     };
     const bool one = f[0] != '\0' && f[1] == '\0';
     const Py_ssize_t sz = view.itemsize;
-    if (one && *f == 'd' && sz == 8) read(double());
-    else if (one && *f == 'f' && sz == 4) read(float());
-    else if (one && (*f == 'b')) read(int8_t());
-    else if (one && (*f == 'B' || *f == '?')) read(uint8_t());
-    else if (one && *f == 'h') read(int16_t());
-    else if (one && *f == 'H') read(uint16_t());
-    else if (one && (*f == 'i' || *f == 'l') && sz == 4) read(int32_t());
-    else if (one && (*f == 'I' || *f == 'L') && sz == 4) read(uint32_t());
-    else if (one && (*f == 'l' || *f == 'q') && sz == 8) read(int64_t());
-    else if (one && (*f == 'L' || *f == 'Q') && sz == 8) read(uint64_t());
+    if (one && *f == 'd' && sz == 8)
+        read(double());
+    else if (one && *f == 'f' && sz == 4)
+        read(float());
+    else if (one && (*f == 'b'))
+        read(int8_t());
+    else if (one && (*f == 'B' || *f == '?'))
+        read(uint8_t());
+    else if (one && *f == 'h')
+        read(int16_t());
+    else if (one && *f == 'H')
+        read(uint16_t());
+    else if (one && (*f == 'i' || *f == 'l') && sz == 4)
+        read(int32_t());
+    else if (one && (*f == 'I' || *f == 'L') && sz == 4)
+        read(uint32_t());
+    else if (one && (*f == 'l' || *f == 'q') && sz == 8)
+        read(int64_t());
+    else if (one && (*f == 'L' || *f == 'Q') && sz == 8)
+        read(uint64_t());
     else
         throw nb::type_error((std::string(what) + ": arrays must hold real numbers (float or int), got format '" +
-                              (view.format ? view.format : "B") + "'").c_str());
+                              (view.format ? view.format : "B") + "'")
+                                 .c_str());
     return 1;
 }
 
@@ -165,10 +179,11 @@ static void numbers_from_row(PyObject* seq, std::vector<double>& out, const char
         int ok = is_value(it) ? 0 : number_to_double(it, &d);
         if (ok < 0) throw nb::python_error();
         if (ok == 0) {
-            std::string where = nested ? "row " + std::to_string(row) + ", item " + std::to_string(i)
-                                       : "item " + std::to_string(i);
-            std::string why = is_value(it) ? "a Value (nested lists of Values are not supported; use bt.vector or bt.cat)"
-                                           : std::string("a ") + Py_TYPE(it)->tp_name + ", not a number";
+            std::string where =
+                nested ? "row " + std::to_string(row) + ", item " + std::to_string(i) : "item " + std::to_string(i);
+            std::string why = is_value(it)
+                                  ? "a Value (nested lists of Values are not supported; use bt.vector or bt.cat)"
+                                  : std::string("a ") + Py_TYPE(it)->tp_name + ", not a number";
             throw nb::type_error((std::string(what) + ": " + where + " is " + why).c_str());
         }
         out.push_back(d);
@@ -185,7 +200,8 @@ static NumberArray parse_numbers(PyObject* o, const char* what) {
     if (!fast.is_valid()) {
         PyErr_Clear();
         throw nb::type_error((std::string(what) + ": expected a sequence of numbers, a nested list or an array, got " +
-                              Py_TYPE(o)->tp_name).c_str());
+                              Py_TYPE(o)->tp_name)
+                                 .c_str());
     }
     const Py_ssize_t n = PySequence_Fast_GET_SIZE(fast.ptr());
     PyObject** items = PySequence_Fast_ITEMS(fast.ptr());
@@ -201,14 +217,17 @@ static NumberArray parse_numbers(PyObject* o, const char* what) {
                 numbers_from_row(items[r], a.v, what, size_t(r), true);
             } else {
                 throw nb::type_error((std::string(what) + ": row " + std::to_string(r) + " is a " +
-                                      Py_TYPE(items[r])->tp_name + ", not a sequence of numbers").c_str());
+                                      Py_TYPE(items[r])->tp_name + ", not a sequence of numbers")
+                                         .c_str());
             }
             const size_t len = a.v.size() - before;
-            if (r == 0) a.cols = len;
+            if (r == 0)
+                a.cols = len;
             else if (len != a.cols)
                 throw nb::value_error((std::string(what) + ": the rows of a nested list must have one length; row " +
                                        std::to_string(r) + " has " + std::to_string(len) + ", row 0 has " +
-                                       std::to_string(a.cols)).c_str());
+                                       std::to_string(a.cols))
+                                          .c_str());
         }
         if (a.cols == 0) throw nb::value_error((std::string(what) + ": rows must not be empty").c_str());
         return a;
@@ -267,8 +286,10 @@ VectorBox as_vector(nb::handle h, const VectorBox* anchor, const char* what) {
         }
     }
     if (!is_sequence_like(o) && !PySequence_Check(o))
-        throw nb::type_error((std::string(what) + ": expected a Vector, a list of numbers or Values, or an array, got " +
-                              Py_TYPE(o)->tp_name).c_str());
+        throw nb::type_error((std::string(what) +
+                              ": expected a Vector, a list of numbers or Values, or an array, got " +
+                              Py_TYPE(o)->tp_name)
+                                 .c_str());
     NumberArray a = parse_numbers(o, what);
     if (a.v.empty()) throw nb::value_error((std::string(what) + ": got an empty sequence").c_str());
     bt::ArenaBase* arena;
@@ -301,7 +322,8 @@ static std::pair<size_t, size_t> parse_shape(nb::handle shape) {
         nb::object t = nb::steal(PyTuple_Pack(1, s));
         return parse_shape(t);
     }
-    if (!PyTuple_Check(s) && !PyList_Check(s)) throw nb::type_error("shape must be an int or a tuple of one or two ints");
+    if (!PyTuple_Check(s) && !PyList_Check(s))
+        throw nb::type_error("shape must be an int or a tuple of one or two ints");
     const Py_ssize_t nd = PySequence_Fast_GET_SIZE(s);
     if (nd < 1 || nd > 2) throw nb::value_error("shape must have one or two dimensions");
     size_t d[2] = {0, 0};
@@ -311,7 +333,8 @@ static std::pair<size_t, size_t> parse_shape(nb::handle shape) {
         int overflow = 0;
         long long x = PyLong_AsLongLongAndOverflow(it, &overflow);
         if (overflow || x <= 0 || x > (1ll << 31))
-            throw nb::value_error(("shape entries must be in [1, 2**31], got " + std::string(nb::str(nb::handle(it)).c_str())).c_str());
+            throw nb::value_error(
+                ("shape entries must be in [1, 2**31], got " + std::string(nb::str(nb::handle(it)).c_str())).c_str());
         d[i] = size_t(x);
     }
     return nd == 1 ? std::pair<size_t, size_t>{0, d[0]} : std::pair<size_t, size_t>{d[0], d[1]};
@@ -323,8 +346,9 @@ static VectorBox leaves(nb::handle data, nb::handle shape, nb::handle dtype, nb:
     NumberArray a;
     if (!data.is_none()) {
         if (is_value(data.ptr()) || nb::isinstance<VectorBox>(data))
-            throw nb::type_error("leaves(): data must be numbers; for new leaves holding a node's values use "
-                                 "bt.leaves(x.data) (a Vector) or x.detach() (a Value)");
+            throw nb::type_error(
+                "leaves(): data must be numbers; for new leaves holding a node's values use "
+                "bt.leaves(x.data) (a Vector) or x.detach() (a Value)");
         a = parse_numbers(data.ptr(), "leaves()");
     }
     nb::object owner = arena_for(arena_h, dtype);
@@ -336,7 +360,8 @@ static VectorBox leaves(nb::handle data, nb::handle shape, nb::handle dtype, nb:
         if (r && want / r != c) throw nb::value_error("leaves(): shape overflows");
         if (!data.is_none() && n != want)
             throw nb::value_error(("leaves(): " + std::to_string(n) + " values do not fill a shape of " +
-                                   std::to_string(want) + " elements").c_str());
+                                   std::to_string(want) + " elements")
+                                      .c_str());
         rows = r;
         cols = c;
         n = want;
@@ -395,7 +420,8 @@ static std::vector<VectorBox> vector_list(nb::handle seq, const char* what) {
     nb::object fast = nb::steal(PySequence_Fast(seq.ptr(), ""));
     if (!fast.is_valid()) {
         PyErr_Clear();
-        throw nb::type_error((std::string(what) + ": expected a sequence of Vectors, got " + Py_TYPE(seq.ptr())->tp_name).c_str());
+        throw nb::type_error(
+            (std::string(what) + ": expected a sequence of Vectors, got " + Py_TYPE(seq.ptr())->tp_name).c_str());
     }
     const Py_ssize_t n = PySequence_Fast_GET_SIZE(fast.ptr());
     if (n == 0) throw nb::value_error((std::string(what) + ": needs at least one vector").c_str());
@@ -433,7 +459,8 @@ static VectorBox hcat(nb::handle seq) {
     const uint32_t rows = vs[0].rows;
     size_t cols = 0;
     for (const VectorBox& v : vs) {
-        if (!v.rows || v.rows != rows) throw nb::value_error("hcat(): all inputs must be matrices with the same number of rows");
+        if (!v.rows || v.rows != rows)
+            throw nb::value_error("hcat(): all inputs must be matrices with the same number of rows");
         cols += v.cols;
     }
     Spans s;
@@ -492,8 +519,9 @@ static VectorBox reshape(const VectorBox& v, int64_t rows, int64_t cols) {
     // Each dimension is checked before the product: (7, 0x6db6db6db6db6db7) multiplies to 1 modulo 2**64.
     if (rows <= 0 || cols <= 0 || uint64_t(rows) > v.size || uint64_t(cols) > v.size ||
         uint64_t(rows) * uint64_t(cols) != v.size)
-        throw nb::value_error(("cannot reshape " + std::to_string(v.size) + " elements to (" + std::to_string(rows) + ", " +
-                               std::to_string(cols) + ")").c_str());
+        throw nb::value_error(("cannot reshape " + std::to_string(v.size) + " elements to (" + std::to_string(rows) +
+                               ", " + std::to_string(cols) + ")")
+                                  .c_str());
     VectorBox r = v;
     r.rows = uint32_t(rows);
     r.cols = uint32_t(cols);
@@ -503,7 +531,8 @@ static VectorBox reshape(const VectorBox& v, int64_t rows, int64_t cols) {
 // ---------------------------------------------------------------- data access
 static nb::list tolist(const VectorBox& v, bool grads) {
     v.check();
-    if (!grads && !refuse_while_tracing(v.arena, "reading a Vector's numbers (tolist(), numpy())")) throw nb::python_error();
+    if (!grads && !refuse_while_tracing(v.arena, "reading a Vector's numbers (tolist(), numpy())"))
+        throw nb::python_error();
     nb::list out;
     each_slot_ptr(v, grads, [&](auto* p) { out.append(double(*p)); });
     return out;
@@ -512,8 +541,8 @@ static nb::list tolist(const VectorBox& v, bool grads) {
 static void assign(const VectorBox& v, nb::handle data, bool grads) {
     NumberArray a = parse_numbers(data.ptr(), grads ? "set_grad()" : "set_data()");  // Python code first
     if (a.v.size() != v.size)
-        throw nb::value_error(("assigning " + std::to_string(a.v.size()) + " numbers to a Vector of " +
-                               std::to_string(v.size)).c_str());
+        throw nb::value_error(
+            ("assigning " + std::to_string(a.v.size()) + " numbers to a Vector of " + std::to_string(v.size)).c_str());
     v.check();
     if (grads) v.arena->mark_grads_written();
     size_t i = 0;
@@ -536,7 +565,8 @@ static void scale_grad(const VectorBox& v, double c) {
 
 static nb::object to_numpy(nb::handle self, const std::string& what, bool writable) {
     const VectorBox& v = nb::cast<const VectorBox&>(self);
-    if (what != "values" && what != "grads") throw nb::value_error(("what must be 'values' or 'grads', got '" + what + "'").c_str());
+    if (what != "values" && what != "grads")
+        throw nb::value_error(("what must be 'values' or 'grads', got '" + what + "'").c_str());
     v.check();
     if (!v.contiguous()) {
         // A view with gaps: hand out a copy, never a view that silently misses elements.
@@ -555,7 +585,8 @@ static nb::object to_numpy(nb::handle self, const std::string& what, bool writab
 // The single node of a one-element Vector (so a model's scalar output works like a Value).
 static nb::object only_value(const VectorBox& v, const char* what) {
     if (v.size != 1)
-        throw nb::value_error((std::string(what) + " needs a one-element Vector, this one has shape " + shape_str(v)).c_str());
+        throw nb::value_error(
+            (std::string(what) + " needs a one-element Vector, this one has shape " + shape_str(v)).c_str());
     v.check();
     return value_at(v, v.slot(0));
 }
@@ -580,63 +611,84 @@ static std::string vector_repr(const VectorBox& v) {
 
 // ---------------------------------------------------------------- registration
 void init_vector(nb::module_& m) {
-    auto V = nb::class_<VectorBox>(m, "Vector",
+    auto V = nb::class_<VectorBox>(
+        m, "Vector",
         "A view over nodes: a list of spans of slots, optionally shaped (rows, cols) row-major.\n\n"
         "Slicing, concatenation and embedding lookup make new views and copy nothing; range ops\n"
         "(linear, softmax, ...) take Vectors and append one record each.");
     V.def("__len__", [](const VectorBox& v) { return v.length(); })
         .def("__getitem__", &getitem, nb::sig("def __getitem__(self, key: int | slice, /) -> Value | Vector"))
-        .def_prop_ro("size", [](const VectorBox& v) { return v.size; }, "Number of elements.")
-        .def_prop_ro("shape", [](const VectorBox& v) {
-            return v.rows ? nb::make_tuple(v.rows, v.cols) : nb::make_tuple(v.size);
-        }, nb::sig("def shape(self) -> tuple[int] | tuple[int, int]"), "(size,) or (rows, cols).")
-        .def_prop_ro("spans", [](const VectorBox& v) { return v.spans; }, "The (first slot, length) spans viewed.")
-        .def_prop_ro("arena", [](const VectorBox& v) { return v.owner; }, nb::sig("def arena(self) -> Arena"))
-        .def_prop_ro("dtype", [](const VectorBox& v) { return nb::borrow(g_dtype_objects[int(v.dtype())]); },
-                     nb::sig("def dtype(self) -> DType"))
+        .def_prop_ro(
+            "size", [](const VectorBox& v) { return v.size; }, "Number of elements.")
+        .def_prop_ro(
+            "shape",
+            [](const VectorBox& v) { return v.rows ? nb::make_tuple(v.rows, v.cols) : nb::make_tuple(v.size); },
+            nb::sig("def shape(self) -> tuple[int] | tuple[int, int]"), "(size,) or (rows, cols).")
+        .def_prop_ro(
+            "spans", [](const VectorBox& v) { return v.spans; }, "The (first slot, length) spans viewed.")
+        .def_prop_ro(
+            "arena", [](const VectorBox& v) { return v.owner; }, nb::sig("def arena(self) -> Arena"))
+        .def_prop_ro(
+            "dtype", [](const VectorBox& v) { return nb::borrow(g_dtype_objects[int(v.dtype())]); },
+            nb::sig("def dtype(self) -> DType"))
         .def_prop_ro("alive", &VectorBox::alive)
         .def_prop_ro("contiguous", &VectorBox::contiguous)
-        .def_prop_ro("data", [](const VectorBox& v) { return tolist(v, false); }, nb::sig("def data(self) -> list[float]"),
-                     "The values as a list of floats.")
-        .def_prop_ro("grad", [](const VectorBox& v) { return tolist(v, true); }, nb::sig("def grad(self) -> list[float]"),
-                     "The grads as a list of floats.")
-        .def("tolist", [](const VectorBox& v, const std::string& what) {
-            if (what != "values" && what != "grads") throw nb::value_error("what must be 'values' or 'grads'");
-            return tolist(v, what == "grads");
-        }, nb::arg("what") = "values", nb::sig("def tolist(self, what: str = 'values') -> list[float]"))
-        .def("set_data", [](const VectorBox& v, nb::handle d) { assign(v, d, false); }, nb::arg("values"),
-             nb::sig("def set_data(self, values: Sequence[float] | Sequence[Sequence[float]] | ArrayLike) -> None"),
-             "Overwrites the values (e.g. to load weights): numbers, a nested list or an array.")
-        .def("set_grad", [](const VectorBox& v, nb::handle d) { assign(v, d, true); }, nb::arg("grads"),
-             nb::sig("def set_grad(self, grads: Sequence[float] | Sequence[Sequence[float]] | ArrayLike) -> None"))
+        .def_prop_ro(
+            "data", [](const VectorBox& v) { return tolist(v, false); }, nb::sig("def data(self) -> list[float]"),
+            "The values as a list of floats.")
+        .def_prop_ro(
+            "grad", [](const VectorBox& v) { return tolist(v, true); }, nb::sig("def grad(self) -> list[float]"),
+            "The grads as a list of floats.")
+        .def(
+            "tolist",
+            [](const VectorBox& v, const std::string& what) {
+                if (what != "values" && what != "grads") throw nb::value_error("what must be 'values' or 'grads'");
+                return tolist(v, what == "grads");
+            },
+            nb::arg("what") = "values", nb::sig("def tolist(self, what: str = 'values') -> list[float]"))
+        .def(
+            "set_data", [](const VectorBox& v, nb::handle d) { assign(v, d, false); }, nb::arg("values"),
+            nb::sig("def set_data(self, values: Sequence[float] | Sequence[Sequence[float]] | ArrayLike) -> None"),
+            "Overwrites the values (e.g. to load weights): numbers, a nested list or an array.")
+        .def(
+            "set_grad", [](const VectorBox& v, nb::handle d) { assign(v, d, true); }, nb::arg("grads"),
+            nb::sig("def set_grad(self, grads: Sequence[float] | Sequence[Sequence[float]] | ArrayLike) -> None"))
         .def("zero_grad", [](const VectorBox& v) { fill_grad(v, 0.0); })
         .def("scale_grad", &scale_grad, nb::arg("factor"))
         .def("numpy", &to_numpy, nb::arg("what") = "values", nb::arg("writable") = false,
              nb::sig("def numpy(self, what: str = 'values', writable: bool = False) -> Any"),
              "A numpy array of the values (or grads): zero-copy for a contiguous Vector, a copy otherwise.")
         .def("reshape", &reshape, nb::arg("rows"), nb::arg("cols"))
-        .def("flatten", [](const VectorBox& v) {
-            VectorBox r = v;
-            r.rows = 0;
-            r.cols = uint32_t(r.size);
-            return r;
-        })
+        .def("flatten",
+             [](const VectorBox& v) {
+                 VectorBox r = v;
+                 r.rows = 0;
+                 r.cols = uint32_t(r.size);
+                 return r;
+             })
         .def("columns", &col_slice, nb::arg("start"), nb::arg("stop"), "Columns [start, stop) of a matrix, as a view.")
-        .def("values", [](const VectorBox& v) {
-            v.check();
-            nb::list out;
-            for (const Span& s : v.spans)
-                for (uint32_t i = 0; i < s.second; ++i) out.append(value_at(v, s.first + i));
-            return out;
-        }, nb::sig("def values(self) -> list[Value]"), "The elements as a list of Value handles.")
-        .def("item", [](const VectorBox& v) { return nb::cast<double>(only_value(v, "item()").attr("data")); },
-             "The value of a one-element Vector as a float.")
+        .def(
+            "values",
+            [](const VectorBox& v) {
+                v.check();
+                nb::list out;
+                for (const Span& s : v.spans)
+                    for (uint32_t i = 0; i < s.second; ++i) out.append(value_at(v, s.first + i));
+                return out;
+            },
+            nb::sig("def values(self) -> list[Value]"), "The elements as a list of Value handles.")
+        .def(
+            "item", [](const VectorBox& v) { return nb::cast<double>(only_value(v, "item()").attr("data")); },
+            "The value of a one-element Vector as a float.")
         .def("__float__", [](const VectorBox& v) { return nb::cast<double>(only_value(v, "float()").attr("data")); })
-        .def("backward", [](const VectorBox& v, nb::handle seed, nb::handle wrt) {
-            only_value(v, "backward()").attr("backward")(seed.is_none() ? nb::float_(1.0) : nb::borrow(seed), wrt);
-        }, nb::arg("seed") = nb::none(), nb::arg("wrt") = nb::none(),
-           nb::sig("def backward(self, seed: float | None = None, wrt: Sequence[Value] | None = None) -> None"),
-           "Reverse sweep from the node of a one-element Vector (a model's scalar output).")
+        .def(
+            "backward",
+            [](const VectorBox& v, nb::handle seed, nb::handle wrt) {
+                only_value(v, "backward()").attr("backward")(seed.is_none() ? nb::float_(1.0) : nb::borrow(seed), wrt);
+            },
+            nb::arg("seed") = nb::none(), nb::arg("wrt") = nb::none(),
+            nb::sig("def backward(self, seed: float | None = None, wrt: Sequence[Value] | None = None) -> None"),
+            "Reverse sweep from the node of a one-element Vector (a model's scalar output).")
         .def("__repr__", &vector_repr);
     bind_vector_ops(V);
 

@@ -39,7 +39,7 @@ struct VectorBox {
         }
         return UINT32_MAX;
     }
-    size_t length() const { return rows ? rows : size; }  // len(): rows of a matrix
+    size_t length() const { return rows ? rows : size; }   // len(): rows of a matrix
     size_t row_len() const { return rows ? cols : size; }  // elements per row (the "in" of a layer)
     size_t nrows() const { return rows ? rows : 1; }
 };
@@ -47,8 +47,8 @@ struct VectorBox {
 // Builds a view from spans (merging adjacent ones) and stamps their generations.
 VectorBox make_vector(const nb::object& owner, bt::ArenaBase* arena, const Spans& in, uint32_t rows = 0,
                       uint32_t cols = 0);
-VectorBox contiguous_vector(const nb::object& owner, bt::ArenaBase* arena, uint32_t first, size_t n,
-                            uint32_t rows = 0, uint32_t cols = 0);
+VectorBox contiguous_vector(const nb::object& owner, bt::ArenaBase* arena, uint32_t first, size_t n, uint32_t rows = 0,
+                            uint32_t cols = 0);
 // Elements [a, b) of v, as a view.
 VectorBox slice_elems(const VectorBox& v, size_t a, size_t b, uint32_t rows = 0, uint32_t cols = 0);
 

@@ -131,7 +131,8 @@ public:
     // Why a mark cannot be rewound to, or nullptr if it can.
     const char* mark_problem(const Mark& m) const {
         if (m.arena_id != id_) return "the checkpoint belongs to another arena";
-        if (m.slots > nslots_ || m.records > nrecords_ || m.args > nargs_ || (m.slots && gen_[m.slots - 1] != m.last_gen))
+        if (m.slots > nslots_ || m.records > nrecords_ || m.args > nargs_ ||
+            (m.slots && gen_[m.slots - 1] != m.last_gen))
             return "the checkpoint was discarded by an earlier rewind below it";
         return nullptr;
     }
@@ -166,8 +167,10 @@ public:
 
     // ---- labels: a side table, empty (no memory) unless labels are set ----
     void set_label(uint32_t idx, std::string s) {
-        if (s.empty()) labels_.erase(idx);
-        else labels_[idx] = std::move(s);
+        if (s.empty())
+            labels_.erase(idx);
+        else
+            labels_[idx] = std::move(s);
     }
     size_t num_labels() const { return labels_.size(); }
     const std::string* label(uint32_t idx) const {
@@ -192,8 +195,10 @@ public:
         size_t lo = 0, hi = nrecords_;
         while (lo < hi) {  // first record with out > idx
             size_t mid = (lo + hi) / 2;
-            if (recs_[mid].out <= idx) lo = mid + 1;
-            else hi = mid;
+            if (recs_[mid].out <= idx)
+                lo = mid + 1;
+            else
+                hi = mid;
         }
         if (lo == 0) return -1;
         const Record& r = recs_[lo - 1];
@@ -204,8 +209,10 @@ public:
         size_t lo = 0, hi = nrecords_;
         while (lo < hi) {
             size_t mid = (lo + hi) / 2;
-            if (recs_[mid].out < idx) lo = mid + 1;
-            else hi = mid;
+            if (recs_[mid].out < idx)
+                lo = mid + 1;
+            else
+                hi = mid;
         }
         return lo;
     }
@@ -296,15 +303,20 @@ protected:
 inline std::vector<ArenaBase::Span> ArenaBase::record_args(const Record& r) const {
     std::vector<Span> out;
     auto add = [&out](uint32_t first, uint32_t len) {
-        if (!out.empty() && out.back().first + out.back().second == first) out.back().second += len;
-        else out.emplace_back(first, len);
+        if (!out.empty() && out.back().first + out.back().second == first)
+            out.back().second += len;
+        else
+            out.emplace_back(first, len);
     };
     const uint32_t* p = args_ + r.a;
     switch (op_info(r.op).kind) {
         case OpKind::leaf: break;
         case OpKind::unary:
         case OpKind::unary_imm: add(r.a, 1); break;
-        case OpKind::binary: add(r.a, 1); add(r.b, 1); break;
+        case OpKind::binary:
+            add(r.a, 1);
+            add(r.b, 1);
+            break;
         case OpKind::nary:
             for (uint32_t i = 0; i < r.b; ++i) add(p[i], 1);
             break;
@@ -342,7 +354,8 @@ public:
     // Guarantees that an op appending this much cannot fail half-way (all or nothing).
     void make_room(size_t slots, size_t records, size_t args) {
         if (slots > slot_limit_ - nslots_ || records > record_limit_ - nrecords_ || args > args_limit_ - nargs_)
-            [[unlikely]] grow(slots, records, args);
+            [[unlikely]]
+            grow(slots, records, args);
     }
 
     // n fresh slots with zero grads, stamped with the current epoch and `lo`. Returns the first.

@@ -14,45 +14,43 @@ template <typename T>
     const T* v = A.values();
     T* gr = A.grads();
     switch (r.op) {
-#define BT_BWD_U(name, fwd, dfdx)            \
-    case Op::name: {                         \
-        const T x = v[r.a], y = v[r.out];    \
-        (void)x;                             \
-        (void)y;                             \
-        gr[r.a] += gr[r.out] * (dfdx);       \
-        return;                              \
+#define BT_BWD_U(name, fwd, dfdx)         \
+    case Op::name: {                      \
+        const T x = v[r.a], y = v[r.out]; \
+        (void)x;                          \
+        (void)y;                          \
+        gr[r.a] += gr[r.out] * (dfdx);    \
+        return;                           \
     }
         BT_UNARY_OPS(BT_BWD_U)
 #undef BT_BWD_U
-#define BT_BWD_UI(name, fwd, dfdx)                        \
-    case Op::name: {                                      \
-        const T x = v[r.a], y = v[r.out];                 \
-        const T c = static_cast<T>(r.imm);                \
-        (void)x;                                          \
-        (void)y;                                          \
-        (void)c;                                          \
-        gr[r.a] += gr[r.out] * (dfdx);                    \
-        return;                                           \
+#define BT_BWD_UI(name, fwd, dfdx)         \
+    case Op::name: {                       \
+        const T x = v[r.a], y = v[r.out];  \
+        const T c = static_cast<T>(r.imm); \
+        (void)x;                           \
+        (void)y;                           \
+        (void)c;                           \
+        gr[r.a] += gr[r.out] * (dfdx);     \
+        return;                            \
     }
         BT_UNARY_IMM_OPS(BT_BWD_UI)
 #undef BT_BWD_UI
-#define BT_BWD_B(name, fwd, dfda, dfdb)                   \
-    case Op::name: {                                      \
-        const T a = v[r.a], b = v[r.b], y = v[r.out];     \
-        (void)a;                                          \
-        (void)b;                                          \
-        (void)y;                                          \
-        const T g = gr[r.out];                            \
-        gr[r.a] += g * (dfda);                            \
-        gr[r.b] += g * (dfdb);                            \
-        return;                                           \
+#define BT_BWD_B(name, fwd, dfda, dfdb)               \
+    case Op::name: {                                  \
+        const T a = v[r.a], b = v[r.b], y = v[r.out]; \
+        (void)a;                                      \
+        (void)b;                                      \
+        (void)y;                                      \
+        const T g = gr[r.out];                        \
+        gr[r.a] += g * (dfda);                        \
+        gr[r.b] += g * (dfdb);                        \
+        return;                                       \
     }
         BT_BINARY_OPS(BT_BWD_B)
 #undef BT_BWD_B
-#define BT_BWD_N(name)                                                                          \
-    case Op::name:                                                                              \
-        nary_backward<T>(r.op, v, gr, args + r.a, r.b, v + r.out, gr + r.out, A.scratch(0)); \
-        return;
+#define BT_BWD_N(name) \
+    case Op::name: nary_backward<T>(r.op, v, gr, args + r.a, r.b, v + r.out, gr + r.out, A.scratch(0)); return;
         BT_NARY_OPS(BT_BWD_N)
 #undef BT_BWD_N
         case Op::leaf:
@@ -114,8 +112,10 @@ inline void Arena<T>::backward(uint32_t root, T seed, uint32_t stop_below) {
     }
     dirty_ = std::max(dirty_, top + 1);
     grad_[root] = seed;
-    if (anomaly_enabled()) sweep<true>(top, lo);
-    else sweep<false>(top, lo);
+    if (anomaly_enabled())
+        sweep<true>(top, lo);
+    else
+        sweep<false>(top, lo);
 }
 
 }  // namespace bt

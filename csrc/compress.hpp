@@ -97,7 +97,7 @@ void natural(const T* x, size_t d, uint64_t seed, T* out) {
         int e;
         const double m = std::frexp(std::fabs(v), &e);  // |v| = m 2^e, m in [0.5, 1)
         const double low = std::ldexp(1.0, e - 1);
-        const double up_probability = 2.0 * m - 1.0;      // (|v| - low) / low
+        const double up_probability = 2.0 * m - 1.0;  // (|v| - low) / low
         const double q = u < up_probability ? 2.0 * low : low;
         out[i] = T(std::copysign(q, v));
     }

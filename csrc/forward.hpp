@@ -70,8 +70,9 @@ inline void check_outputs(const Arena<T>& A, Op op, uint32_t out, uint32_t nout)
         if (std::isfinite(v[i])) continue;
         const bool recorded = grad_enabled();
         const size_t rec = A.num_records() - (recorded ? 1 : 0);
-        std::string msg = std::string("anomaly: the forward of ") + op_info(op).name + " (record " + std::to_string(rec) +
-                          ") produced " + non_finite_name(v[i]) + " in " + A.describe_node(out + i);
+        std::string msg = std::string("anomaly: the forward of ") + op_info(op).name + " (record " +
+                          std::to_string(rec) + ") produced " + non_finite_name(v[i]) + " in " +
+                          A.describe_node(out + i);
         if (recorded) msg += ", from " + describe_args(A, A.record(rec));
         throw AnomalyError(msg, rec, out + i, false);
     }
@@ -116,28 +117,28 @@ template <typename T>
 [[gnu::always_inline]] inline void forward_record(const Frame<T>& A, const Record& r, const uint32_t* args) {
     T* v = A.values();
     switch (r.op) {
-#define BT_FWD_U(name, fwd, ...)     \
-    case Op::name: {                 \
-        const T x = v[r.a];          \
-        v[r.out] = (fwd);            \
-        return;                      \
+#define BT_FWD_U(name, fwd, ...) \
+    case Op::name: {             \
+        const T x = v[r.a];      \
+        v[r.out] = (fwd);        \
+        return;                  \
     }
         BT_UNARY_OPS(BT_FWD_U)
 #undef BT_FWD_U
-#define BT_FWD_UI(name, fwd, ...)               \
-    case Op::name: {                            \
-        const T x = v[r.a];                     \
-        const T c = static_cast<T>(r.imm);      \
-        v[r.out] = (fwd);                       \
-        return;                                 \
+#define BT_FWD_UI(name, fwd, ...)          \
+    case Op::name: {                       \
+        const T x = v[r.a];                \
+        const T c = static_cast<T>(r.imm); \
+        v[r.out] = (fwd);                  \
+        return;                            \
     }
         BT_UNARY_IMM_OPS(BT_FWD_UI)
 #undef BT_FWD_UI
-#define BT_FWD_B(name, fwd, ...)              \
-    case Op::name: {                          \
-        const T a = v[r.a], b = v[r.b];       \
-        v[r.out] = (fwd);                     \
-        return;                               \
+#define BT_FWD_B(name, fwd, ...)        \
+    case Op::name: {                    \
+        const T a = v[r.a], b = v[r.b]; \
+        v[r.out] = (fwd);               \
+        return;                         \
     }
         BT_BINARY_OPS(BT_FWD_B)
 #undef BT_FWD_B

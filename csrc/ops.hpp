@@ -3,9 +3,9 @@
 // Adding a scalar op = one row in one of the tables below. The enum, the forward and backward
 // of scalar records and of elementwise map records, the Value method and the module function are
 // all generated from the rows; the Python package re-exports the function by name
-// (src/burtorch/__init__.py) and tests/op_table.py gives its test points. In the rows: x is the argument, y the op's output, c the record's immediate; for binary ops
-// a and b are the arguments. The derivative expressions may use y (already computed) so that
-// e.g. exp and tanh reuse their forward value instead of recomputing it.
+// (src/burtorch/__init__.py) and tests/op_table.py gives its test points. In the rows: x is the argument, y the op's
+// output, c the record's immediate; for binary ops a and b are the arguments. The derivative expressions may use y
+// (already computed) so that e.g. exp and tanh reuse their forward value instead of recomputing it.
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -13,84 +13,83 @@
 namespace bt {
 
 // ---- unary:  X(name, forward(x), dy/dx(x, y)) ----
-#define BT_UNARY_OPS(X)                                                        \
-    X(neg, -x, T(-1))                                                          \
-    X(relu, x > T(0) ? x : T(0), x > T(0) ? T(1) : T(0))                       \
-    X(tanh, std::tanh(x), T(1) - y * y)                                        \
-    X(exp, std::exp(x), y)                                                     \
-    X(log, std::log(x), T(1) / x)                                              \
-    X(neg_log, -std::log(x), T(-1) / x)                                        \
-    X(sigmoid, T(1) / (T(1) + std::exp(-x)), y*(T(1) - y))                     \
-    X(inv, T(1) / x, -y * y)                                                   \
-    X(sqr, x* x, T(2) * x)                                                     \
-    X(pow3, x* x* x, T(3) * x * x)                                             \
-    X(sqrt, std::sqrt(x), T(0.5) / y)                                          \
-    X(inv_sqrt, T(1) / std::sqrt(x), T(-0.5) * y / x)                          \
-    X(abs, std::fabs(x), x > T(0) ? T(1) : (x < T(0) ? T(-1) : T(0)))          \
-    X(sin, std::sin(x), std::cos(x))                                           \
-    X(cos, std::cos(x), -std::sin(x))                                          \
+#define BT_UNARY_OPS(X)                                               \
+    X(neg, -x, T(-1))                                                 \
+    X(relu, x > T(0) ? x : T(0), x > T(0) ? T(1) : T(0))              \
+    X(tanh, std::tanh(x), T(1) - y * y)                               \
+    X(exp, std::exp(x), y)                                            \
+    X(log, std::log(x), T(1) / x)                                     \
+    X(neg_log, -std::log(x), T(-1) / x)                               \
+    X(sigmoid, T(1) / (T(1) + std::exp(-x)), y * (T(1) - y))          \
+    X(inv, T(1) / x, -y * y)                                          \
+    X(sqr, x* x, T(2) * x)                                            \
+    X(pow3, x * x * x, T(3) * x * x)                                  \
+    X(sqrt, std::sqrt(x), T(0.5) / y)                                 \
+    X(inv_sqrt, T(1) / std::sqrt(x), T(-0.5) * y / x)                 \
+    X(abs, std::fabs(x), x > T(0) ? T(1) : (x < T(0) ? T(-1) : T(0))) \
+    X(sin, std::sin(x), std::cos(x))                                  \
+    X(cos, std::cos(x), -std::sin(x))                                 \
     X(softplus, softplus_(x), T(1) / (T(1) + std::exp(-x)))
 
 // ---- unary with an immediate constant c:  X(name, forward(x, c), dy/dx(x, y, c)) ----
-#define BT_UNARY_IMM_OPS(X)                                                    \
-    X(add_const, x + c, T(1))                                                  \
-    X(mul_const, x* c, c)                                                      \
-    X(div_const, x / c, T(1) / c)                                              \
-    X(rsub_const, c - x, T(-1))                                                \
-    X(rdiv_const, c / x, -y / x)                                               \
-    X(pow_const, pow_imm(x, c), dpow_imm(x, c))                                \
-    X(rpow_const, std::pow(c, x), dpow_exp(c, x, y))                              \
+#define BT_UNARY_IMM_OPS(X)                          \
+    X(add_const, x + c, T(1))                        \
+    X(mul_const, x* c, c)                            \
+    X(div_const, x / c, T(1) / c)                    \
+    X(rsub_const, c - x, T(-1))                      \
+    X(rdiv_const, c / x, -y / x)                     \
+    X(pow_const, pow_imm(x, c), dpow_imm(x, c))      \
+    X(rpow_const, std::pow(c, x), dpow_exp(c, x, y)) \
     X(leaky_relu, x > T(0) ? x : c * x, x > T(0) ? T(1) : c)
 
 // ---- binary:  X(name, forward(a, b), dy/da, dy/db) ----
-#define BT_BINARY_OPS(X)                                                       \
-    X(add, a + b, T(1), T(1))                                                  \
-    X(sub, a - b, T(1), T(-1))                                                 \
-    X(mul, a* b, b, a)                                                         \
-    X(div, a / b, T(1) / b, -y / b)                                            \
-    X(pow, std::pow(a, b), b * std::pow(a, b - T(1)), dpow_exp(a, b, y))       \
-    X(mean, (a + b) * T(0.5), T(0.5), T(0.5))                                  \
-    X(add_squares, a* a + b * b, T(2) * a, T(2) * b)                           \
-    X(mean_squares, (a * a + b * b) * T(0.5), a, b)                            \
+#define BT_BINARY_OPS(X)                                                \
+    X(add, a + b, T(1), T(1))                                           \
+    X(sub, a - b, T(1), T(-1))                                          \
+    X(mul, a* b, b, a)                                                  \
+    X(div, a / b, T(1) / b, -y / b)                                     \
+    X(pow, std::pow(a, b), b* std::pow(a, b - T(1)), dpow_exp(a, b, y)) \
+    X(mean, (a + b) * T(0.5), T(0.5), T(0.5))                           \
+    X(add_squares, a* a + b * b, T(2) * a, T(2) * b)                    \
+    X(mean_squares, (a * a + b * b) * T(0.5), a, b)                     \
     X(negative_mean, (a + b) * T(-0.5), T(-0.5), T(-0.5))
 
 // ---- var-arity reductions over n arguments (one record, args in the shared args array) ----
 // Forward and backward live in reduce.hpp; the list is here so that all op codes are in one place.
-#define BT_NARY_OPS(X)                                                         \
-    X(reduce_sum)                                                              \
-    X(reduce_sub)                                                              \
-    X(reduce_mul)                                                              \
-    X(reduce_mean)                                                             \
-    X(reduce_sum_of_squares)                                                   \
-    X(reduce_mean_squares)                                                     \
-    X(reduce_negative_mean)                                                    \
-    X(inner_product)                                                           \
-    X(inner_product_with_bias)                                                 \
-    X(variance)                                                                \
-    X(variance_biased)                                                         \
+#define BT_NARY_OPS(X)         \
+    X(reduce_sum)              \
+    X(reduce_sub)              \
+    X(reduce_mul)              \
+    X(reduce_mean)             \
+    X(reduce_sum_of_squares)   \
+    X(reduce_mean_squares)     \
+    X(reduce_negative_mean)    \
+    X(inner_product)           \
+    X(inner_product_with_bias) \
+    X(variance)                \
+    X(variance_biased)         \
     X(mean_and_mean_squares)
 
 // ---- range ops over vectors (one record writes a span of outputs); see range_ops.hpp ----
-#define BT_RANGE_OPS(X)                                                        \
-    X(copy)                                                                    \
-    X(map_unary)                                                               \
-    X(map_imm)                                                                 \
-    X(map_binary)                                                              \
-    X(sum_range)                                                               \
-    X(dot_range)                                                               \
-    X(linear)                                                                  \
-    X(softmax)                                                                 \
-    X(cross_entropy)                                                           \
-    X(layer_norm)                                                              \
-    X(attention)                                                               \
-    X(multi_head_attention)                                                    \
+#define BT_RANGE_OPS(X)     \
+    X(copy)                 \
+    X(map_unary)            \
+    X(map_imm)              \
+    X(map_binary)           \
+    X(sum_range)            \
+    X(dot_range)            \
+    X(linear)               \
+    X(softmax)              \
+    X(cross_entropy)        \
+    X(layer_norm)           \
+    X(attention)            \
+    X(multi_head_attention) \
     X(gather)
 
 enum class Op : uint16_t {
     leaf = 0,
 #define BT_ENUM(name, ...) name,
-    BT_UNARY_OPS(BT_ENUM) BT_UNARY_IMM_OPS(BT_ENUM) BT_BINARY_OPS(BT_ENUM)
-        BT_NARY_OPS(BT_ENUM) BT_RANGE_OPS(BT_ENUM)
+    BT_UNARY_OPS(BT_ENUM) BT_UNARY_IMM_OPS(BT_ENUM) BT_BINARY_OPS(BT_ENUM) BT_NARY_OPS(BT_ENUM) BT_RANGE_OPS(BT_ENUM)
 #undef BT_ENUM
         count_
 };
@@ -110,8 +109,7 @@ inline const OpInfo& op_info(Op op) {
 #define BT_B(name, ...) {#name, OpKind::binary},
 #define BT_N(name, ...) {#name, OpKind::nary},
 #define BT_R(name, ...) {#name, OpKind::range},
-        BT_UNARY_OPS(BT_U) BT_UNARY_IMM_OPS(BT_UI) BT_BINARY_OPS(BT_B) BT_NARY_OPS(BT_N)
-            BT_RANGE_OPS(BT_R)
+        BT_UNARY_OPS(BT_U) BT_UNARY_IMM_OPS(BT_UI) BT_BINARY_OPS(BT_B) BT_NARY_OPS(BT_N) BT_RANGE_OPS(BT_R)
 #undef BT_U
 #undef BT_UI
 #undef BT_B

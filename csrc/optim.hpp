@@ -38,8 +38,10 @@ inline void sgd_step(T* __restrict w, const T* __restrict g, double* __restrict 
         }
     };
     using std::false_type, std::true_type;
-    if (c.nesterov) first ? update(true_type{}, true_type{}) : update(true_type{}, false_type{});
-    else first ? update(false_type{}, true_type{}) : update(false_type{}, false_type{});
+    if (c.nesterov)
+        first ? update(true_type{}, true_type{}) : update(true_type{}, false_type{});
+    else
+        first ? update(false_type{}, true_type{}) : update(false_type{}, false_type{});
 }
 
 struct AdamConfig {
@@ -56,15 +58,19 @@ inline void adam_step(T* __restrict w, const T* __restrict g, double* __restrict
         for (size_t i = 0; i < n; ++i) {
             double gi = double(g[i]);
             double wi = double(w[i]);
-            if constexpr (decltype(decoupled)::value) wi -= c.lr * c.weight_decay * wi;
-            else gi += c.weight_decay * wi;
+            if constexpr (decltype(decoupled)::value)
+                wi -= c.lr * c.weight_decay * wi;
+            else
+                gi += c.weight_decay * wi;
             m[i] = c.beta1 * m[i] + (1.0 - c.beta1) * gi;
             v[i] = c.beta2 * v[i] + (1.0 - c.beta2) * gi * gi;
             w[i] = static_cast<T>(wi - c.lr * (m[i] / c1) / (std::sqrt(v[i] / c2) + c.eps));
         }
     };
-    if (c.decoupled) update(std::true_type{});
-    else update(std::false_type{});
+    if (c.decoupled)
+        update(std::true_type{});
+    else
+        update(std::false_type{});
 }
 
 }  // namespace bt

@@ -31,9 +31,9 @@ enum class GuardOp : uint8_t { lt, le, gt, ge, nonzero };
 
 struct Guard {
     GuardOp op;
-    bool expected;    // the outcome during the trace
-    bool rhs_const;   // compares against the number c instead of slot b
-    uint32_t a, b;    // slots (arena slots while tracing, frame slots in a program)
+    bool expected;   // the outcome during the trace
+    bool rhs_const;  // compares against the number c instead of slot b
+    uint32_t a, b;   // slots (arena slots while tracing, frame slots in a program)
     double c;
     std::string where;  // "file.py:12": the line that made the comparison
 };
@@ -88,7 +88,10 @@ inline void for_each_arg_span(const Record& r, const uint32_t* p, F&& f) {
         case OpKind::leaf: return;
         case OpKind::unary:
         case OpKind::unary_imm: f(r.a, 1u); return;
-        case OpKind::binary: f(r.a, 1u); f(r.b, 1u); return;
+        case OpKind::binary:
+            f(r.a, 1u);
+            f(r.b, 1u);
+            return;
         case OpKind::nary:
             for (uint32_t i = 0; i < r.b; ++i) f(p[i], 1u);
             return;
@@ -126,10 +129,10 @@ public:
         uint32_t slot, rows, cols;
     };
     std::vector<TransposedWeight> transposed_weights;
-    std::vector<T> local_init;    // values of the local slots at trace time (constants stay)
+    std::vector<T> local_init;  // values of the local slots at trace time (constants stay)
     std::vector<uint32_t> inputs;
     uint32_t num_ids = 0;
-    std::vector<uint32_t> id_bound;  // per id position: the exclusive bound (UINT32_MAX: unused)
+    std::vector<uint32_t> id_bound;                       // per id position: the exclusive bound (UINT32_MAX: unused)
     std::vector<std::pair<uint32_t, uint32_t>> id_slots;  // (index into args, id position)
     std::vector<Guard> guards;
     std::vector<Span> wrt;  // frame spans
@@ -147,7 +150,7 @@ template <typename T>
 struct Workspace {
     std::vector<T> v, g, scratch;
     std::vector<uint32_t> args;
-    std::vector<T> wt;                                   // the program's transposed weights, back to back
+    std::vector<T> wt;                                    // the program's transposed weights, back to back
     std::vector<std::pair<uint32_t, const T*>> wt_index;  // (W's frame slot, its transposed copy in wt)
     const Program<T>* laid_out_for = nullptr;
     Frame<T> frame() { return Frame<T>{v.data(), g.data(), &scratch, wt_index.empty() ? nullptr : &wt_index}; }
@@ -377,7 +380,8 @@ inline void prepare(const Program<T>& P, Workspace<T>& W, const T* arena_values)
         W.args = P.args;
         W.laid_out_for = &P;
     }
-    for (const ExternalSpan& e : P.ext) std::copy(arena_values + e.first, arena_values + e.first + e.len, W.v.begin() + e.at);
+    for (const ExternalSpan& e : P.ext)
+        std::copy(arena_values + e.first, arena_values + e.first + e.len, W.v.begin() + e.at);
     std::fill(W.g.begin(), W.g.begin() + P.n_ext, T(0));
     size_t total = 0;
     for (const auto& t : P.transposed_weights) total += size_t(t.rows) * t.cols;
@@ -453,8 +457,10 @@ inline void copy_out(const T* src, T* dst, size_t n) {
             size_t i = 0;
             for (; reinterpret_cast<uintptr_t>(dst + i) % 16 != 0; ++i) dst[i] = src[i];
             for (; i + lane <= n; i += lane) {
-                if constexpr (std::is_same_v<T, float>) _mm_stream_ps(dst + i, _mm_loadu_ps(src + i));
-                else _mm_stream_pd(dst + i, _mm_loadu_pd(src + i));
+                if constexpr (std::is_same_v<T, float>)
+                    _mm_stream_ps(dst + i, _mm_loadu_ps(src + i));
+                else
+                    _mm_stream_pd(dst + i, _mm_loadu_pd(src + i));
             }
             for (; i < n; ++i) dst[i] = src[i];
             _mm_sfence();
@@ -534,8 +540,10 @@ inline ReplayResult replay(const Program<T>& P, Workspace<T>& W, const Samples& 
             return res;
         }
         run_backward(P, W, seed);
-        if (reduce == Reduce::rows) take_wrt_grads(P, W, rows + s * P.num_wrt, false, stream_rows);
-        else if (reduce == Reduce::sum) take_wrt_grads(P, W, sum, true);
+        if (reduce == Reduce::rows)
+            take_wrt_grads(P, W, rows + s * P.num_wrt, false, stream_rows);
+        else if (reduce == Reduce::sum)
+            take_wrt_grads(P, W, sum, true);
     }
     return res;
 }

@@ -18,8 +18,8 @@
 namespace bt {
 
 struct ParallelReplayResult {
-    std::vector<size_t> failed;   // samples whose guards failed (nothing added for them)
-    long non_finite = -1;         // the first sample whose loss is inf or nan, if any
+    std::vector<size_t> failed;  // samples whose guards failed (nothing added for them)
+    long non_finite = -1;        // the first sample whose loss is inf or nan, if any
     double non_finite_value = 0.0;
 };
 

@@ -144,8 +144,10 @@ public:
         // woke too late finds the claim counter tagged with a later job and touches nothing, so
         // nothing here waits for a thread that is not running a task of this job.
         for (int spins = 0; done_.load(std::memory_order_acquire) < ntasks; ++spins) {
-            if (spins < 256) BT_CPU_RELAX();
-            else std::this_thread::yield();  // the helper may be waiting for this very core
+            if (spins < 256)
+                BT_CPU_RELAX();
+            else
+                std::this_thread::yield();  // the helper may be waiting for this very core
         }
         if (error_) std::rethrow_exception(error_);
     }
@@ -234,7 +236,7 @@ private:
     void (*call_)(void*, size_t) = nullptr;
     void* ctx_ = nullptr;
     size_t ntasks_ = 0;
-    int helpers_ = 0;  // workers 0 .. helpers_ - 1 join it
+    int helpers_ = 0;                     // workers 0 .. helpers_ - 1 join it
     std::atomic<uint64_t> published_{0};  // seq_, for spinning workers to watch without the lock
     std::atomic<uint64_t> claim_{0};      // (job tag << 32) | next task index
     std::atomic<size_t> done_{0};

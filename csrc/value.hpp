@@ -47,36 +47,102 @@ private:
 };
 
 // ---- operators: Value op Value, Value op number, number op Value ----
-template <typename T> Value<T> operator+(const Value<T>& a, const Value<T>& b) { return a.binary(Op::add, b); }
-template <typename T> Value<T> operator-(const Value<T>& a, const Value<T>& b) { return a.binary(Op::sub, b); }
-template <typename T> Value<T> operator*(const Value<T>& a, const Value<T>& b) { return a.binary(Op::mul, b); }
-template <typename T> Value<T> operator/(const Value<T>& a, const Value<T>& b) { return a.binary(Op::div, b); }
-template <typename T> Value<T> operator-(const Value<T>& a) { return a.unary(Op::neg); }
-template <typename T> Value<T> operator+(const Value<T>& a, double c) { return a.with_constant(Op::add_const, c); }
-template <typename T> Value<T> operator+(double c, const Value<T>& a) { return a.with_constant(Op::add_const, c); }
-template <typename T> Value<T> operator-(const Value<T>& a, double c) { return a.with_constant(Op::add_const, -c); }
-template <typename T> Value<T> operator-(double c, const Value<T>& a) { return a.with_constant(Op::rsub_const, c); }
-template <typename T> Value<T> operator*(const Value<T>& a, double c) { return a.with_constant(Op::mul_const, c); }
-template <typename T> Value<T> operator*(double c, const Value<T>& a) { return a.with_constant(Op::mul_const, c); }
-template <typename T> Value<T> operator/(const Value<T>& a, double c) { return a.with_constant(Op::div_const, c); }
-template <typename T> Value<T> operator/(double c, const Value<T>& a) { return a.with_constant(Op::rdiv_const, c); }
-template <typename T> Value<T>& operator+=(Value<T>& a, const Value<T>& b) { return a = a + b; }
-template <typename T> Value<T>& operator-=(Value<T>& a, const Value<T>& b) { return a = a - b; }
-template <typename T> Value<T>& operator*=(Value<T>& a, const Value<T>& b) { return a = a * b; }
-template <typename T> Value<T>& operator+=(Value<T>& a, double c) { return a = a + c; }
-template <typename T> Value<T>& operator*=(Value<T>& a, double c) { return a = a * c; }
+template <typename T>
+Value<T> operator+(const Value<T>& a, const Value<T>& b) {
+    return a.binary(Op::add, b);
+}
+template <typename T>
+Value<T> operator-(const Value<T>& a, const Value<T>& b) {
+    return a.binary(Op::sub, b);
+}
+template <typename T>
+Value<T> operator*(const Value<T>& a, const Value<T>& b) {
+    return a.binary(Op::mul, b);
+}
+template <typename T>
+Value<T> operator/(const Value<T>& a, const Value<T>& b) {
+    return a.binary(Op::div, b);
+}
+template <typename T>
+Value<T> operator-(const Value<T>& a) {
+    return a.unary(Op::neg);
+}
+template <typename T>
+Value<T> operator+(const Value<T>& a, double c) {
+    return a.with_constant(Op::add_const, c);
+}
+template <typename T>
+Value<T> operator+(double c, const Value<T>& a) {
+    return a.with_constant(Op::add_const, c);
+}
+template <typename T>
+Value<T> operator-(const Value<T>& a, double c) {
+    return a.with_constant(Op::add_const, -c);
+}
+template <typename T>
+Value<T> operator-(double c, const Value<T>& a) {
+    return a.with_constant(Op::rsub_const, c);
+}
+template <typename T>
+Value<T> operator*(const Value<T>& a, double c) {
+    return a.with_constant(Op::mul_const, c);
+}
+template <typename T>
+Value<T> operator*(double c, const Value<T>& a) {
+    return a.with_constant(Op::mul_const, c);
+}
+template <typename T>
+Value<T> operator/(const Value<T>& a, double c) {
+    return a.with_constant(Op::div_const, c);
+}
+template <typename T>
+Value<T> operator/(double c, const Value<T>& a) {
+    return a.with_constant(Op::rdiv_const, c);
+}
+template <typename T>
+Value<T>& operator+=(Value<T>& a, const Value<T>& b) {
+    return a = a + b;
+}
+template <typename T>
+Value<T>& operator-=(Value<T>& a, const Value<T>& b) {
+    return a = a - b;
+}
+template <typename T>
+Value<T>& operator*=(Value<T>& a, const Value<T>& b) {
+    return a = a * b;
+}
+template <typename T>
+Value<T>& operator+=(Value<T>& a, double c) {
+    return a = a + c;
+}
+template <typename T>
+Value<T>& operator*=(Value<T>& a, double c) {
+    return a = a * c;
+}
 
 // ---- every unary op of the table as a function: bt::tanh(x), bt::sqr(x), ... ----
-#define BT_VALUE_FN(name, ...) \
-    template <typename T>      \
-    Value<T> name(const Value<T>& x) { return x.unary(Op::name); }
+#define BT_VALUE_FN(name, ...)         \
+    template <typename T>              \
+    Value<T> name(const Value<T>& x) { \
+        return x.unary(Op::name);      \
+    }
 BT_UNARY_OPS(BT_VALUE_FN)
 #undef BT_VALUE_FN
 
-template <typename T> Value<T> pow(const Value<T>& x, double c) { return x.with_constant(Op::pow_const, c); }
-template <typename T> Value<T> pow(double c, const Value<T>& x) { return x.with_constant(Op::rpow_const, c); }
-template <typename T> Value<T> pow(const Value<T>& a, const Value<T>& b) { return a.binary(Op::pow, b); }
-template <typename T> Value<T> leaky_relu(const Value<T>& x, double slope = 0.01) {
+template <typename T>
+Value<T> pow(const Value<T>& x, double c) {
+    return x.with_constant(Op::pow_const, c);
+}
+template <typename T>
+Value<T> pow(double c, const Value<T>& x) {
+    return x.with_constant(Op::rpow_const, c);
+}
+template <typename T>
+Value<T> pow(const Value<T>& a, const Value<T>& b) {
+    return a.binary(Op::pow, b);
+}
+template <typename T>
+Value<T> leaky_relu(const Value<T>& x, double slope = 0.01) {
     return x.with_constant(Op::leaky_relu, slope);
 }
 
@@ -88,10 +154,22 @@ Value<T> reduce(Op op, const std::vector<Value<T>>& xs) {
     for (const Value<T>& x : xs) idx.push_back(x.index());
     return Value<T>::at(xs.front().arena(), xs.front().arena().nary(op, idx.data(), idx.size()));
 }
-template <typename T> Value<T> reduce_sum(const std::vector<Value<T>>& xs) { return reduce(Op::reduce_sum, xs); }
-template <typename T> Value<T> reduce_mul(const std::vector<Value<T>>& xs) { return reduce(Op::reduce_mul, xs); }
-template <typename T> Value<T> reduce_mean(const std::vector<Value<T>>& xs) { return reduce(Op::reduce_mean, xs); }
-template <typename T> Value<T> variance(const std::vector<Value<T>>& xs) { return reduce(Op::variance, xs); }
+template <typename T>
+Value<T> reduce_sum(const std::vector<Value<T>>& xs) {
+    return reduce(Op::reduce_sum, xs);
+}
+template <typename T>
+Value<T> reduce_mul(const std::vector<Value<T>>& xs) {
+    return reduce(Op::reduce_mul, xs);
+}
+template <typename T>
+Value<T> reduce_mean(const std::vector<Value<T>>& xs) {
+    return reduce(Op::reduce_mean, xs);
+}
+template <typename T>
+Value<T> variance(const std::vector<Value<T>>& xs) {
+    return reduce(Op::variance, xs);
+}
 // sum_i x[i] * w[i] (+ bias): one record, the paper's neuron.
 template <typename T>
 Value<T> inner_product(const std::vector<Value<T>>& x, const std::vector<Value<T>>& w) {

@@ -118,8 +118,10 @@ inline void for_each_tile(size_t M, size_t N, size_t K, const T* a, size_t am, s
             finish(acc, m0, n0, width);
         };
         with_rows<kMR>(mr, [&](auto mr_c) {
-            if (width > Simd<T>::W) run(mr_c, std::integral_constant<int, kNV>{});
-            else run(mr_c, std::integral_constant<int, 1>{});
+            if (width > Simd<T>::W)
+                run(mr_c, std::integral_constant<int, kNV>{});
+            else
+                run(mr_c, std::integral_constant<int, 1>{});
         });
     };
     if (m_outer) {
@@ -235,9 +237,7 @@ inline constexpr size_t kAxpyRows = 4;
 // Which operand the tiled forward transposes for n_out output units: W (in * n_out moves) or
 // x (rows * in moves, plus rows * n_out scattered stores of y^T), whichever moves less. When x
 // is chosen, rows < n_out, so either way the scratch fits in in * out.
-inline bool forward_transposes_w(size_t rows, size_t in, size_t n_out) {
-    return in * n_out <= rows * (in + n_out);
-}
+inline bool forward_transposes_w(size_t rows, size_t in, size_t n_out) { return in * n_out <= rows * (in + n_out); }
 
 inline size_t forward_scratch(size_t rows, size_t in, size_t out, size_t o0, size_t o1) {
     if (forward_by_dots(rows, in, out)) return 0;
@@ -249,8 +249,8 @@ inline size_t forward_scratch(size_t rows, size_t in, size_t out, size_t o0, siz
 // `wt`, if given, is W^T (in x out, leading dimension out): the tiles that would transpose W into
 // scratch read it instead (the same products, so the same bits).
 template <typename T>
-inline void forward(const T* x, const T* W, const T* b, T* y, size_t rows, size_t in, size_t out, size_t o0,
-                    size_t o1, T* scratch, const T* wt = nullptr) {
+inline void forward(const T* x, const T* W, const T* b, T* y, size_t rows, size_t in, size_t out, size_t o0, size_t o1,
+                    T* scratch, const T* wt = nullptr) {
     if (o0 >= o1) return;
     if (forward_by_dots(rows, in, out)) {
         // Four rows of W at a time (read from memory once, then from cache for every row of x).
@@ -345,7 +345,7 @@ inline void grad_weight(const T* gy, const T* x, T* gW, T* gb, size_t rows, size
             }
         }
     } else {
-    // A = gy^T (A(o, r) = gy[r * out + o]), B = x; gW streams through once, row block by row block.
+        // A = gy^T (A(o, r) = gy[r * out + o]), B = x; gW streams through once, row block by row block.
         for_each_tile<T>(o1 - o0, in, rows, gy + o0, 1, out, x, in, true, from_tile<T>(C, in), to_tile(C, in));
     }
     if (gb)

@@ -44,8 +44,7 @@ inline size_t linear_task_scratch(uint32_t rows, uint32_t in, uint32_t out, size
 }
 
 // Scratch (elements) the forward needs over `tasks` tasks, each its own.
-inline size_t linear_forward_scratch(uint32_t rows, uint32_t in, uint32_t out, bool have_wt = false,
-                                     size_t tasks = 1) {
+inline size_t linear_forward_scratch(uint32_t rows, uint32_t in, uint32_t out, bool have_wt = false, size_t tasks = 1) {
     size_t n = 0;
     for (size_t t = 0; t < tasks; ++t) {
         const auto [o0, o1] = threads::split(out, tasks, t, kLinearAlign);
@@ -56,8 +55,8 @@ inline size_t linear_forward_scratch(uint32_t rows, uint32_t in, uint32_t out, b
 
 // wt: W^T (in x out) when the caller has it (only read when the tiles would transpose W).
 template <typename T>
-inline void linear_fwd(const T* x, const T* W, const T* b, T* y, uint32_t rows, uint32_t in, uint32_t out,
-                       T* scratch, const T* wt = nullptr, size_t tasks = 1) {
+inline void linear_fwd(const T* x, const T* W, const T* b, T* y, uint32_t rows, uint32_t in, uint32_t out, T* scratch,
+                       const T* wt = nullptr, size_t tasks = 1) {
     if (tasks <= 1) return gemm::forward(x, W, b, y, rows, in, out, 0, out, scratch, wt);
     std::vector<size_t> at(tasks, 0);
     for (size_t t = 1; t < tasks; ++t) {

@@ -17,7 +17,7 @@ namespace bt::kernels {
 // e^x in double for |x| <= 200 (a float argument's whole useful range), from a degree-8
 // polynomial after Cody-Waite reduction: relative error below 1e-9. NaN stays NaN.
 inline double exp_reduced(double x) {
-    x = std::max(std::min(x, 200.0), -200.0);  // std::min / max return their first argument on NaN
+    x = std::max(std::min(x, 200.0), -200.0);   // std::min / max return their first argument on NaN
     const double shifter = 6755399441055744.0;  // 1.5 * 2^52: k = round(x / ln 2) without a conversion
     const double kd = x * 1.4426950408889634 + shifter;
     const double k = kd - shifter;

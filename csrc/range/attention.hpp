@@ -92,8 +92,8 @@ inline void attn_head_bwd(const T* Q, const T* K, const T* Vv, size_t ld, const 
 // q, k, v are T x hs each. Outputs: T x hs (the head's output), then the T x T weights P.
 // Tail: [T, hs, causal]; imm: the scale.
 template <typename T>
-inline uint32_t append_attention(Arena<T>& A, const Spans& q, const Spans& kk, const Spans& v, uint32_t Tn,
-                                 uint32_t hs, bool causal, double scale) {
+inline uint32_t append_attention(Arena<T>& A, const Spans& q, const Spans& kk, const Spans& v, uint32_t Tn, uint32_t hs,
+                                 bool causal, double scale) {
     const uint32_t tail[3] = {Tn, hs, causal ? 1u : 0u};
     const size_t nout = size_t(Tn) * hs + size_t(Tn) * Tn;
     Appended ap = append_range(A, Op::attention, {&q, &kk, &v}, tail, 3, nout, 0, scale);
@@ -130,8 +130,8 @@ inline void attention_backward(const Frame<T>& A, const Record& r, const Operand
     const T* y = A.values() + r.out;
     const T* gy = A.grads() + r.out;
     with_head_size(hs, [&](auto w) {
-        attn_head_bwd<decltype(w)::value>(Q, K, Vv, hs, y + th, gy, hs, gy + th, gQ, gQ + th, gQ + 2 * th,
-                                          buf + 6 * th, buf + 6 * th + tt, Tn, hs, causal, static_cast<T>(r.imm));
+        attn_head_bwd<decltype(w)::value>(Q, K, Vv, hs, y + th, gy, hs, gy + th, gQ, gQ + th, gQ + 2 * th, buf + 6 * th,
+                                          buf + 6 * th + tt, Tn, hs, causal, static_cast<T>(r.imm));
     });
     scatter_add(A.grads(), o.v[0], gQ);
     scatter_add(A.grads(), o.v[1], gQ + th);
@@ -201,15 +201,17 @@ inline void mha_backward(const Frame<T>& A, const Record& r, const Operands& o) 
                 T* gX = gX0 + sq * 3 * tc;
                 const T* gO = gy + sq * tc;
                 const size_t p = S * tc + (size_t(sq) * H + h) * tt;
-                attn_head_bwd<decltype(w)::value>(X + h * hs, X + C + h * hs, X + 2 * C + h * hs, 3 * size_t(C),
-                                                  y + p, gO + h * hs, C, gy + p, gX + h * hs, gX + C + h * hs,
+                attn_head_bwd<decltype(w)::value>(X + h * hs, X + C + h * hs, X + 2 * C + h * hs, 3 * size_t(C), y + p,
+                                                  gO + h * hs, C, gy + p, gX + h * hs, gX + C + h * hs,
                                                   gX + 2 * C + h * hs, gP, gP + tt, Tn, hs, causal,
                                                   static_cast<T>(r.imm));
             }
         });
     };
-    if (tasks <= 1) run(0);
-    else threads::parallel_tasks(tasks, run);
+    if (tasks <= 1)
+        run(0);
+    else
+        threads::parallel_tasks(tasks, run);
     scatter_add(A.grads(), o.v[0], gX0);
 }
 

@@ -20,7 +20,8 @@ inline void gather_forward(const Frame<T>& A, const Record& r, const Operands& o
     const uint32_t* ids = o.tail + 2;
     const T* table = A.values() + o.v[0].first(0);
     T* y = A.values() + r.out;
-    for (uint32_t i = 0; i < n; ++i) std::copy(table + size_t(ids[i]) * d, table + size_t(ids[i] + 1) * d, y + size_t(i) * d);
+    for (uint32_t i = 0; i < n; ++i)
+        std::copy(table + size_t(ids[i]) * d, table + size_t(ids[i] + 1) * d, y + size_t(i) * d);
 }
 template <typename T>
 inline void gather_backward(const Frame<T>& A, const Record& r, const Operands& o) {

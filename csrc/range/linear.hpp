@@ -8,12 +8,12 @@
 namespace bt {
 
 template <typename T>
-inline uint32_t append_linear(Arena<T>& A, const Spans& x, const Spans& W, const Spans* b, uint32_t rows,
-                              uint32_t nin, uint32_t nout) {
+inline uint32_t append_linear(Arena<T>& A, const Spans& x, const Spans& W, const Spans* b, uint32_t rows, uint32_t nin,
+                              uint32_t nout) {
     const uint32_t tail[4] = {rows, nin, nout, b ? 1u : 0u};
     const size_t ny = size_t(rows) * nout;
-    Appended ap = b ? append_range(A, Op::linear, {&x, &W, b}, tail, 4, ny)
-                    : append_range(A, Op::linear, {&x, &W}, tail, 4, ny);
+    Appended ap =
+        b ? append_range(A, Op::linear, {&x, &W, b}, tail, 4, ny) : append_range(A, Op::linear, {&x, &W}, tail, 4, ny);
     linear_forward(A.frame(), ap.rec, decode_operands(ap.args));
     return ap.out;
 }
@@ -29,8 +29,8 @@ inline void linear_forward(const Frame<T>& A, const Record& r, const Operands& o
     const size_t nw = linear_forward_scratch(rows, nin, nout, wt != nullptr, tasks);
     T* scratch = A.scratch(nx + nw).data();
     const T* xs = contiguous(A.values(), o.v[0], scratch);
-    linear_fwd(xs, A.values() + o.v[1].first(0), has_b ? A.values() + o.v[2].first(0) : nullptr,
-               A.values() + r.out, rows, nin, nout, nw ? scratch + nx : nullptr, wt, tasks);
+    linear_fwd(xs, A.values() + o.v[1].first(0), has_b ? A.values() + o.v[2].first(0) : nullptr, A.values() + r.out,
+               rows, nin, nout, nw ? scratch + nx : nullptr, wt, tasks);
 }
 // Scratch: [x gathered (rows * in) | gx (rows * in)].
 template <typename T>

@@ -32,12 +32,12 @@ inline void map_unary_kernel(Op op, const T* xs, T* ys, size_t n, T c) {
     if constexpr (std::is_same_v<T, float>)
         if (op == Op::tanh) return kernels::tanh_floats(xs, ys, n);
     switch (op) {
-#define BT_MAP(name, fwd, ...)              \
-    case Op::name:                          \
-        for (size_t i = 0; i < n; ++i) {    \
-            const T x = xs[i];              \
-            ys[i] = (fwd);                  \
-        }                                   \
+#define BT_MAP(name, fwd, ...)           \
+    case Op::name:                       \
+        for (size_t i = 0; i < n; ++i) { \
+            const T x = xs[i];           \
+            ys[i] = (fwd);               \
+        }                                \
         return;
         BT_UNARY_OPS(BT_MAP)
         BT_UNARY_IMM_OPS(BT_MAP)
@@ -49,14 +49,14 @@ inline void map_unary_kernel(Op op, const T* xs, T* ys, size_t n, T c) {
 template <typename T>
 inline void map_unary_grad_kernel(Op op, const T* xs, const T* ys, const T* gy, T* gx, size_t n, T c) {
     switch (op) {
-#define BT_MAP(name, fwd, dfdx)                  \
-    case Op::name:                               \
-        for (size_t i = 0; i < n; ++i) {         \
-            const T x = xs[i], y = ys[i];        \
-            (void)x;                             \
-            (void)y;                             \
-            gx[i] = gy[i] * (dfdx);              \
-        }                                        \
+#define BT_MAP(name, fwd, dfdx)           \
+    case Op::name:                        \
+        for (size_t i = 0; i < n; ++i) {  \
+            const T x = xs[i], y = ys[i]; \
+            (void)x;                      \
+            (void)y;                      \
+            gx[i] = gy[i] * (dfdx);       \
+        }                                 \
         return;
         BT_UNARY_OPS(BT_MAP)
         BT_UNARY_IMM_OPS(BT_MAP)
@@ -115,12 +115,12 @@ inline void map_binary_forward(const Frame<T>& A, const Record& r, const Operand
     const T* bs = contiguous(A.values(), o.v[1], buf + n);
     T* ys = A.values() + r.out;
     switch (static_cast<Op>(r.c)) {
-#define BT_MAP(name, fwd, ...)                   \
-    case Op::name:                               \
-        for (size_t i = 0; i < n; ++i) {         \
-            const T a = as[i], b = bs[i];        \
-            ys[i] = (fwd);                       \
-        }                                        \
+#define BT_MAP(name, fwd, ...)            \
+    case Op::name:                        \
+        for (size_t i = 0; i < n; ++i) {  \
+            const T a = as[i], b = bs[i]; \
+            ys[i] = (fwd);                \
+        }                                 \
         return;
         BT_BINARY_OPS(BT_MAP)
 #undef BT_MAP
@@ -139,16 +139,16 @@ inline void map_binary_backward(const Frame<T>& A, const Record& r, const Operan
     const T* ys = A.values() + r.out;
     const T* gy = A.grads() + r.out;
     switch (static_cast<Op>(r.c)) {
-#define BT_MAP(name, fwd, dfda, dfdb)            \
-    case Op::name:                               \
-        for (size_t i = 0; i < n; ++i) {         \
-            const T a = as[i], b = bs[i];        \
-            [[maybe_unused]] const T y = ys[i];  \
-            (void)a;                             \
-            (void)b;                             \
-            ga[i] = gy[i] * (dfda);              \
-            gb[i] = gy[i] * (dfdb);              \
-        }                                        \
+#define BT_MAP(name, fwd, dfda, dfdb)           \
+    case Op::name:                              \
+        for (size_t i = 0; i < n; ++i) {        \
+            const T a = as[i], b = bs[i];       \
+            [[maybe_unused]] const T y = ys[i]; \
+            (void)a;                            \
+            (void)b;                            \
+            ga[i] = gy[i] * (dfda);             \
+            gb[i] = gy[i] * (dfdb);             \
+        }                                       \
         break;
         BT_BINARY_OPS(BT_MAP)
 #undef BT_MAP

@@ -6,12 +6,12 @@
 inline int failures = 0;
 inline long checks = 0;
 
-#define CHECK(cond, ...)                                                  \
-    do {                                                                  \
-        ++checks;                                                         \
-        if (!(cond) && ++failures <= 20) {                                \
-            std::fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);     \
-            std::fprintf(stderr, __VA_ARGS__);                            \
-            std::fprintf(stderr, "\n");                                   \
-        }                                                                 \
+#define CHECK(cond, ...)                                              \
+    do {                                                              \
+        ++checks;                                                     \
+        if (!(cond) && ++failures <= 20) {                            \
+            std::fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
+            std::fprintf(stderr, __VA_ARGS__);                        \
+            std::fprintf(stderr, "\n");                               \
+        }                                                             \
     } while (0)

@@ -10,13 +10,10 @@
 #include "../../csrc/burtorch.hpp"
 #include "check.hpp"
 
-
 using bt::Arena;
 using bt::Op;
 
-static bool close(double a, double b, double tol) {
-    return std::fabs(a - b) <= tol * (1.0 + std::fabs(b));
-}
+static bool close(double a, double b, double tol) { return std::fabs(a - b) <= tol * (1.0 + std::fabs(b)); }
 
 // Value and d/dx_i of one op applied to xs, through the arena.
 static double run(Op op, const std::vector<double>& xs, double imm, std::vector<double>* grads) {
@@ -47,8 +44,8 @@ static void check_op(Op op, std::vector<double> xs, double imm) {
         up[i] += h;
         dn[i] -= h;
         double fd = (run(op, up, imm, nullptr) - run(op, dn, imm, nullptr)) / (2 * h);
-        CHECK(close(g[i], fd, 1e-5), "%s arg %zu at %g: grad %.10g vs fd %.10g", bt::op_info(op).name, i,
-              xs[i], g[i], fd);
+        CHECK(close(g[i], fd, 1e-5), "%s arg %zu at %g: grad %.10g vs fd %.10g", bt::op_info(op).name, i, xs[i], g[i],
+              fd);
     }
 }
 
@@ -129,7 +126,8 @@ static void test_copy_range_op() {
     std::vector<bt::Span> spans = {{c, 1}, {a, 2}};
     uint32_t out = bt::append_copy(A, spans);
     CHECK(A.values()[out] == 3.0 && A.values()[out + 1] == 1.0 && A.values()[out + 2] == 2.0, "copy values");
-    uint32_t s = A.nary(Op::inner_product, std::vector<uint32_t>{out, out + 1, out + 2, out, out + 1, out + 2}.data(), 6);
+    uint32_t s =
+        A.nary(Op::inner_product, std::vector<uint32_t>{out, out + 1, out + 2, out, out + 1, out + 2}.data(), 6);
     A.backward(s, 1.0, 0);
     CHECK(A.grads()[a] == 2.0 && A.grads()[b] == 4.0 && A.grads()[c] == 6.0, "copy backward");
     auto args = A.record_args(A.record(A.record_of(out)));

@@ -11,7 +11,6 @@
 #include "../../csrc/kernels/gemm.hpp"
 #include "check.hpp"
 
-
 namespace gemm = bt::gemm;
 static std::mt19937_64 rng(12345);
 
@@ -101,8 +100,7 @@ static void check_shape(size_t rows, size_t in, size_t out, bool bias) {
                               ocuts[p + 1]);
         }
         CHECK(same_bits(ys, y), "%s forward split at %zu,%zu of %zux%zux%zu differs", tn, c1, c2, rows, in, out);
-        CHECK(same_bits(gWs, gW), "%s grad_weight split at %zu,%zu of %zux%zux%zu differs", tn, c1, c2, rows, in,
-              out);
+        CHECK(same_bits(gWs, gW), "%s grad_weight split at %zu,%zu of %zux%zux%zu differs", tn, c1, c2, rows, in, out);
         CHECK(same_bits(gbs, gb), "%s grad bias split differs", tn);
 
         size_t r1 = cut_r(rng), r2 = cut_r(rng);
@@ -136,10 +134,12 @@ static void check_chain_order(size_t rows, size_t in, size_t out) {
     auto gx_ref = gx, gW_ref = gW;
     for (size_t r = 0; r < rows; ++r)
         for (size_t i = 0; i < in; ++i)
-            for (size_t o = 0; o < out; ++o) gx_ref[r * in + i] = madd(gy[r * out + o], W[o * in + i], gx_ref[r * in + i]);
+            for (size_t o = 0; o < out; ++o)
+                gx_ref[r * in + i] = madd(gy[r * out + o], W[o * in + i], gx_ref[r * in + i]);
     for (size_t o = 0; o < out; ++o)
         for (size_t i = 0; i < in; ++i)
-            for (size_t r = 0; r < rows; ++r) gW_ref[o * in + i] = madd(gy[r * out + o], x[r * in + i], gW_ref[o * in + i]);
+            for (size_t r = 0; r < rows; ++r)
+                gW_ref[o * in + i] = madd(gy[r * out + o], x[r * in + i], gW_ref[o * in + i]);
     gemm::grad_input(gy.data(), W.data(), gx.data(), rows, in, out, 0, rows);
     gemm::grad_weight(gy.data(), x.data(), gW.data(), static_cast<T*>(nullptr), rows, in, out, 0, out);
     CHECK(same_bits(gx, gx_ref), "%s grad_input %zux%zux%zu is not the fma chain over o", tn, rows, in, out);
@@ -165,7 +165,8 @@ static void run_all() {
     // 8..512 over widths 24/72/96/65).
     for (size_t rows = 1; rows <= 19; ++rows)
         for (size_t in = 1; in <= 37; in += (in < 20 ? 1 : 5))
-            for (size_t out = 1; out <= 37; out += (out < 20 ? 1 : 6)) check_shape<T>(rows, in, out, (rows + in + out) % 2);
+            for (size_t out = 1; out <= 37; out += (out < 20 ? 1 : 6))
+                check_shape<T>(rows, in, out, (rows + in + out) % 2);
     const size_t big[][3] = {{1, 1024, 4},   {1, 1024, 1024}, {64, 1024, 1024}, {64, 1024, 128}, {64, 128, 27},
                              {2, 1100, 33},  {3, 1, 1100},    {64, 24, 72},     {8, 24, 72},     {512, 24, 96},
                              {512, 96, 24},  {17, 65, 24},    {8, 24, 65},      {100, 1100, 3},  {5, 3, 1100},

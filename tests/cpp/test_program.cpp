@@ -8,7 +8,6 @@
 #include "../../csrc/burtorch.hpp"
 #include "check.hpp"
 
-
 using bt::Arena;
 using bt::Op;
 
@@ -110,7 +109,8 @@ static void test_gather_ids_rewritten() {
     const uint32_t ey = bt::append_cross_entropy(A, bt::Spans{{er, 4}}, 2, 2, t);
     A.backward(ey, 1.0, 0);
     CHECK(W.v[P.root] == A.values()[ey], "loss %g vs %g", W.v[P.root], A.values()[ey]);
-    for (int i = 0; i < 6; ++i) CHECK(g[i] == A.grads()[table + i], "table grad %d: %g vs %g", i, g[i], A.grads()[table + i]);
+    for (int i = 0; i < 6; ++i)
+        CHECK(g[i] == A.grads()[table + i], "table grad %d: %g vs %g", i, g[i], A.grads()[table + i]);
     CHECK(g[0] == 0.0 && g[4] == 0.0, "rows 0 and 2 not looked up");
 }
 

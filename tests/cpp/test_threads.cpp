@@ -16,7 +16,6 @@
 #include "../../csrc/replay_threads.hpp"
 #include "check.hpp"
 
-
 namespace th = bt::threads;
 
 // Every task runs exactly once, over many short jobs, with and without nesting.
@@ -29,7 +28,8 @@ static void test_every_task_once() {
             hits[t].fetch_add(1);
             th::parallel_tasks(3, [&](size_t) { nested.fetch_add(1); });  // runs serially inside
         });
-        for (size_t t = 0; t < n; ++t) CHECK(hits[t].load() == 1, "round %d task %zu ran %d times", round, t, hits[t].load());
+        for (size_t t = 0; t < n; ++t)
+            CHECK(hits[t].load() == 1, "round %d task %zu ran %d times", round, t, hits[t].load());
         CHECK(nested.load() == int(3 * n), "nested tasks %d of %zu", nested.load(), 3 * n);
     }
 }
@@ -70,8 +70,10 @@ static void test_linear_split() {
     std::vector<T> y1(rows * out), y2(rows * out);
     std::vector<T> s1(bt::linear_forward_scratch(rows, in, out, false, 1)),
         s2(bt::linear_forward_scratch(rows, in, out, false, 2));
-    bt::linear_fwd(x.data(), W.data(), b.data(), y1.data(), rows, in, out, s1.data(), static_cast<const T*>(nullptr), 1);
-    bt::linear_fwd(x.data(), W.data(), b.data(), y2.data(), rows, in, out, s2.data(), static_cast<const T*>(nullptr), 2);
+    bt::linear_fwd(x.data(), W.data(), b.data(), y1.data(), rows, in, out, s1.data(), static_cast<const T*>(nullptr),
+                   1);
+    bt::linear_fwd(x.data(), W.data(), b.data(), y2.data(), rows, in, out, s2.data(), static_cast<const T*>(nullptr),
+                   2);
     CHECK(y1 == y2, "forward split differs");
     // the same with W^T supplied (as a replay keeps it): tasks that would transpose W read it
     std::vector<T> wt(size_t(in) * out), y3(rows * out);
@@ -133,7 +135,8 @@ static void test_threaded_replay() {
             CHECK(g == first, "tasks %zu: run %d gives %.17g, first %.17g", tasks, rep, g, first);
         }
         if (tasks == 1) CHECK(first == serial, "one task %.17g vs serial %.17g", first, serial);
-        CHECK(std::fabs(first - serial) <= 1e-12 * std::fabs(serial), "tasks %zu: %.17g vs %.17g", tasks, first, serial);
+        CHECK(std::fabs(first - serial) <= 1e-12 * std::fabs(serial), "tasks %zu: %.17g vs %.17g", tasks, first,
+              serial);
     }
 }
 

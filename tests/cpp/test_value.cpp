@@ -8,7 +8,6 @@
 #include "../../csrc/value.hpp"
 #include "check.hpp"
 
-
 using V = bt::Value<double>;
 
 // f over two leaves: value and gradient through the API, checked against central differences.
@@ -39,19 +38,26 @@ int main() {
               b.grad());
     }
     check_grad("arith", [](V x, V y) { return (x * y - 3.0 / x + y / 2.0 - x) * 1.5 + 2.0; }, 0.7, -1.3);
-    check_grad("functions", [](V x, V y) { return bt::tanh(x) * bt::exp(y) + bt::log(bt::sqr(x) + 1.0) - bt::sin(y); },
-               0.4, 0.9);
+    check_grad(
+        "functions", [](V x, V y) { return bt::tanh(x) * bt::exp(y) + bt::log(bt::sqr(x) + 1.0) - bt::sin(y); }, 0.4,
+        0.9);
     check_grad("pow", [](V x, V y) { return bt::pow(x, 2.5) + bt::pow(2.0, y) + bt::pow(x, y); }, 1.3, 0.6);
-    check_grad("reductions", [](V x, V y) {
-        return bt::reduce_sum(std::vector<V>{x, y, x * y}) + bt::variance(std::vector<V>{x, y, x + y}) +
-               bt::inner_product_with_bias(std::vector<V>{x, y}, std::vector<V>{y, x}, x);
-    }, 0.3, -0.8);
-    check_grad("compound", [](V x, V y) {
-        V z = x;
-        z += y;
-        z *= 3.0;
-        return -z + bt::leaky_relu(x - y, 0.1) + bt::relu(y);
-    }, -0.2, 0.5);
+    check_grad(
+        "reductions",
+        [](V x, V y) {
+            return bt::reduce_sum(std::vector<V>{x, y, x * y}) + bt::variance(std::vector<V>{x, y, x + y}) +
+                   bt::inner_product_with_bias(std::vector<V>{x, y}, std::vector<V>{y, x}, x);
+        },
+        0.3, -0.8);
+    check_grad(
+        "compound",
+        [](V x, V y) {
+            V z = x;
+            z += y;
+            z *= 3.0;
+            return -z + bt::leaky_relu(x - y, 0.1) + bt::relu(y);
+        },
+        -0.2, 0.5);
     // Scope rewinds: the arena is back where it was, the parameters are untouched.
     {
         bt::Arena<float> A;

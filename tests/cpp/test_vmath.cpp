@@ -39,7 +39,8 @@ int main() {
     checks += 5;
     if (!std::isnan(edge_out[0])) ++failures, std::fprintf(stderr, "FAIL tanh(nan) is not nan\n");
     if (edge_out[1] != 1.0f || edge_out[2] != -1.0f) ++failures, std::fprintf(stderr, "FAIL tanh(+-inf)\n");
-    if (bits(edge_out[3]) != bits(0.0f) || bits(edge_out[4]) != bits(-0.0f)) ++failures, std::fprintf(stderr, "FAIL tanh(+-0)\n");
+    if (bits(edge_out[3]) != bits(0.0f) || bits(edge_out[4]) != bits(-0.0f))
+        ++failures, std::fprintf(stderr, "FAIL tanh(+-0)\n");
     for (size_t i = 0; i < xs.size(); ++i) {
         if (!(std::fabs(xs[i]) < 110.0f)) continue;  // beyond: 0 or inf, checked below
         const float got = bt::kernels::exp_float(xs[i]);

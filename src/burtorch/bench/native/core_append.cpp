@@ -28,6 +28,7 @@ int main() {
     }
     std::sort(fwd.begin(), fwd.end());
     std::sort(bwd.begin(), bwd.end());
-    std::printf("append one binary op (value + record): %.2f ns   backward per record: %.2f ns   (medians of %d x %d)\n",
-                fwd[R / 2], bwd[R / 2], R, N);
+    std::printf(
+        "append one binary op (value + record): %.2f ns   backward per record: %.2f ns   (medians of %d x %d)\n",
+        fwd[R / 2], bwd[R / 2], R, N);
 }

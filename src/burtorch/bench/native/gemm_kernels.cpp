@@ -37,9 +37,11 @@ int main() {
         for (auto* v : {&x, &W, &b, &gy}) std::generate(v->begin(), v->end(), [&] { return u(rng); });
         std::vector<float> scratch(g::forward_scratch(R, I, O, 0, O) + 1);
         const int calls = int(std::max<size_t>(1, 20'000'000 / (R * I * O)));
-        const double tf = median_seconds([&] { g::forward(x.data(), W.data(), b.data(), y.data(), R, I, O, 0, O, scratch.data()); }, calls);
+        const double tf = median_seconds(
+            [&] { g::forward(x.data(), W.data(), b.data(), y.data(), R, I, O, 0, O, scratch.data()); }, calls);
         const double tx = median_seconds([&] { g::grad_input(gy.data(), W.data(), gx.data(), R, I, O, 0, R); }, calls);
-        const double tw = median_seconds([&] { g::grad_weight(gy.data(), x.data(), gW.data(), gb.data(), R, I, O, 0, O); }, calls);
+        const double tw =
+            median_seconds([&] { g::grad_weight(gy.data(), x.data(), gW.data(), gb.data(), R, I, O, 0, O); }, calls);
         const double flop = 2.0 * double(R * I * O) * 1e-9;
         char name[32];
         std::snprintf(name, sizeof name, "%zux%zux%zu", R, I, O);
