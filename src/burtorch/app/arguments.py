@@ -28,26 +28,24 @@ def non_negative_int(text: str) -> int:
     return value
 
 
-def positive_float(text: str) -> float:
-    """A finite float > 0."""
+def _finite_float(text: str, ok, requirement: str) -> float:
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"must be a finite number above 0, got {text}")
+    if not math.isfinite(value) or not ok(value):
+        raise argparse.ArgumentTypeError(f"must be {requirement}, got {text}")
     return value
+
+
+def positive_float(text: str) -> float:
+    """A finite float > 0."""
+    return _finite_float(text, lambda v: v > 0, "a finite number above 0")
 
 
 def non_negative_float(text: str) -> float:
     """A finite float >= 0."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not math.isfinite(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"must be a finite number, 0 or more, got {text}")
-    return value
+    return _finite_float(text, lambda v: v >= 0, "a finite number, 0 or more")
 
 
 def int_list(text: str) -> list:
