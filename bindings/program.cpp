@@ -117,6 +117,8 @@ struct ProgramBox {
     std::variant<bt::Program<float>, bt::Program<double>> prog;
     std::variant<bt::Workspace<float>, bt::Workspace<double>> ws;
     std::vector<bt::Span> wrt_arena;  // wrt nodes as arena spans (where accumulate() adds)
+    // one workspace per task of the threaded replay, kept from call to call
+    std::variant<std::vector<bt::Workspace<float>>, std::vector<bt::Workspace<double>>> task_ws;
 
     template <typename F>
     decltype(auto) visit(F&& f) {
@@ -202,12 +204,13 @@ static ProgramBox* trace_end(nb::handle root_h, nb::handle inputs_h, nb::handle 
             }
         }
     }
-    auto* box = new ProgramBox{st->owner, arena, bt::Program<float>{}, bt::Workspace<float>{}, st->spec.wrt};
+    auto* box = new ProgramBox{st->owner, arena, bt::Program<float>{}, bt::Workspace<float>{}, st->spec.wrt, {}};
     try {
         dispatch(arena, [&](auto& A) {
             using T = typename std::remove_reference_t<decltype(A)>::value_type;
             box->prog = bt::Program<T>::build(A, st->spec);
             box->ws = bt::Workspace<T>{};
+            box->task_ws = std::vector<bt::Workspace<T>>{};
         });
     } catch (const std::invalid_argument& e) {
         delete box;
@@ -384,7 +387,8 @@ static std::vector<size_t> run_replay_threads(ProgramBox& box, const bt::Program
     bt::ParallelReplayResult res;
     {
         nb::gil_scoped_release unlocked;
-        res = bt::replay_accumulate(P, A.values(), dst.data(), in, static_cast<T>(seed), values, size_t(threads));
+        res = bt::replay_accumulate(P, A.values(), dst.data(), in, static_cast<T>(seed), values, size_t(threads),
+                                    std::get<std::vector<bt::Workspace<T>>>(box.task_ws));
     }
     if (res.non_finite >= 0) {
         for (size_t i = 0; i < dst.size(); ++i) std::copy(saved[i].begin(), saved[i].end(), dst[i]);

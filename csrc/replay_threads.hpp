@@ -25,14 +25,17 @@ struct ParallelReplayResult {
 
 // Adds seed * d loss_s / d wrt for every sample s of `in` to wrt_grads[i] (the arena's grads of
 // P.wrt[i]), and writes each loss to values[s] when values is not null. With a non-finite loss
-// nothing is added at all (the caller raises).
+// nothing is added at all (the caller raises). `ws` holds the tasks' workspaces between calls (a
+// training loop calls this every step: laying a frame out anew and faulting its pages in each
+// time cost a quarter of a W5 b=8 step); it grows to `tasks` entries.
 template <typename T>
 inline ParallelReplayResult replay_accumulate(const Program<T>& P, const T* arena_values, T* const* wrt_grads,
-                                              const Samples& in, T seed, double* values, size_t tasks) {
+                                              const Samples& in, T seed, double* values, size_t tasks,
+                                              std::vector<Workspace<T>>& ws) {
     ParallelReplayResult out;
     if (in.n == 0) return out;
     tasks = std::max<size_t>(1, std::min(tasks, in.n));
-    std::vector<Workspace<T>> ws(tasks);
+    if (ws.size() < tasks) ws.resize(tasks);
     std::vector<ReplayResult> res(tasks);
     std::vector<T> root(tasks, T(0));
     const size_t k = P.inputs.size(), nid = P.num_ids;

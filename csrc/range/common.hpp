@@ -99,9 +99,13 @@ inline const T* contiguous(const T* base, const SpanList& s, T* scratch) {
 // depend on the split. f(first, last) runs each block.
 inline constexpr double kParallelItemWork = 1 << 15;
 
+// min_block: the fewest items a task may get (blocks of adjacent accumulators that would share
+// cache lines between threads, as a layer norm's gamma and beta grads over few columns do, run
+// faster on one thread than ping-ponging their lines between two).
 template <class F>
-inline void for_item_blocks(size_t items, double work_per_item, F&& f) {
-    const size_t tasks = threads::tasks_for(double(items) * work_per_item, kParallelItemWork, items);
+inline void for_item_blocks(size_t items, double work_per_item, F&& f, size_t min_block = 1) {
+    const size_t tasks =
+        threads::tasks_for(double(items) * work_per_item, kParallelItemWork, items / std::max<size_t>(min_block, 1));
     if (tasks <= 1) return f(size_t(0), items);
     threads::parallel_tasks(tasks, [&](size_t t) {
         const auto [b, e] = threads::split(items, tasks, t);

@@ -81,17 +81,20 @@ inline void layer_norm_backward(const Frame<T>& A, const Record& r, const Operan
             }
         }
     });
-    for_item_blocks(C, 4.0 * rows, [&](size_t b, size_t e) {
-        for (uint32_t i = 0; i < rows; ++i) {
-            const T* xr = xs + size_t(i) * C;
-            const T* gr = gy + size_t(i) * C;
-            const T m = stats[2 * i], rs = stats[2 * i + 1];
-            for (size_t j = b; j < e; ++j) {
-                ggam[j] += gr[j] * ((xr[j] - m) * rs);
-                gbet[j] += gr[j];
+    for_item_blocks(
+        C, 4.0 * rows,
+        [&](size_t b, size_t e) {
+            for (uint32_t i = 0; i < rows; ++i) {
+                const T* xr = xs + size_t(i) * C;
+                const T* gr = gy + size_t(i) * C;
+                const T m = stats[2 * i], rs = stats[2 * i + 1];
+                for (size_t j = b; j < e; ++j) {
+                    ggam[j] += gr[j] * ((xr[j] - m) * rs);
+                    gbet[j] += gr[j];
+                }
             }
-        }
-    });
+        },
+        64);
     scatter_add(g, o.v[0], gx);
 }
 

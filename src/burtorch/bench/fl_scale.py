@@ -85,8 +85,14 @@ def main(argv=None) -> int:
                     help="names.txt or a directory holding it (default: $BURTORCH_DATA, else the embedded words)")
     args = ap.parse_args(argv)
 
+    import burtorch as bt
+
     from ..fl import EF21, TopK
 
+    # Workers run their clients on one thread each (one core per worker), so the serial
+    # executor's clients run on one thread too: the rows then compare executors by workers,
+    # not by how many cores a single process's records split across.
+    bt.set_num_threads(1)
     results: dict[str, Any] = {"settings": vars(args), "mlp": [], "tiny": []}
     problem = _names_problem(args.clients, args.hidden, args.max_samples, args.data)
     d = len(problem.initial_point(1))

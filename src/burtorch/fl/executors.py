@@ -94,7 +94,7 @@ class SerialExecutor(Executor):
 def _serve(conn: Connection, problem: Problem, method: Method, ids: Iterable[int]) -> None:
     """A worker process: builds its group, then answers run requests until told to stop."""
     try:
-        group = ClientGroup(problem, method, ids)
+        group = ClientGroup(problem, method, ids, threads=1)  # one core per worker process
         conn.send(("ok", None))
     except BaseException:
         conn.send(("error", traceback.format_exc()))

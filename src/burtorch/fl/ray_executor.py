@@ -9,6 +9,7 @@ call per worker, not one per client).
 from __future__ import annotations
 
 import os
+import pickle
 import socket
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +20,8 @@ if TYPE_CHECKING:
     from .client import Reply, Round
     from .methods import Method
     from .problem import Problem
+
+_INLINE_BYTES = 1 << 17  # rounds up to this size are sent by value with each call
 
 INSTALL_HINT = "the ray executor needs Ray: pip install \"burtorch[fl]\" (or pip install ray)"
 
@@ -75,20 +78,24 @@ class RayExecutor(Executor):
         self.blocks = blocks(problem.n_clients, workers)
         actor = ray.remote(num_cpus=1)(ClientGroup)
         problem_ref = ray.put(problem)
-        self.actors = [actor.options(scheduling_strategy="SPREAD").remote(problem_ref, method, ids)
+        # each actor reserves one CPU, so its native work runs on one thread
+        self.actors = [actor.options(scheduling_strategy="SPREAD").remote(problem_ref, method, ids, 1)
                        for ids in self.blocks]
         ray.get([a.shard_size.remote(ids[0]) for a, ids in zip(self.actors, self.blocks)])  # surface start errors
 
     def run(self, ctx: Round, participants: list[int], evaluate: bool) -> list[Reply]:
         ray = self.ray
         chosen = set(participants)
-        ctx_ref = ray.put(ctx)
+        # The round travels as one pickle: by value when small (a ray.put costs about a
+        # millisecond here), through the object store once when large (a model's point).
+        blob = pickle.dumps(ctx, protocol=pickle.HIGHEST_PROTOCOL)
+        arg = ray.put(blob) if len(blob) > _INLINE_BYTES else blob
         futures = []
         for a, ids in zip(self.actors, self.blocks):
             mine = [i for i in ids if i in chosen]
             if mine or evaluate:
-                futures.append(a.run.remote(ctx_ref, mine, evaluate))
-        replies = [r for part in ray.get(futures) for r in part]
+                futures.append(a.run_packed.remote(arg, mine, evaluate))
+        replies = [r for part in ray.get(futures) for r in pickle.loads(part)]
         return sorted(replies, key=lambda r: r.client)
 
     def placements(self) -> list[tuple[int, str | None]]:
