@@ -16,7 +16,9 @@ mx.set_default_device(mx.cpu)
 
 
 def versions() -> dict:
-    return {"mlx": mx.__version__}
+    from importlib.metadata import version  # mlx.core declares no __version__ to type checkers
+
+    return {"mlx": version("mlx")}
 
 
 # --- W1 / W2 ----------------------------------------------------------------------------------
