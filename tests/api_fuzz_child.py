@@ -209,15 +209,20 @@ def run(seed_value: int, calls: int, log_path: str, self_test: str | None) -> di
             else:
                 result = fn(*args, **kwargs)
             area["results"] += 1
-            finding = check_result(result)
-            try:
-                known = expected_value(t.name, names, args, world) if finding is None else None
-            except (ValueError, OverflowError, ZeroDivisionError, TypeError):
-                known = None  # plain Python's math raises where burtorch follows IEEE: nothing to compare
-            if known is not None and type(result) in (bt.Value, bt.Vector):
-                area["checked"] += 1
-                if not agrees(result.data, *known):
-                    finding = f"wrong result: {result.data!r}, plain Python says {known[0]!r}"
+            try:  # checking a result is the oracle's work: what it raises is a finding, not a clean error
+                finding = check_result(result)
+                try:
+                    known = expected_value(t.name, names, args, world) if finding is None else None
+                except (ValueError, OverflowError, ZeroDivisionError, TypeError):
+                    known = None  # plain Python's math raises where burtorch follows IEEE: nothing to compare
+                if known is not None and type(result) in (bt.Value, bt.Vector):
+                    area["checked"] += 1
+                    if not agrees(result.data, *known):
+                        finding = f"wrong result: {result.data!r}, plain Python says {known[0]!r}"
+            except CallTimeout:
+                raise
+            except Exception as e:  # noqa: BLE001
+                finding = "checking the result raised\n" + "".join(traceback.format_exception(e)[-6:])
         except CallTimeout:
             finding = f"hang: no answer after {CALL_SECONDS} s"
         except BaseException as e:  # noqa: BLE001  (the oracle decides)

@@ -222,3 +222,34 @@ def test_load_state_dict_wants_a_mapping(state):
 
     with pytest.raises(TypeError, match="mapping"):
         Linear(2, 1).load_state_dict(state)
+
+
+# ---------------------------------------------------------------- Module.param with a name that is not a str
+# Found by the API fuzzer (long run): `linear.param(<an SGD>, 3)` registered the parameter under the
+# SGD before failing, and every later state_dict() raised a TypeError from deep inside.
+@pytest.mark.parametrize("make_name", [lambda: bt.optim.SGD([bt.leaves([1.0])], lr=0.1), lambda: 3,
+                                       lambda: "not an identifier", lambda: ""])
+def test_module_param_refuses_bad_names_and_registers_nothing(make_name):
+    name = make_name()
+    lin = bt.nn.Linear(2, 2)
+    before = list(lin.state_dict())
+    with pytest.raises(TypeError, match="identifier"):
+        lin.param(name, 3)
+    assert list(lin.state_dict()) == before
+    with pytest.raises(ValueError, match="unknown init"):
+        lin.param("extra", 3, init="bogus")
+    assert list(lin.state_dict()) == before
+
+
+# ---------------------------------------------------------------- the compressor base class
+# Found by the API fuzzer (long run): `Compressor(3, 3, <object>)` took any object as its seed, and
+# the repr of a bare Compressor (no omega or alpha) raised TypeError.
+def test_compressor_checks_its_seed_and_has_a_repr():
+    from burtorch.fl.compressors import Compressor, TopK
+
+    with pytest.raises(TypeError, match="seed"):
+        Compressor(3, 3, object())
+    with pytest.raises(TypeError, match="seed"):
+        TopK(5, 2).seed(1.5)
+    assert repr(Compressor(3, 3)) == "Compressor(d=3, alpha=?)"
+    assert repr(TopK(5, 2)) == "TopK(d=5, k=2, alpha=0.4)"

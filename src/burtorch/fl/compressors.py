@@ -37,6 +37,12 @@ def check_int(name: str, value: Any, lo: int, hi: int | None = None) -> int:
     return value
 
 
+def _check_seed(seed: Any) -> int:
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):
+        raise TypeError(f"seed must be an int, got {type(seed).__name__}")
+    return int(seed)
+
+
 def index_bits(d: int) -> int:
     """Bits of one coordinate index of a d-vector."""
     return max(1, math.ceil(math.log2(d)))
@@ -92,12 +98,12 @@ class Compressor:
     def __init__(self, d: int, float_bits: int = 32, seed: int | None = None) -> None:
         self.d = check_int("d", d, 1)
         self.float_bits = check_int("float_bits", float_bits, 1)
-        self._seed = next_seed() if seed is None else seed
+        self._seed = next_seed() if seed is None else _check_seed(seed)
         self._calls = 0
 
     def seed(self, seed: int) -> None:
         """Restarts the stream used when compress() is called without a seed."""
-        self._seed, self._calls = seed, 0
+        self._seed, self._calls = _check_seed(seed), 0
 
     def _vector(self, x: Any) -> np.ndarray:
         if isinstance(x, _core.Vector):
@@ -148,7 +154,8 @@ class Compressor:
         raise NotImplementedError
 
     def __repr__(self) -> str:
-        consts = f"omega={self.omega:g}" if self.unbiased else f"alpha={self.alpha:g}"
+        const = self.omega if self.unbiased else self.alpha
+        consts = ("omega" if self.unbiased else "alpha") + ("=?" if const is None else f"={const:g}")
         return f"{type(self).__name__}(d={self.d}, {self.extra_repr()}{consts})"
 
     def extra_repr(self) -> str:

@@ -43,14 +43,18 @@ class Module:
         """
         if "_params" not in self.__dict__:
             raise RuntimeError(f"{type(self).__name__}.__init__ must call super().__init__() first")
+        # checked before anything is created or registered: a bad name once left a half-registered
+        # parameter that broke state_dict() much later
+        if not isinstance(name, str) or not name.isidentifier():
+            raise TypeError(f"param(): name must be a Python identifier (a str), got {name!r}")
+        if init not in ("zeros", "ones", "uniform", "normal", "constant"):
+            raise ValueError(f"unknown init {init!r}")
         dims = (shape,) if isinstance(shape, int) else tuple(shape)
         v = _core.leaves(shape=dims, dtype=dtype or self.dtype)  # a shape of other rank raises there
         if init == "ones":
             _core.init_(v, "constant", 1.0, 0.0, 0)
         elif init in ("uniform", "normal", "constant"):
             _core.init_(v, init, a, b, next_seed() if seed is None else seed)
-        elif init != "zeros":
-            raise ValueError(f"unknown init {init!r}")
         self._params[name] = v
         object.__setattr__(self, name, v)
         return v
