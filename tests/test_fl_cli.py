@@ -1,5 +1,6 @@
 """`burtorch fl` end to end, the data splits, LibSVM reading and the names task, and bad input
 reported before any round."""
+import importlib.util
 import json
 
 import numpy as np
@@ -9,12 +10,15 @@ from burtorch.app.cli import main
 from burtorch.fl import splits
 from burtorch.fl.libsvm import read_libsvm
 
+HAVE_MATPLOTLIB = importlib.util.find_spec("matplotlib") is not None
+
 
 def test_compare_run_writes_json_and_plot(tmp_path, capsys):
     out, png = tmp_path / "out.json", tmp_path / "curves.png"
+    plot = ["--plot", str(png)] if HAVE_MATPLOTLIB else []  # the plot's own check is below
     assert main(["fl", "--clients", "5", "--rounds", "30", "--samples", "100", "--dim", "8", "--k", "2",
                  "--compare", "gd,ef21@x4,dcgd:topk@0.3,marina:randk", "--seed", "3", "--quiet",
-                 "--json", str(out), "--plot", str(png)]) == 0
+                 "--json", str(out)] + plot) == 0
     doc = json.loads(out.read_text())
     assert [r["label"] for r in doc["runs"]] == ["gd", "ef21@x4", "dcgd:topk@0.3", "marina:randk"]
     for run in doc["runs"]:
@@ -24,8 +28,15 @@ def test_compare_run_writes_json_and_plot(tmp_path, capsys):
         assert run["settings"]["seed"] == 3 and run["settings"]["clients"] == 5
     gd, ef = doc["runs"][0], doc["runs"][1]
     assert gd["records"][1]["bits"] == 5 * 8 * 32 and ef["records"][1]["bits"] == 5 * 2 * (32 + 3)
-    assert png.stat().st_size > 10_000
+    assert png.stat().st_size > 10_000 if HAVE_MATPLOTLIB else not png.exists()
     assert "grad norm" in capsys.readouterr().out
+
+
+@pytest.mark.skipif(HAVE_MATPLOTLIB, reason="checks the error given where matplotlib is missing")
+def test_plot_without_matplotlib_is_refused_before_any_round(tmp_path, capsys):
+    assert main(["fl", "--clients", "5", "--rounds", "3", "--samples", "100", "--dim", "8", "--quiet",
+                 "--plot", str(tmp_path / "c.png")]) == 2
+    assert "needs matplotlib" in capsys.readouterr().err
 
 
 def test_same_seed_same_json(tmp_path):

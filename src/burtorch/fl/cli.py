@@ -3,6 +3,7 @@ record and plots against rounds and communicated bits."""
 from __future__ import annotations
 
 import functools
+import importlib.util
 import json
 import sys
 from typing import TYPE_CHECKING, Any
@@ -130,6 +131,8 @@ def main(args) -> int:
         d = len(problem.initial_point(seed))
         runs = [(label, build_method(args, name, comp, lr, problem, d)) for label, name, comp, lr in parse_specs(args)]
         make_executor(args.executor, args.workers, args.address)  # Ray present, cluster reachable
+        if args.plot and importlib.util.find_spec("matplotlib") is None:  # before any round, not after
+            raise ImportError("--plot needs matplotlib: pip install matplotlib")
     except (ValueError, TypeError, ImportError, ConnectionError, FileNotFoundError) as e:
         print(f"burtorch fl: error: {e}", file=sys.stderr)
         return 2
