@@ -29,6 +29,7 @@
 #include <cstddef>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "simd.hpp"
 
@@ -100,21 +101,81 @@ BT_ALWAYS_INLINE void with_rows(int mr, F&& f) {
     }
 }
 
+// Elements of B packed at once: 512 KiB, half of a core's L2 here, so that the packed panels
+// stay there while every row block reads them.
+template <typename T>
+inline constexpr size_t kPackElements = (size_t(512) << 10) / sizeof(T);
+
+// Per-thread buffers for packed operands: grown to the largest call, then reused (no allocation
+// in a training loop's steady state). Each pool worker packs into its own.
+template <typename T, int Which>
+inline T* pack_buffer(size_t n) {
+    thread_local std::vector<T> buf;
+    if (buf.size() < n) buf.resize(n);
+    return buf.data();
+}
+
+// B (K x N, leading dimension ldb) made contiguous panel by panel: panel p (columns
+// [p NR, p NR + NR)) at dst + p K NR, its row k at + k NR (columns past N zero). The tiles then
+// read each panel as one stream instead of K rows `ldb` apart (rows a page apart alias in L1 and
+// miss the TLB at every k step). B is read row by row, in memory order.
+template <typename T>
+inline void pack_panels(const T* b, size_t ldb, size_t K, size_t N, T* dst) {
+    using S = Simd<T>;
+    constexpr int NR = kNV * S::W;
+    const size_t panels = (N + NR - 1) / NR;
+    for (size_t k = 0; k < K; ++k, b += ldb)
+        for (size_t p = 0; p < panels; ++p) {
+            const int width = int(std::min<size_t>(NR, N - p * NR));
+            T* d = dst + (p * K + k) * NR;
+            for (int v = 0; v < kNV; ++v) S::store(d + v * S::W, S::load(b + p * NR + v * S::W, lanes<T>(width, v)));
+        }
+}
+
+// The same panels from B given transposed (B(k, n) = bt[n * ldb + k]): each row of bt is read
+// once, in order, and spread down its panel's column. Columns past N are left unwritten: the
+// tiles' masked loads never read them.
+template <typename T>
+inline void pack_panels_transposed(const T* bt, size_t ldb, size_t K, size_t N, T* dst) {
+    constexpr int NR = kNV * Simd<T>::W;
+    const size_t panels = (N + NR - 1) / NR;
+    for (size_t p = 0; p < panels; ++p) {
+        T* d = dst + p * K * NR;
+        const size_t c1 = std::min<size_t>(NR, N - p * NR);
+        for (size_t c = 0; c < c1; ++c) {
+            const T* row = bt + (p * NR + c) * ldb;
+            for (size_t k = 0; k < K; ++k) d[k * NR + c] = row[k];
+        }
+    }
+}
+
+// dst[k * kMR + m] = A(m, k) for m < mr: a row block of an A read across k with a stride (gy^T
+// in the weight gradient), packed so that each k step broadcasts from one cache line.
+template <typename T>
+inline void pack_rows(const T* a, size_t am, size_t ak, size_t K, int mr, T* dst) {
+    for (size_t k = 0; k < K; ++k, dst += kMR)
+        for (int m = 0; m < mr; ++m) dst[m] = a[m * am + k * ak];
+}
+
 // Every MR x NR tile of an M x N result: init(acc, m0, n0, width), accumulate over K,
 // finish(acc, m0, n0, width). `m_outer` picks which operand stays in cache across tiles:
 // true keeps A's rows (B streams once per row block), false keeps a panel of B.
+// Operands read by more than one tile are packed first (B's panels, and A's row blocks when A
+// is strided along k); packing moves values, never the order of the multiply-adds, so every
+// element's chain, and its bits, are unchanged.
+// `b_trans`: b holds B transposed (B(k, n) = b[n * ldb + k]); it is then always packed.
 template <typename T, class Init, class Finish>
 inline void for_each_tile(size_t M, size_t N, size_t K, const T* a, size_t am, size_t ak, const T* b, size_t ldb,
-                          bool m_outer, Init&& init, Finish&& finish) {
+                          bool m_outer, bool b_trans, Init&& init, Finish&& finish) {
     constexpr int NR = kNV * Simd<T>::W;
-    auto one = [&](size_t m0, size_t n0) {
+    auto one = [&](size_t m0, size_t n0, const T* am0, size_t am_, size_t ak_, const T* bn0, size_t ldb_) {
         const int mr = int(std::min<size_t>(kMR, M - m0));
         const int width = int(std::min<size_t>(NR, N - n0));
         auto run = [&](auto mr_c, auto nv_c) {
             constexpr int R = decltype(mr_c)::value, NV = decltype(nv_c)::value;
             Vec<T> acc[R][NV];
             init(acc, m0, n0, width);
-            accumulate<T, R, NV>(acc, a + m0 * am, am, ak, b + n0, ldb, K, width);
+            accumulate<T, R, NV>(acc, am0, am_, ak_, bn0, ldb_, K, width);
             finish(acc, m0, n0, width);
         };
         with_rows<kMR>(mr, [&](auto mr_c) {
@@ -124,12 +185,35 @@ inline void for_each_tile(size_t M, size_t N, size_t K, const T* a, size_t am, s
                 run(mr_c, std::integral_constant<int, 1>{});
         });
     };
+    // B is packed when more than one row block reads it and it fits the packing budget (callers
+    // with a long K block it: grad_input).
+    const size_t panels = (N + NR - 1) / NR;
+    const bool pack_b =
+        b_trans || (M > size_t(kMR) && ldb != size_t(NR) && K > 1 && panels * K * NR <= kPackElements<T>);
+    T* bp = pack_b ? pack_buffer<T, 0>(panels * K * NR) : nullptr;
+    if (b_trans)
+        pack_panels_transposed(b, ldb, K, N, bp);
+    else if (bp)
+        pack_panels(b, ldb, K, N, bp);
+    auto b_at = [&](size_t n0) { return bp ? bp + (n0 / NR) * K * NR : b + n0; };
+    const size_t ldb_ = bp ? size_t(NR) : ldb;
     if (m_outer) {
-        for (size_t m0 = 0; m0 < M; m0 += kMR)
-            for (size_t n0 = 0; n0 < N; n0 += NR) one(m0, n0);
+        // A's row block is packed once per block when it is strided along k and read by
+        // several panels.
+        const bool pack_a = ak != 1 && N > size_t(NR) && K > 1;
+        T* ap = pack_a ? pack_buffer<T, 1>(K * kMR) : nullptr;
+        for (size_t m0 = 0; m0 < M; m0 += kMR) {
+            const T* am0 = a + m0 * am;
+            size_t am_ = am, ak_ = ak;
+            if (ap) {
+                pack_rows(am0, am, ak, K, int(std::min<size_t>(kMR, M - m0)), ap);
+                am0 = ap, am_ = 1, ak_ = kMR;
+            }
+            for (size_t n0 = 0; n0 < N; n0 += NR) one(m0, n0, am0, am_, ak_, b_at(n0), ldb_);
+        }
     } else {
         for (size_t n0 = 0; n0 < N; n0 += NR)
-            for (size_t m0 = 0; m0 < M; m0 += kMR) one(m0, n0);
+            for (size_t m0 = 0; m0 < M; m0 += kMR) one(m0, n0, a + m0 * am, am, ak, b_at(n0), ldb_);
     }
 }
 
@@ -235,13 +319,13 @@ inline constexpr size_t kAxpyRows = 4;
 
 // Scratch (elements of T) the forward needs for these rows and output units.
 // Which operand the tiled forward transposes for n_out output units: W (in * n_out moves) or
-// x (rows * in moves, plus rows * n_out scattered stores of y^T), whichever moves less. When x
-// is chosen, rows < n_out, so either way the scratch fits in in * out.
+// x (rows * in moves into packed panels, plus the rows * n_out of y^T transposed into y),
+// whichever moves less. Scratch: W^T (in * n_out) or y^T (n_out * rows).
 inline bool forward_transposes_w(size_t rows, size_t in, size_t n_out) { return in * n_out <= rows * (in + n_out); }
 
 inline size_t forward_scratch(size_t rows, size_t in, size_t out, size_t o0, size_t o1) {
     if (forward_by_dots(rows, in, out)) return 0;
-    return forward_transposes_w(rows, in, o1 - o0) ? in * (o1 - o0) : in * rows;
+    return forward_transposes_w(rows, in, o1 - o0) ? in * (o1 - o0) : (o1 - o0) * rows;
 }
 
 // y[r, o] = b[o] + sum_i x[r, i] W[o, i] (b may be null) for all rows and o in [o0, o1).
@@ -281,49 +365,49 @@ inline void forward(const T* x, const T* W, const T* b, T* y, size_t rows, size_
                 for (int m = 0; m < R; ++m) acc[m][v] = bv;
             }
         };
-        for_each_tile<T>(rows, n_out, in, x, in, 1, wt_block, ldw, false, init, to_tile(y + o0, out));
+        for_each_tile<T>(rows, n_out, in, x, in, 1, wt_block, ldw, false, false, init, to_tile(y + o0, out));
         return;
     }
-    transpose(x, rows, in, in, scratch, rows);  // scratch = x^T, in x rows
+    // y^T (n_out x rows) is built in scratch, tile by tile with vector stores, then transposed
+    // into y; x is read transposed straight into the packed panels.
     auto init = [=](auto& acc, size_t m0, size_t, int) {
         constexpr int R = std::extent_v<std::remove_reference_t<decltype(acc)>, 0>;
         constexpr int NV = std::extent_v<std::remove_reference_t<decltype(acc)>, 1>;
         for (int m = 0; m < R; ++m)
             for (int v = 0; v < NV; ++v) acc[m][v] = Simd<T>::set1(b ? b[o0 + m0 + m] : T(0));
     };
-    auto finish = [=](auto& acc, size_t m0, size_t n0, int width) {
-        constexpr int R = std::extent_v<std::remove_reference_t<decltype(acc)>, 0>;
-        constexpr int NV = std::extent_v<std::remove_reference_t<decltype(acc)>, 1>;
-        constexpr int W = Simd<T>::W;
-        T lane[W];
-        for (int m = 0; m < R; ++m)
-            for (int v = 0; v < NV; ++v) {
-                Simd<T>::store(lane, acc[m][v]);
-                const int l = lanes<T>(width, v);
-                T* col = y + (n0 + v * W) * out + o0 + m0 + m;
-                for (int q = 0; q < l; ++q) col[q * out] = lane[q];
-            }
-    };
     // A = W[o0:o1] (row o at o * in), B = x^T; rows of W stay in cache while x^T streams.
-    for_each_tile<T>(n_out, rows, in, W + o0 * in, in, 1, scratch, rows, true, init, finish);
+    for_each_tile<T>(n_out, rows, in, W + o0 * in, in, 1, x, in, true, true, init, to_tile(scratch, rows));
+    transpose(scratch, n_out, rows, rows, y + o0, out);
 }
 
-// gx[r, i] += sum_o gy[r, o] W[o, i] for r in [r0, r1).
+// gx[r, i] += sum_o gy[r, o] W[o, i] for r in [r0, r1) and i in [i0, i1) (i1 past `in` means
+// `in`). Threads split a wide layer by columns i, so each reads only its columns of W.
 template <typename T>
-inline void grad_input(const T* gy, const T* W, T* gx, size_t rows, size_t in, size_t out, size_t r0, size_t r1) {
+inline void grad_input(const T* gy, const T* W, T* gx, size_t rows, size_t in, size_t out, size_t r0, size_t r1,
+                       size_t i0 = 0, size_t i1 = size_t(-1)) {
     (void)rows;
-    if (r0 >= r1) return;
+    i1 = std::min(i1, in);
+    if (r0 >= r1 || i0 >= i1) return;
+    const size_t n = i1 - i0;
     if (r1 - r0 < kAxpyRows || out < 8) {
         size_t o = 0;
         for (; o + 4 <= out; o += 4)
-            for (size_t r = r0; r < r1; ++r) axpy_chain<T, 4>(gx + r * in, gy + r * out + o, W + o * in, in, in);
+            for (size_t r = r0; r < r1; ++r)
+                axpy_chain<T, 4>(gx + r * in + i0, gy + r * out + o, W + o * in + i0, in, n);
         for (; o < out; ++o)
-            for (size_t r = r0; r < r1; ++r) axpy_chain<T, 1>(gx + r * in, gy + r * out + o, W + o * in, in, in);
+            for (size_t r = r0; r < r1; ++r)
+                axpy_chain<T, 1>(gx + r * in + i0, gy + r * out + o, W + o * in + i0, in, n);
         return;
     }
-    T* C = gx + r0 * in;
-    // A = gy rows, B = W; a panel of W's columns stays in cache across row blocks.
-    for_each_tile<T>(r1 - r0, in, out, gy + r0 * out, out, 1, W, in, false, from_tile<T>(C, in), to_tile(C, in));
+    T* C = gx + r0 * in + i0;
+    // A = gy rows, B = W's columns [i0, i1); W is taken a block of its rows at a time (packed,
+    // within the packing budget) and each block's products added into gx: the same chain per
+    // element, in order.
+    const size_t kc = std::max<size_t>(kMR, kPackElements<T> / (((n + 31) / 32) * 32));
+    for (size_t k0 = 0; k0 < out; k0 += kc)
+        for_each_tile<T>(r1 - r0, n, std::min(kc, out - k0), gy + r0 * out + k0, out, 1, W + k0 * in + i0, in, false,
+                         false, from_tile<T>(C, in), to_tile(C, in));
 }
 
 // gW[o, i] += sum_r gy[r, o] x[r, i] and gb[o] += sum_r gy[r, o] (gb may be null) for o in
@@ -346,7 +430,7 @@ inline void grad_weight(const T* gy, const T* x, T* gW, T* gb, size_t rows, size
         }
     } else {
         // A = gy^T (A(o, r) = gy[r * out + o]), B = x; gW streams through once, row block by row block.
-        for_each_tile<T>(o1 - o0, in, rows, gy + o0, 1, out, x, in, true, from_tile<T>(C, in), to_tile(C, in));
+        for_each_tile<T>(o1 - o0, in, rows, gy + o0, 1, out, x, in, true, false, from_tile<T>(C, in), to_tile(C, in));
     }
     if (gb)
         for (size_t r = 0; r < rows; ++r) {

@@ -78,13 +78,14 @@ inline void linear_bwd(const T* x, const T* W, const T* gy, T* gx, T* gW, T* gb,
         gemm::grad_weight(gy, x, gW, gb, rows, in, out, 0, out);
         return;
     }
-    // One region for both products: row blocks of gx first, then unit blocks of gW (tasks are
-    // taken in order, so the larger input-gradient blocks of a one-row layer start first).
-    const size_t ti = std::min<size_t>(tw, (size_t(rows) + 7) / 8);
+    // One region for both products: column blocks of gx first, then unit blocks of gW (tasks
+    // are taken in order, so the larger input-gradient blocks of a one-row layer start first).
+    // gx splits by columns, not rows, so each task reads (and packs) only its columns of W.
+    const size_t ti = std::min<size_t>(tw, (size_t(in) + kLinearAlign - 1) / kLinearAlign);
     threads::parallel_tasks(ti + tw, [&](size_t t) {
         if (t < ti) {
-            const auto [r0, r1] = threads::split(rows, ti, t);
-            gemm::grad_input(gy, W, gx, rows, in, out, r0, r1);
+            const auto [i0, i1] = threads::split(in, ti, t, kLinearAlign);
+            gemm::grad_input(gy, W, gx, rows, in, out, 0, rows, i0, i1);
         } else {
             const auto [o0, o1] = threads::split(out, tw, t - ti, kLinearAlign);
             gemm::grad_weight(gy, x, gW, gb, rows, in, out, o0, o1);

@@ -110,6 +110,16 @@ static void check_shape(size_t rows, size_t in, size_t out, bool bias) {
         for (int p = 0; p < 3; ++p)
             gemm::grad_input(gy.data(), W.data(), gxs.data(), rows, in, out, rcuts[p], rcuts[p + 1]);
         CHECK(same_bits(gxs, gx), "%s grad_input split at %zu,%zu of %zux%zux%zu differs", tn, r1, r2, rows, in, out);
+
+        std::uniform_int_distribution<size_t> cut_i(0, in);
+        size_t i1 = cut_i(rng), i2 = cut_i(rng);
+        if (i1 > i2) std::swap(i1, i2);
+        const size_t icuts[4] = {0, i1, i2, in};
+        std::vector<T> gxc = gx0;
+        for (int p = 0; p < 3; ++p)
+            gemm::grad_input(gy.data(), W.data(), gxc.data(), rows, in, out, 0, rows, icuts[p], icuts[p + 1]);
+        CHECK(same_bits(gxc, gx), "%s grad_input column split at %zu,%zu of %zux%zux%zu differs", tn, i1, i2, rows, in,
+              out);
     }
 }
 
