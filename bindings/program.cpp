@@ -379,20 +379,14 @@ static std::vector<size_t> run_replay_threads(ProgramBox& box, const bt::Program
     if (const char* why = bt::threads::thread_count_problem(threads)) throw nb::value_error(why);
     std::vector<T*> dst;
     for (const bt::Span& w : box.wrt_arena) dst.push_back(A.grads() + w.first);
-    std::vector<std::vector<T>> saved;  // the grads before, restored if a loss is not finite
-    for (size_t i = 0; i < dst.size(); ++i) {
-        saved.emplace_back(dst[i], dst[i] + P.wrt[i].second);
-        if (zero) std::fill(dst[i], dst[i] + P.wrt[i].second, T(0));
-    }
     bt::ParallelReplayResult res;
     {
         nb::gil_scoped_release unlocked;
         res = bt::replay_accumulate(P, A.values(), dst.data(), in, static_cast<T>(seed), values, size_t(threads),
-                                    std::get<std::vector<bt::Workspace<T>>>(box.task_ws));
+                                    std::get<std::vector<bt::Workspace<T>>>(box.task_ws), zero);
     }
-    if (res.non_finite >= 0) {
-        for (size_t i = 0; i < dst.size(); ++i) std::copy(saved[i].begin(), saved[i].end(), dst[i]);
-        if (zero)  // as the one-thread replay leaves them: zeroed
+    if (res.non_finite >= 0) {  // nothing was added: the grads are as they were
+        if (zero)               // as the one-thread replay leaves them: zeroed
             for (size_t i = 0; i < dst.size(); ++i) std::fill(dst[i], dst[i] + P.wrt[i].second, T(0));
         PyErr_Format(PyExc_FloatingPointError,
                      "the loss is %s for sample %ld; lower the learning rate or check the data",

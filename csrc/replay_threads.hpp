@@ -8,6 +8,7 @@
 // grads in block order. Blocks depend on the sample count and the task count alone, so a given
 // thread count gives the same bits on every run.
 #pragma once
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -16,6 +17,9 @@
 #include "threads.hpp"
 
 namespace bt {
+
+// Elements (parameters x blocks) above which the final sum of the blocks' grads is split.
+inline constexpr double kReduceParallelWork = 1 << 15;
 
 struct ParallelReplayResult {
     std::vector<size_t> failed;  // samples whose guards failed (nothing added for them)
@@ -28,10 +32,12 @@ struct ParallelReplayResult {
 // nothing is added at all (the caller raises). `ws` holds the tasks' workspaces between calls (a
 // training loop calls this every step: laying a frame out anew and faulting its pages in each
 // time cost a quarter of a W5 b=8 step); it grows to `tasks` entries.
+// zero: the arena's grads are taken as zero (not read) and overwritten with the sum. Nothing is
+// written to them when a loss is not finite.
 template <typename T>
 inline ParallelReplayResult replay_accumulate(const Program<T>& P, const T* arena_values, T* const* wrt_grads,
                                               const Samples& in, T seed, double* values, size_t tasks,
-                                              std::vector<Workspace<T>>& ws) {
+                                              std::vector<Workspace<T>>& ws, bool zero = false) {
     ParallelReplayResult out;
     if (in.n == 0) return out;
     tasks = std::max<size_t>(1, std::min(tasks, in.n));
@@ -61,12 +67,29 @@ inline ParallelReplayResult replay_accumulate(const Program<T>& P, const T* aren
         }
     }
     if (out.non_finite >= 0) return out;
-    for (size_t t = 0; t < tasks; ++t)  // block order: the same sum on every run
-        for (size_t i = 0; i < P.wrt.size(); ++i) {
-            const T* g = ws[t].g.data() + P.wrt[i].first;
-            T* dst = wrt_grads[i];
-            for (uint32_t j = 0; j < P.wrt[i].second; ++j) dst[j] += g[j];
+    // The blocks' sums are added element by element in block order (the same sum on every run),
+    // the elements split between the tasks: a serial pass over every block's copy of the
+    // parameters' grads cost as much as the replay itself on a wide layer.
+    std::vector<size_t> at(P.wrt.size() + 1, 0);  // where wrt node i starts in the joined range
+    for (size_t i = 0; i < P.wrt.size(); ++i) at[i + 1] = at[i] + P.wrt[i].second;
+    const size_t total = at.back();
+    const size_t parts = threads::tasks_for(double(total) * double(tasks), kReduceParallelWork, tasks);
+    threads::Pool::instance().run(parts, int(parts), [&](size_t p) {
+        const auto [b, e] = threads::split(total, parts, p, 16);
+        size_t i = size_t(std::upper_bound(at.begin(), at.end(), b) - at.begin()) - 1;
+        for (size_t j0 = b; j0 < e; ++i) {
+            const size_t j1 = std::min(e, at[i + 1]);
+            const size_t off = j0 - at[i], len = j1 - j0;
+            T* dst = wrt_grads[i] + off;
+            const size_t src = size_t(P.wrt[i].first) + off;
+            if (zero) std::fill(dst, dst + len, T(0));
+            for (size_t t = 0; t < tasks; ++t) {
+                const T* g = ws[t].g.data() + src;
+                for (size_t j = 0; j < len; ++j) dst[j] += g[j];
+            }
+            j0 = j1;
         }
+    });
     return out;
 }
 

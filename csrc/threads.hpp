@@ -95,6 +95,13 @@ private:
     int saved_;
 };
 
+// How long an idle helper spins (yielding now and then) before it sleeps. Waking a sleeping
+// helper costs a futex wake, and on a virtual machine waking its idle vCPU can take far longer
+// (tens to hundreds of microseconds measured here): a step whose parallel regions are more than
+// the spin apart (Python and the optimizer between two replays) then ran them on one thread.
+// Two milliseconds cover the gap between training steps; OpenMP runtimes spin for a similar time.
+inline constexpr int kSpinMicroseconds = 2000;
+
 class Pool {
 public:
     // Never destroyed: workers may outlive static destructors. A child made by fork() has none
@@ -201,7 +208,7 @@ private:
             // The spin yields now and then: on a busy machine the OS may have put this thread on
             // the caller's core, and a helper that only spins there would delay the very job it
             // waits for.
-            const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(100);
+            const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(kSpinMicroseconds);
             int spins = 0;
             while (published_.load(std::memory_order_acquire) == seen) {
                 BT_CPU_RELAX();
