@@ -8,6 +8,17 @@ import pytest
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 
+@pytest.fixture(autouse=True)
+def _own_thread_count():
+    """Each test starts from the process's default thread count and leaves it so: a test that
+    sets it (or a runner it drives) must not decide what later tests run with."""
+    import burtorch as bt
+
+    default = bt.get_num_threads()
+    yield
+    bt.set_num_threads(default)
+
+
 @pytest.fixture
 def rng():
     return random.Random(1234)
