@@ -45,6 +45,80 @@ def test_compiled_oracle_equals_eager_bitwise(make, dtype):
         np.testing.assert_array_equal(G[i], pv.numpy("grads"))
 
 
+@pytest.mark.parametrize("make", [gpt, mlp])
+@pytest.mark.parametrize("dtype", [bt.float32, bt.float64])
+def test_compiled_chunks_equal_eager_chunks(make, dtype):
+    """grad_oracle(compile=True, chunk=k): one thread is the eager chunked oracle bit for bit
+    (a last, shorter chunk included, and continuing from grads already there); two threads
+    sum blocks of chunks apart and agree to rounding."""
+    bt.manual_seed(5)
+    model, sample = make(dtype)
+    r = random.Random(6)
+    batch = [sample(r) for _ in range(11)]
+    pv = model.parameter_vector()
+    eager_loss = bt.grad_oracle(model, batch, chunk=4)
+    eager = pv.numpy("grads").copy()
+    assert bt.grad_oracle(model, batch, chunk=4, compile=True, threads=1) == eager_loss
+    np.testing.assert_array_equal(pv.numpy("grads"), eager)
+    bt.grad_oracle(model, batch[:3], chunk=4)
+    bt.grad_oracle(model, batch, chunk=4, zero_grad=False)
+    eager_more = pv.numpy("grads").copy()
+    bt.grad_oracle(model, batch[:3], chunk=4, compile=True, threads=1)
+    bt.grad_oracle(model, batch, chunk=4, compile=True, zero_grad=False, threads=1)
+    np.testing.assert_array_equal(pv.numpy("grads"), eager_more)
+    tol = 1e-5 if dtype == bt.float32 else 1e-12
+    for chunk in (2, 4):
+        threaded_loss = bt.grad_oracle(model, batch, chunk=chunk, compile=True, threads=2)
+        assert threaded_loss == pytest.approx(eager_loss, rel=tol)
+        np.testing.assert_allclose(pv.numpy("grads"), eager, rtol=0, atol=tol * np.abs(eager).max())
+    from burtorch.oracle_compiled import _programs
+    chunk_programs = [k for k in _programs[model] if k != "params" and k[0][0] == "chunk"]
+    assert len(chunk_programs) == 4  # chunks of 4 and of 3 (11 = 4 + 4 + 3), of 2 and of 1
+
+
+class BranchyMLP(MakemoreMLP):
+    """A chunk loss that branches on its value: a guard the replay checks for every chunk."""
+
+    threshold = 0.0
+
+    def loss_batch(self, samples):
+        loss = super().loss_batch(samples)
+        if loss > self.threshold:
+            return loss * 0.5
+        return loss
+
+
+def test_compiled_chunks_whose_guard_fails_run_eagerly():
+    bt.manual_seed(7)
+    model = BranchyMLP(vocab=11, block=4, emb=5, hidden=7, dtype=bt.float64)
+    r = random.Random(8)
+    batch = [([r.randrange(11) for _ in range(4)], r.randrange(11)) for _ in range(24)]
+    pv = model.parameter_vector()
+    cp = pv.arena.checkpoint()
+    raw = sorted(MakemoreMLP.loss_batch(model, batch[i:i + 2]).data for i in range(0, 24, 2))
+    pv.arena.rewind(cp)
+    model.threshold = (raw[5] + raw[6]) / 2  # half the chunks on each side: guards fail for some
+    assert raw[0] < model.threshold < raw[-1]
+    eager_loss = bt.grad_oracle(model, batch, chunk=2)
+    eager = pv.numpy("grads").copy()
+    # the chunks that fail a guard are swept eagerly after their run: the same terms, added later
+    assert bt.grad_oracle(model, batch, chunk=2, compile=True, threads=1) == pytest.approx(eager_loss, rel=1e-14)
+    np.testing.assert_allclose(pv.numpy("grads"), eager, rtol=0, atol=1e-13 * np.abs(eager).max())
+    assert np.abs(eager).max() > 0
+
+
+def test_compiled_chunks_check_their_arguments():
+    model, sample = mlp(bt.float32)
+    r = random.Random(9)
+    batch = [sample(r) for _ in range(4)]
+    with pytest.raises(ValueError, match="loss_fn"):
+        bt.grad_oracle(model, batch, chunk=2, compile=True, loss_fn=lambda m, s: m.loss(*s))
+    with pytest.raises(ValueError, match="same number of id parts"):
+        bt.grad_oracle(model, batch[:3] + [(batch[3][0],)], chunk=2, compile=True)
+    with pytest.raises(ValueError, match="loss_batch"):
+        bt.grad_oracle(object(), batch, chunk=2, compile=True)
+
+
 def test_mixed_shapes_and_program_reuse():
     bt.manual_seed(3)
     model, sample = gpt(bt.float64)
@@ -91,8 +165,10 @@ def test_bad_ids_for_compiled_oracle():
     model, sample = mlp(bt.float64)
     with pytest.raises(IndexError):
         bt.grad_oracle(model, [([0, 1, 2, 3], 1), ([0, 1, 2, 99], 1)], compile=True)
+    with pytest.raises(IndexError):  # the same check for the ids of a chunk's program
+        bt.grad_oracle(model, [([0, 1, 2, 3], 1), ([0, 1, 2, 99], 1)], compile=True, chunk=2)
     with pytest.raises(ValueError, match="chunk"):
-        bt.grad_oracle(model, [([0, 1, 2, 3], 1)], compile=True, chunk=4)
+        bt.grad_oracle(model, [([0, 1, 2, 3], 1)], compile=True, chunk=0)
 
 
 def test_per_sample_grads_into_a_reused_out_and_workspace_reuse():
@@ -125,8 +201,9 @@ def test_compiled_oracle_continues_from_existing_grads_across_shapes():
     bt.grad_oracle(model, batch[:2])
     bt.grad_oracle(model, batch, zero_grad=False)
     eager = pv.numpy("grads").copy()
-    bt.grad_oracle(model, batch[:2], compile=True)
-    bt.grad_oracle(model, batch, compile=True, zero_grad=False)
+    # one thread: the eager order exactly (more threads sum blocks of samples apart, then add)
+    bt.grad_oracle(model, batch[:2], compile=True, threads=1)
+    bt.grad_oracle(model, batch, compile=True, zero_grad=False, threads=1)
     np.testing.assert_array_equal(pv.numpy("grads"), eager)
 
 

@@ -111,17 +111,22 @@ def test_compiled_two_threads_with_zero_grad_false_adds_to_existing_grads():
 
 
 @needs_two
-def test_compiled_two_threads_reports_a_non_finite_loss_and_adds_nothing():
+@pytest.mark.parametrize("chunk", [1, 2])
+def test_compiled_two_threads_reports_a_non_finite_loss_and_adds_nothing(chunk):
     model, batch = _mlp(bt.float64)
     pv = model.parameter_vector()
-    bt.grad_oracle(model, batch, compile=True, threads=2)  # traced
+    bt.grad_oracle(model, batch, compile=True, threads=2, chunk=chunk)  # traced
     before = pv.numpy("grads").copy()
+    assert np.abs(before).max() > 0
     bias = model.fc2.bias.tolist()
     bias[3] = float("inf")
     model.fc2.bias.set_data(bias)
     with pytest.raises(FloatingPointError, match="sample"):
-        bt.grad_oracle(model, batch, compile=True, threads=2, zero_grad=False)
+        bt.grad_oracle(model, batch, compile=True, threads=2, chunk=chunk, zero_grad=False)
     np.testing.assert_array_equal(pv.numpy("grads"), before)
+    with pytest.raises(FloatingPointError, match="sample"):  # zero_grad: left zeroed, as one thread leaves them
+        bt.grad_oracle(model, batch, compile=True, threads=2, chunk=chunk)
+    assert not pv.numpy("grads").any()
 
 
 @needs_two

@@ -92,7 +92,7 @@ def test_bad_data_and_missing_checkpoints_are_clear_errors(tmp_path, capsys):
 
 
 @pytest.mark.skipif(__import__("burtorch")._core._allowed_cores() < 2, reason="one core only")
-@pytest.mark.parametrize("extra", [["--compile"], ["--chunk", "4"]])
+@pytest.mark.parametrize("extra", [["--compile"], ["--chunk", "4"], ["--compile", "--chunk", "4"]])
 def test_train_on_two_threads_learns(extra, capsys):
     out = run(capsys, "train", "gpt", "--preset", "tiny", "--steps", "30", "--batch", "8", "--eval-every", "30",
               "--eval-samples", "16", "--sample", "0", "--threads", "2", *extra)

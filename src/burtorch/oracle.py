@@ -31,10 +31,11 @@ def grad_oracle(model: Any, batch: Sequence[Any], loss_fn: LossFn | None = None,
             that of one chunk. 1 is the paper's per-sample oracle.
         compile: trace each distinct sample shape once (token ids and targets are program
             inputs) and replay every sample natively (burtorch.oracle_compiled): the same
-            gradient, no Python per sample.
+            gradient, no Python per sample. With ``chunk=k`` the program is loss_batch over k
+            samples, and each chunk is one replay: no Python per chunk either.
         threads: native threads for this call, 1 .. the cores this process may use; default
             ``bt.get_num_threads()``. Compiled: the batch is split into that many blocks of
-            samples replayed at once, each block's gradient summed in its own buffer, the blocks
+            samples (or chunks) replayed at once, each block's gradient summed in its own buffer, the blocks
             added in order (the same bits on every run for a given count; one thread is exactly
             the eager order). Eager: large range records (a chunk's layers) split inside the op,
             which gives the same bits whatever the count.
@@ -43,19 +44,19 @@ def grad_oracle(model: Any, batch: Sequence[Any], loss_fn: LossFn | None = None,
         The mean loss over ``batch``.
 
     Raises:
-        ValueError: an empty batch, a bad ``chunk``, ``chunk > 1`` without ``loss_batch``,
-            ``chunk > 1`` with ``compile``, or ``threads`` out of range.
+        ValueError: an empty batch, a bad ``chunk``, ``chunk > 1`` without ``loss_batch`` (or
+            with ``loss_fn``), or ``threads`` out of range.
         TypeError: a loss is not a scalar Value.
         FloatingPointError: a sample's loss is inf or nan.
     """
     if not isinstance(chunk, int) or chunk < 1:
         raise ValueError(f"chunk must be a positive int, got {chunk!r}")
     n_threads = checked_threads(threads)
-    if compile:  # each sample shape traced once, every sample replayed natively
-        if chunk != 1:
-            raise ValueError("compile=True replays per-sample programs; use chunk=1")
+    if compile:  # each sample (or chunk) shape traced once, every one replayed natively
+        if chunk > 1 and loss_fn is not None:
+            raise ValueError("chunk > 1 needs a model with loss_batch(samples) and no custom loss_fn")
         from .oracle_compiled import compiled_grad_oracle
-        return compiled_grad_oracle(model, batch, loss_fn, zero_grad, threads=n_threads)
+        return compiled_grad_oracle(model, batch, loss_fn, zero_grad, threads=n_threads, chunk=chunk)
     old = _core._swap_call_threads(n_threads)
     try:
         return _eager_oracle(model, batch, loss_fn, zero_grad, chunk)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import weakref
 from array import array
+from itertools import chain
 
 from . import _core
 from .program import traced_ids
@@ -21,7 +22,16 @@ def _flat(x) -> list:
 
 
 def _shape(sample):
-    return tuple(0 if hasattr(part, "__index__") and not hasattr(part, "__len__") else len(part) for part in sample)
+    out = []
+    for part in sample:  # plain ints and lists first: this runs for every sample of a chunked batch
+        kind = type(part)
+        if kind is int:
+            out.append(0)
+        elif kind is list or kind is tuple:
+            out.append(len(part))
+        else:
+            out.append(0 if hasattr(part, "__index__") and not hasattr(part, "__len__") else len(part))
+    return tuple(out)
 
 
 def _parameters(model):
@@ -95,15 +105,19 @@ def _replay_batch(model, batch, loss_fn, wrt, mode, seed, values, out, zero=Fals
         i = stop
 
 
-def compiled_grad_oracle(model, batch, loss_fn=None, zero_grad: bool = True, threads: int = 1) -> float:
+def compiled_grad_oracle(model, batch, loss_fn=None, zero_grad: bool = True, threads: int = 1,
+                         chunk: int = 1) -> float:
     """grad_oracle(model, batch, compile=True): d mean_loss / d params into the parameters' grads,
     each sample replayed from its shape's program with seed 1/b. Returns the mean loss. Needs no
     numpy: ids go to the replay as the batch's own lists. threads > 1 replays blocks of each
-    shape's run at once (burtorch.oracle.grad_oracle says how their grads add)."""
+    shape's run at once (burtorch.oracle.grad_oracle says how their grads add). chunk > 1 replays
+    chunks of samples instead (_chunked_oracle)."""
     batch = batch if type(batch) is list else list(batch)
     n = len(batch)
     if n == 0:
         raise ValueError("grad_oracle(): empty batch")
+    if chunk > 1:
+        return _chunked_oracle(model, batch, zero_grad, threads, chunk)
     values = array("d", [0.0]) * n
     arena = None
     # zero=zero_grad: the first replay starts the parameter grads from zero instead of reading
@@ -116,6 +130,77 @@ def compiled_grad_oracle(model, batch, loss_fn=None, zero_grad: bool = True, thr
     total = 0.0
     for v in values:  # in batch order, as the eager oracle adds
         total += v
+    return total / n
+
+
+class _ChunkLoss:
+    """The loss of a chunk program: the traced ids of a compound sample (part q of every sample,
+    concatenated) split back into the chunk's samples, then model.loss_batch over them."""
+
+    def __init__(self, shapes):
+        self.shapes = shapes  # each sample's shape (_shape)
+
+    def __call__(self, model, parts):
+        samples: list[list] = [[] for _ in self.shapes]
+        for q, part in enumerate(parts):
+            pos = 0
+            for sample, shape in zip(samples, self.shapes):
+                length = shape[q]
+                sample.append(part[pos] if length == 0 else part[pos:pos + length])
+                pos += max(1, length)
+        return model.loss_batch([tuple(sample) for sample in samples])
+
+
+def _compound(group, shapes) -> tuple:
+    """A chunk as one sample of its program: part q of every sample, concatenated into one list
+    (shapes: the samples' _shape)."""
+    parts = []
+    for q in range(len(group[0])):
+        if all(shape[q] == 0 for shape in shapes):
+            parts.append([sample[q] for sample in group])
+        else:
+            parts.append(list(chain.from_iterable(_flat(sample[q]) for sample in group)))
+    return tuple(parts)
+
+
+def _chunked_oracle(model, batch, zero_grad, threads, chunk) -> float:
+    """grad_oracle(model, batch, compile=True, chunk=k): each chunk of k samples (as the eager
+    chunked oracle groups them) is one replay of the program of model.loss_batch over k samples
+    of those shapes, traced on first use, with seed k/b. A run of chunks of one program replays
+    at once; threads > 1 replays blocks of its chunks side by side, each block's grads summed
+    apart and the blocks added in order."""
+    if not hasattr(model, "loss_batch"):
+        raise ValueError("chunk > 1 needs a model with loss_batch(samples) and no custom loss_fn")
+    n = len(batch)
+    shapes = [_shape(s) for s in batch]
+    parts = len(shapes[0])
+    if parts == 0 or any(len(shape) != parts for shape in shapes):
+        raise ValueError("every sample of a chunked batch must have the same number of id parts (at least one)")
+    groups = [batch[i:i + chunk] for i in range(0, n, chunk)]
+    keys = [tuple(shapes[i:i + chunk]) for i in range(0, n, chunk)]
+    compounds = [_compound(g, key) for g, key in zip(groups, keys)]
+    values = array("d", [0.0]) * len(groups)
+    zero, i, arena = zero_grad, 0, None
+    while i < len(groups):
+        j = i + 1
+        while j < len(groups) and keys[j] == keys[i]:
+            j += 1
+        k = len(groups[i])
+        prog = _program(model, compounds[i], ("chunk",) + keys[i], _ChunkLoss(keys[i]), None)
+        run = compounds[i:j]
+        out = array("d", [0.0]) * len(run)
+        stop, failed = prog._replay_samples(run, 0, _shape(compounds[i]), "arena", k / n, out, None, zero, False,
+                                            threads)
+        assert stop == len(run), "a run holds chunks of one program"
+        zero = False  # later runs continue from the grads the first one wrote
+        for c in failed:  # a guard came out differently: this chunk runs eagerly
+            arena = arena or _parameters(model).arena
+            out[c] = _eager_sample(model, groups[i + c], lambda m, g: m.loss_batch(g), arena, k / n)
+        values[i:j] = out
+        i = j
+    total = 0.0
+    for v, g in zip(values, groups):  # in batch order, as the eager chunked oracle adds
+        total += v * len(g)
     return total / n
 
 

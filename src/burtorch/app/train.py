@@ -59,13 +59,14 @@ def register(sub) -> None:
     p.add_argument("--lr", type=positive_float, help="learning rate (default: sgd 0.1, adam/adamw 3e-3)")
     p.add_argument("--chunk", type=positive_int, help="samples per graph (default 1: the paper's per-sample "
                    "oracle; k > 1: k samples as one graph, weights read once per chunk, memory of k samples)")
-    p.add_argument("--compile", action="store_true", help="trace each sample shape once and replay every "
-                   "sample natively (recorded programs: the same gradients, no Python per sample); may "
-                   "change between a run and its resumption")
+    p.add_argument("--compile", action="store_true", help="trace each sample (or chunk) shape once and replay "
+                   "every one natively (recorded programs: the same gradients, no Python per sample or "
+                   "chunk); may change between a run and its resumption")
     p.add_argument("--threads", type=positive_int, default=1, help="native threads (default 1; at most the "
-                   "cores this process may use): with --compile, blocks of each batch replay at once "
-                   "(the last bits of the sums depend on N); with --chunk, a chunk's layers split "
-                   "across threads (the same bits for any N); per-sample eager ops are too small to split")
+                   "cores this process may use): with --compile, blocks of each batch's samples (or chunks) "
+                   "replay at once (the last bits of the sums depend on N); with --chunk alone, a chunk's "
+                   "layers split across threads (the same bits for any N); per-sample eager ops are too "
+                   "small to split")
     p.add_argument("--dtype", choices=["float32", "float64"], help="default: float32")
     p.add_argument("--seed", type=int, help="seeds initialisation, sampling and the data split (default: 1337)")
     p.add_argument("--eval-every", type=positive_int, help="steps between validation losses (default: 250)")
@@ -250,8 +251,6 @@ def _main(args) -> int:
         meta = ckpt.meta
         _check_meta(meta, args.resume)
     run = _run_settings(args, meta)
-    if args.compile and run["chunk"] != 1:
-        raise UsageError("--compile replays per-sample programs; it does not combine with --chunk")
     if args.threads > bt._core._allowed_cores():
         raise UsageError(f"--threads {args.threads}: this process may use {bt._core._allowed_cores()} core(s)")
     cfg = _model_config(args.model, run)

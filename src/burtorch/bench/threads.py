@@ -1,6 +1,7 @@
 """One thread against two, side by side in one process: single range records at the sizes of the
 W4/W5 steps (where the split thresholds come from), then whole training steps (grad_oracle + SGD)
-of W4 and W5, chunked and compiled. Each line alternates the two counts run by run and prints
+of W4 and W5: chunked, compiled per sample, and compiled per chunk (chunks of min(b, 64) / threads
+samples, so that each thread replays its own). Each line alternates the two counts run by run and prints
 medians, the speed-up and the CPU time per wall time of the two-thread runs (near 2 when both
 threads work; other processes on the machine lower it, so the header prints the load average).
 
@@ -102,9 +103,12 @@ def steps(reps: int) -> None:
 
     _header("training step (oracle + SGD)", "ms")
     r = random.Random(0)
-    for workload, e, b, mode in (("W4", 64, 64, "chunk"), ("W4", 128, 64, "chunk"), ("W4", 1024, 64, "chunk"),
+    for workload, e, b, mode in (("W4", 64, 64, "chunk"), ("W4", 64, 64, "compiled-chunk"),
+                                 ("W4", 128, 64, "chunk"), ("W4", 128, 64, "compiled-chunk"),
+                                 ("W4", 512, 64, "chunk"), ("W4", 512, 64, "compiled-chunk"),
+                                 ("W4", 1024, 64, "chunk"), ("W4", 1024, 64, "compiled-chunk"),
                                  ("W4", 1024, 1, "eager"), ("W5", 0, 8, "chunk"), ("W5", 0, 8, "compiled"),
-                                 ("W5", 0, 64, "chunk"), ("W5", 0, 64, "compiled")):
+                                 ("W5", 0, 64, "chunk"), ("W5", 0, 64, "compiled"), ("W5", 0, 64, "compiled-chunk")):
         bt.manual_seed(0)
         model: Any
         batches: list[Any]
@@ -116,12 +120,14 @@ def steps(reps: int) -> None:
             batches = [[([r.randrange(65) for _ in range(8)], [r.randrange(65) for _ in range(8)]) for _ in range(b)]
                        for _ in range(8)]
         opt = SGD(model.parameters(), lr=0.01)
+        # compiled-chunk: chunks of min(b, 64) / t samples, so each of t threads replays its own
         kw = {"chunk": min(b, 64)} if mode == "chunk" else ({"compile": True} if mode == "compiled" else {})
         cursor = [0]
 
-        def step(t, model=model, opt=opt, batches=batches, kw=kw, cursor=cursor):
+        def step(t, model=model, opt=opt, batches=batches, kw=kw, cursor=cursor, mode=mode, b=b):
             cursor[0] += 1
-            bt.grad_oracle(model, batches[cursor[0] % len(batches)], threads=t, **kw)
+            extra = {"compile": True, "chunk": max(1, min(b, 64) // t)} if mode == "compiled-chunk" else kw
+            bt.grad_oracle(model, batches[cursor[0] % len(batches)], threads=t, **extra)
             opt.step()
 
         m1, m2, load = side_by_side(step, reps, 4)

@@ -28,6 +28,8 @@ ENTRIES = (
     Entry("burtorch-chunk", "impl_burtorch", "chunked", ("burtorch",), "pip install burtorch", ("mlp", "gpt")),
     Entry("burtorch-compiled", "impl_burtorch_compiled", "compiled", ("burtorch",), "pip install burtorch",
           ("tiny", "small", "mlp", "gpt")),
+    Entry("burtorch-compiled-chunk", "impl_burtorch_compiled", "compiled-chunked", ("burtorch",),
+          "pip install burtorch", ("mlp", "gpt")),
     Entry("torch-eager", "impl_torch", "eager", ("torch",), "pip install torch==2.13.0",
           ("tiny", "small", "saveload", "mlp", "gpt")),
     Entry("torch-script", "impl_torch", "script", ("torch",), "pip install torch==2.13.0", _W12),

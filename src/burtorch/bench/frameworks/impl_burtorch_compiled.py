@@ -1,5 +1,6 @@
 """burtorch's recorded programs on the bench workloads: W1/W2 traced once and replayed over all
-iterations by one .map call; W4/W5 through grad_oracle(model, batch, compile=True)."""
+iterations by one .map call; W4/W5 through grad_oracle(model, batch, compile=True), per sample or
+per chunk."""
 from __future__ import annotations
 
 import burtorch as bt
@@ -47,11 +48,28 @@ class CompiledTrainRunner(BurtorchTrainRunner):
         return params, loss
 
 
+class CompiledChunkRunner(BurtorchTrainRunner):
+    """Chunks of min(b, 64) / threads samples, each one replay of the program of loss_batch over a
+    chunk: no Python per chunk, and with two threads each thread replays its own chunks (the
+    layers' weights read once per chunk)."""
+
+    timed_region = ("grad_oracle(model, batch, compile=True, chunk=min(b, 64) // threads): per chunk shape "
+                    "one trace of loss_batch (first step), every chunk replayed natively with seed k/b, "
+                    "threads replaying blocks of chunks; then SGD.step()")
+
+    def step(self, params, batch):
+        chunk = max(1, min(64, len(batch)) // self._threads)
+        loss = self._oracle(self.model, batch, compile=True, chunk=chunk, threads=self._threads)
+        self._opt.step()
+        return params, loss
+
+
 def make_runner(workload: str, variant: str, config: dict):
     if workload == "tiny":
         return CompiledGraphRunner(w1_expr, (-41.0, 2.0))
     if workload == "small":
         return CompiledGraphRunner(_w2_root, (-4.0, 2.0))
     if workload in ("mlp", "gpt"):
-        return CompiledTrainRunner(workload, config, _models())
+        runner = CompiledChunkRunner if variant == "compiled-chunked" else CompiledTrainRunner
+        return runner(workload, config, _models())
     raise ValueError(f"burtorch-compiled does not implement workload {workload!r}")
