@@ -227,3 +227,21 @@ def test_summary_is_spliced_between_markers(tmp_path):
     bad.write_text("no markers")
     with pytest.raises(SystemExit):
         summary.main([str(results), str(bad)])
+
+
+def test_best_table_states_the_ratios_of_the_speed_targets():
+    from burtorch.bench.best import table
+
+    def run(entry, threads, seconds, workload="mlp", **cfg):
+        return {"workload": workload, "entry": entry, "status": "ok", "times": {"step": [seconds, seconds * 3, seconds]},
+                "config": {"b": 64, "threads": threads, **cfg}}
+
+    doc = {"runs": [run("burtorch-chunk", 1, 0.004, e=64), run("burtorch-chunk", 2, 0.002, e=64),
+                    run("burtorch", 1, 0.006, e=64), run("jax-jit", 1, 0.005, e=64), run("torch-eager", 1, 0.008, e=64),
+                    run("gemm-floor", 1, 0.003, e=64), run("burtorch", 1, 0.01, workload="gpt"),
+                    {"workload": "mlp", "entry": "mlx-eager", "status": "failed", "config": {"b": 64, "e": 64}}]}
+    lines = table(doc)
+    assert lines[2] == ("| W4 | e=64 b=64 | burtorch-chunk 4 | burtorch-chunk 2 | 2.00x | jax-jit 5 | 0.40 | 8 | 0.25 "
+                        "| 3 | 150 % |")
+    assert lines[3] == "| W5 | b=64 | burtorch 10 | - | - | - | - | - | - | - | - |"
+    assert len(lines) == 4

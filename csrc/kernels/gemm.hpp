@@ -128,7 +128,8 @@ inline void pack_panels(const T* b, size_t ldb, size_t K, size_t N, T* dst) {
         for (size_t p = 0; p < panels; ++p) {
             const int width = int(std::min<size_t>(NR, N - p * NR));
             T* d = dst + (p * K + k) * NR;
-            for (int v = 0; v < kNV; ++v) S::store(d + v * S::W, S::load(b + p * NR + v * S::W, lanes<T>(width, v)));
+            for (int v = 0; v < kNV && v * S::W < width; ++v)  // vectors wholly past N are never read
+                S::store(d + v * S::W, S::load(b + p * NR + v * S::W, lanes<T>(width, v)));
         }
 }
 
