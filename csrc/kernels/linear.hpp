@@ -4,8 +4,9 @@
 // b: out, or absent. Output rows * out. The products are the register-tiled kernels of gemm.hpp.
 //
 // Large layers split across the thread pool (threads.hpp): the forward and the weight gradient
-// by output units, the input gradient by rows, so each task owns whole output elements and gives
-// the same bits as one thread (gemm.hpp keeps every element one chain whatever the split).
+// by output units, the input gradient by input columns (wide layers) or by rows, so each task
+// owns whole output elements and gives the same bits as one thread (gemm.hpp keeps every element
+// one chain whatever the split).
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -23,6 +24,8 @@ namespace bt {
 inline constexpr double kLinearParallelWork = 1 << 16;
 // Output units per task are a multiple of this, so no task cuts a register tile's columns.
 inline constexpr size_t kLinearAlign = 16;
+// Input columns per task from which the input gradient splits by columns rather than rows.
+inline constexpr size_t kColumnSplitWidth = 64;
 
 // Tasks the forward (and the weight gradient) of this layer splits into.
 inline size_t linear_tasks(uint32_t rows, uint32_t in, uint32_t out) {
@@ -78,14 +81,20 @@ inline void linear_bwd(const T* x, const T* W, const T* gy, T* gx, T* gW, T* gb,
         gemm::grad_weight(gy, x, gW, gb, rows, in, out, 0, out);
         return;
     }
-    // One region for both products: column blocks of gx first, then unit blocks of gW (tasks
-    // are taken in order, so the larger input-gradient blocks of a one-row layer start first).
-    // gx splits by columns, not rows, so each task reads (and packs) only its columns of W.
-    const size_t ti = std::min<size_t>(tw, (size_t(in) + kLinearAlign - 1) / kLinearAlign);
+    // One region for both products: blocks of gx first, then unit blocks of gW (tasks are taken
+    // in order, so the larger input-gradient blocks of a one-row layer start first). A wide gx
+    // splits by columns, so each task reads (and packs) only its columns of W; a narrow one by
+    // rows, whose tiles stay full width.
+    const bool by_columns = size_t(in) >= kColumnSplitWidth * tw;
+    const size_t ti = by_columns ? std::min<size_t>(tw, (size_t(in) + kLinearAlign - 1) / kLinearAlign)
+                                 : std::min<size_t>(tw, (size_t(rows) + 7) / 8);
     threads::parallel_tasks(ti + tw, [&](size_t t) {
-        if (t < ti) {
+        if (t < ti && by_columns) {
             const auto [i0, i1] = threads::split(in, ti, t, kLinearAlign);
             gemm::grad_input(gy, W, gx, rows, in, out, 0, rows, i0, i1);
+        } else if (t < ti) {
+            const auto [r0, r1] = threads::split(rows, ti, t);
+            gemm::grad_input(gy, W, gx, rows, in, out, r0, r1);
         } else {
             const auto [o0, o1] = threads::split(out, tw, t - ti, kLinearAlign);
             gemm::grad_weight(gy, x, gW, gb, rows, in, out, o0, o1);
