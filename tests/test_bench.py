@@ -233,8 +233,8 @@ def test_best_table_states_the_ratios_of_the_speed_targets():
     from burtorch.bench.best import table
 
     def run(entry, threads, seconds, workload="mlp", **cfg):
-        return {"workload": workload, "entry": entry, "status": "ok", "times": {"step": [seconds, seconds * 3, seconds]},
-                "config": {"b": 64, "threads": threads, **cfg}}
+        return {"workload": workload, "entry": entry, "status": "ok",
+                "times": {"step": [seconds, seconds * 3, seconds]}, "config": {"b": 64, "threads": threads, **cfg}}
 
     doc = {"runs": [run("burtorch-chunk", 1, 0.004, e=64), run("burtorch-chunk", 2, 0.002, e=64),
                     run("burtorch", 1, 0.006, e=64), run("jax-jit", 1, 0.005, e=64), run("torch-eager", 1, 0.008, e=64),
