@@ -42,7 +42,7 @@ def train(model, optimizer, train_set, val_samples, steps: int, batch: int, rng:
         start_step: the steps already done.
         progress: an object with ``update(step, loss, val)``, or None.
         chunk: samples per graph (see :func:`burtorch.oracle.grad_oracle`).
-        compile: replay recorded per-sample programs (see :func:`burtorch.oracle.grad_oracle`).
+        compile: replay recorded programs, per sample or per chunk (see :func:`burtorch.oracle.grad_oracle`).
         threads: native threads per step (see :func:`burtorch.oracle.grad_oracle`).
         after_step: ``after_step(step, history)``, called after each step (periodic checkpoints).
         stop: an object whose ``signal`` turns non-None to stop after the current step.

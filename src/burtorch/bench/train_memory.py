@@ -31,7 +31,7 @@ def main(argv=None):
                                                   "(default: $BURTORCH_DATA)")
     ap.add_argument("--steps", type=positive_int, default=20, help="training steps per process")
     ap.add_argument("--threads", type=positive_int, default=1, help="also W5 b=64 rows with this many threads "
-                    "(per-sample, --compile, --chunk 8)")
+                    "(per-sample, --compile, --chunk 8, --compile --chunk 32)")
     args = ap.parse_args(argv)
     shakespeare_path = find_data_file("tinyshakespeare.txt", args.data)
     names_path = find_data_file("names.txt", args.data)
@@ -46,7 +46,7 @@ def main(argv=None):
                       "--eval-samples", "32"]
         rows.append((f"W5 MiniGPT (46,337 params), b={b}", peak_rss_mb(cmd)))
     if args.threads > 1:  # threads x one sample (or chunk) of activations, per way of using them
-        for extra in ([], ["--compile"], ["--chunk", "8"]):
+        for extra in ([], ["--compile"], ["--chunk", "8"], ["--compile", "--chunk", "32"]):
             cmd = base + ["gpt", "--data", shakespeare, "--steps", str(args.steps), "--batch", "64",
                           "--optimizer", "sgd", "--lr", "3e-4", "--sample", "0", "--eval-every", str(args.steps),
                           "--eval-samples", "32", "--threads", str(args.threads), *extra]
