@@ -73,7 +73,8 @@ inline ParallelReplayResult replay_accumulate(const Program<T>& P, const T* aren
     std::vector<size_t> at(P.wrt.size() + 1, 0);  // where wrt node i starts in the joined range
     for (size_t i = 0; i < P.wrt.size(); ++i) at[i + 1] = at[i] + P.wrt[i].second;
     const size_t total = at.back();
-    const size_t parts = threads::tasks_for(double(total) * double(tasks), kReduceParallelWork, tasks);
+    // split over the threads this call was given (not the global count), unless it is small
+    const size_t parts = double(total) * double(tasks) < kReduceParallelWork ? 1 : tasks;
     threads::Pool::instance().run(parts, int(parts), [&](size_t p) {
         const auto [b, e] = threads::split(total, parts, p, 16);
         size_t i = size_t(std::upper_bound(at.begin(), at.end(), b) - at.begin()) - 1;

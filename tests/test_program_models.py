@@ -107,6 +107,30 @@ def test_compiled_chunks_whose_guard_fails_run_eagerly():
     assert np.abs(eager).max() > 0
 
 
+def test_a_chunk_swept_eagerly_after_a_failed_guard_still_refuses_a_non_finite_loss():
+    class InfOnOneSide(BranchyMLP):
+        def loss_batch(self, samples):
+            loss = MakemoreMLP.loss_batch(self, samples)
+            return loss * 0.5 if loss > self.threshold else loss * float("inf")
+
+    bt.manual_seed(7)
+    model = InfOnOneSide(vocab=11, block=4, emb=5, hidden=7, dtype=bt.float64)
+    r = random.Random(8)
+    batch = [([r.randrange(11) for _ in range(4)], r.randrange(11)) for _ in range(24)]
+    pv = model.parameter_vector()
+    cp = pv.arena.checkpoint()
+    raw = [MakemoreMLP.loss_batch(model, batch[i:i + 2]).data for i in range(0, 24, 2)]
+    pv.arena.rewind(cp)
+    model.threshold = sorted(raw)[len(raw) // 2] - 1e-12  # chunks on both sides
+    finite_first = max(range(len(raw)), key=raw.__getitem__)  # trace on the finite side
+    order = [finite_first] + [c for c in range(len(raw)) if c != finite_first]
+    batch = [s for c in order for s in batch[2 * c:2 * c + 2]]
+    # the traced program keeps the finite branch; the chunks on the other side fail its guard,
+    # are swept eagerly, and their loss is inf there
+    with pytest.raises(FloatingPointError, match="inf"):
+        bt.grad_oracle(model, batch, chunk=2, compile=True, threads=1)
+
+
 def test_compiled_chunks_check_their_arguments():
     model, sample = mlp(bt.float32)
     r = random.Random(9)

@@ -116,7 +116,8 @@ inline T* pack_buffer(size_t n) {
 }
 
 // B (K x N, leading dimension ldb) made contiguous panel by panel: panel p (columns
-// [p NR, p NR + NR)) at dst + p K NR, its row k at + k NR (columns past N zero). The tiles then
+// [p NR, p NR + NR)) at dst + p K NR, its row k at + k NR (a vector cut by N is zero-filled past
+// N; vectors wholly past N are left unwritten: the tiles' masked loads never read them). The tiles then
 // read each panel as one stream instead of K rows `ldb` apart (rows a page apart alias in L1 and
 // miss the TLB at every k step). B is read row by row, in memory order.
 template <typename T>
@@ -405,7 +406,8 @@ inline void grad_input(const T* gy, const T* W, T* gx, size_t rows, size_t in, s
     // A = gy rows, B = W's columns [i0, i1); W is taken a block of its rows at a time (packed,
     // within the packing budget) and each block's products added into gx: the same chain per
     // element, in order.
-    const size_t kc = std::max<size_t>(kMR, kPackElements<T> / (((n + 31) / 32) * 32));
+    constexpr size_t NR = kNV * Simd<T>::W;
+    const size_t kc = std::max<size_t>(kMR, kPackElements<T> / ((n + NR - 1) / NR * NR));
     for (size_t k0 = 0; k0 < out; k0 += kc)
         for_each_tile<T>(r1 - r0, n, std::min(kc, out - k0), gy + r0 * out + k0, out, 1, W + k0 * in + i0, in, false,
                          false, from_tile<T>(C, in), to_tile(C, in));

@@ -191,7 +191,8 @@ def _chunked_oracle(model, batch, zero_grad, threads, chunk) -> float:
         out = array("d", [0.0]) * len(run)
         stop, failed = prog._replay_samples(run, 0, _shape(compounds[i]), "arena", k / n, out, None, zero, False,
                                             threads)
-        assert stop == len(run), "a run holds chunks of one program"
+        if stop != len(run):  # every chunk of a run has the program's shape, so all of them replay
+            raise RuntimeError(f"the replay stopped at chunk {i + stop} of a run of one chunk shape")
         zero = False  # later runs continue from the grads the first one wrote
         for c in failed:  # a guard came out differently: this chunk runs eagerly
             arena = arena or _parameters(model).arena
@@ -209,6 +210,8 @@ def _eager_sample(model, sample, loss_fn, arena, seed):
     try:
         loss = loss_fn(model, sample) if loss_fn is not None else model.loss(*sample)
         v = loss.data
+        if v != v or v in (float("inf"), float("-inf")):  # as the eager oracle and the replay refuse it
+            raise FloatingPointError(f"the loss is {v} for a sample; lower the learning rate or check the data")
         loss.backward(seed)
         return v
     finally:
