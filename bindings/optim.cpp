@@ -3,6 +3,9 @@
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <cmath>
+#include <optional>
+
 #include "../csrc/threads.hpp"
 #include "vector.hpp"
 
@@ -21,17 +24,7 @@ static void check_state(const VectorBox& p, const OptimState& st, uint32_t nbuf)
         throw nb::value_error("optimizer state does not match the parameter vector");
 }
 
-// Runs step(first, count) over [0, n) in blocks across the thread pool when n is large: each
-// element's update reads and writes only that element, so blocks give the same bits as one loop.
-template <class F>
-static void in_blocks(size_t n, F&& step) {
-    const size_t tasks = bt::threads::tasks_for(double(n), double(1 << 16), n);
-    if (tasks <= 1) return step(size_t(0), n);
-    bt::threads::parallel_tasks(tasks, [&](size_t t) {
-        const auto [b, e] = bt::threads::split(n, tasks, t, 64);
-        step(b, e - b);
-    });
-}
+using bt::threads::in_blocks;
 
 static void sgd_step(const VectorBox& p, OptimState& st, double lr, double momentum, double wd, double dampening,
                      bool nesterov) {
@@ -50,6 +43,34 @@ static void sgd_step(const VectorBox& p, OptimState& st, double lr, double momen
         }
     });
     ++st.steps;
+}
+
+// One plain SGD step from the graph of the mean loss `loss` (seed: d mean / d loss), the linear
+// weights that only one record reads updated inside the sweep (csrc/fused_sgd.hpp); `zero`: the
+// gradients zeroed first (the model's parameters). Returns how many weights were fused.
+static size_t sgd_fused_backward(nb::handle loss, const VectorBox& p, OptimState& st, double seed, double lr, double wd,
+                                 bool fuse, const VectorBox& zero) {
+    check_state(p, st, 0);
+    zero.check();
+    if (zero.arena != p.arena) throw nb::value_error("the vector to zero and the parameters live in different arenas");
+    if (!is_value(loss.ptr())) throw nb::type_error("the loss must be a scalar Value");
+    PyValue* v = as_pyvalue(loss.ptr());
+    if (!check_alive(v)) throw nb::python_error();
+    if (v->arena != p.arena) throw nb::value_error("the loss and the parameters live in different arenas");
+    if (!refuse_while_tracing(v->arena, "fused_step()")) throw nb::python_error();
+    if (!std::isfinite(seed)) throw nb::value_error("the seed must be finite");
+    size_t fused = 0;
+    {
+        // As backward(): a large graph's sweep runs without the GIL.
+        std::optional<nb::gil_scoped_release> unlocked;
+        if (v->arena->num_slots() >= (size_t(1) << 16)) unlocked.emplace();
+        dispatch(p.arena, [&](auto& A) {
+            using T = typename std::remove_reference_t<decltype(A)>::value_type;
+            fused = bt::sgd_fused_backward(A, v->idx, static_cast<T>(seed), p.spans, zero.spans, lr, wd, fuse);
+        });
+    }
+    ++st.steps;
+    return fused;
 }
 
 static void adam_step(const VectorBox& p, OptimState& st, double lr, double b1, double b2, double eps, double wd,
@@ -103,6 +124,10 @@ void init_optim(nb::module_& m) {
             nb::arg("buffers"), nb::arg("steps"));
     m.def("sgd_step", &sgd_step, nb::arg("params"), nb::arg("state"), nb::arg("lr"), nb::arg("momentum"),
           nb::arg("weight_decay"), nb::arg("dampening"), nb::arg("nesterov"));
+    m.def("sgd_fused_backward", &sgd_fused_backward, nb::arg("loss"), nb::arg("params"), nb::arg("state"),
+          nb::arg("seed"), nb::arg("lr"), nb::arg("weight_decay"), nb::arg("fuse"), nb::arg("zero"),
+          nb::sig("def sgd_fused_backward(loss: Value, params: Vector, state: OptimState, seed: float, lr: float, "
+                  "weight_decay: float, fuse: bool, zero: Vector) -> int"));
     m.def("adam_step", &adam_step, nb::arg("params"), nb::arg("state"), nb::arg("lr"), nb::arg("beta1"),
           nb::arg("beta2"), nb::arg("eps"), nb::arg("weight_decay"), nb::arg("decoupled"));
 }

@@ -221,6 +221,10 @@ public:
     //   [k] then k times [nspans, first0, len0, first1, len1, ...] then an op-specific tail.
     using Span = std::pair<uint32_t, uint32_t>;
     std::vector<Span> record_args(const Record& r) const;
+    // f(operand, first slot, length) for each argument span of r, in order (a scalar record's
+    // arguments are one-slot operands 0, 1, ...; a range record's operands are its span lists).
+    template <class F>
+    void visit_args(const Record& r, F&& f) const;
 
     size_t bytes_records() const { return nrecords_ * sizeof(Record); }
     size_t bytes_args() const { return nargs_ * sizeof(uint32_t); }
@@ -300,35 +304,39 @@ protected:
     std::map<uint32_t, std::string> labels_;
 };
 
-inline std::vector<ArenaBase::Span> ArenaBase::record_args(const Record& r) const {
-    std::vector<Span> out;
-    auto add = [&out](uint32_t first, uint32_t len) {
-        if (!out.empty() && out.back().first + out.back().second == first)
-            out.back().second += len;
-        else
-            out.emplace_back(first, len);
-    };
+template <class F>
+inline void ArenaBase::visit_args(const Record& r, F&& f) const {
     const uint32_t* p = args_ + r.a;
     switch (op_info(r.op).kind) {
         case OpKind::leaf: break;
         case OpKind::unary:
-        case OpKind::unary_imm: add(r.a, 1); break;
+        case OpKind::unary_imm: f(0u, r.a, 1u); break;
         case OpKind::binary:
-            add(r.a, 1);
-            add(r.b, 1);
+            f(0u, r.a, 1u);
+            f(1u, r.b, 1u);
             break;
         case OpKind::nary:
-            for (uint32_t i = 0; i < r.b; ++i) add(p[i], 1);
+            for (uint32_t i = 0; i < r.b; ++i) f(i, p[i], 1u);
             break;
         case OpKind::range: {
             uint32_t k = *p++;
             for (uint32_t v = 0; v < k; ++v) {
                 uint32_t nspans = *p++;
-                for (uint32_t s = 0; s < nspans; ++s, p += 2) add(p[0], p[1]);
+                for (uint32_t s = 0; s < nspans; ++s, p += 2) f(v, p[0], p[1]);
             }
             break;
         }
     }
+}
+
+inline std::vector<ArenaBase::Span> ArenaBase::record_args(const Record& r) const {
+    std::vector<Span> out;
+    visit_args(r, [&out](uint32_t, uint32_t first, uint32_t len) {
+        if (!out.empty() && out.back().first + out.back().second == first)
+            out.back().second += len;
+        else
+            out.emplace_back(first, len);
+    });
     return out;
 }
 
@@ -414,7 +422,8 @@ public:
     // ---- the reverse sweep (backward.hpp) ----
     // Sweeps from the record that wrote `root` down to the lowest record it depends on, or to the
     // first record whose outputs lie at or above slot `stop_below` if that is higher (0: no stop).
-    void backward(uint32_t root, T seed, uint32_t stop_below);
+    // `fused`: linear weights that take an SGD step inside the sweep (fused_sgd.hpp).
+    void backward(uint32_t root, T seed, uint32_t stop_below, const FusedSgd* fused = nullptr);
 
     // The arena's own values, grads and scratch, as the frame records run against.
     Frame<T> frame() { return Frame<T>{val_, grad_, &scratch_}; }
@@ -451,7 +460,7 @@ private:
         return static_cast<uint32_t>(out);
     }
     template <bool Check>
-    void sweep(size_t top, size_t lo);
+    void sweep(size_t top, size_t lo, const FusedSgd* fused);
 
     Column<T> val_col_;
     Column<T> grad_col_;

@@ -76,11 +76,12 @@ inline void check_contribution(const Arena<T>& A, size_t k) {
 
 template <typename T>
 template <bool Check>
-inline void Arena<T>::sweep(size_t top, size_t lo) {
+inline void Arena<T>::sweep(size_t top, size_t lo, const FusedSgd* fused) {
     // A record whose outputs all have zero grad contributes nothing: skipping it makes records
     // that do not lead to the root (other graphs interleaved, dead ReLUs) nearly free.
     const T* g = grad_;
-    const Frame<T> f = frame();
+    Frame<T> f = frame();
+    f.fused_sgd = fused;
     for (size_t k = top + 1; k-- > lo;) {
         const Record& r = recs_[k];
         bool live = g[r.out] != T(0);
@@ -92,7 +93,7 @@ inline void Arena<T>::sweep(size_t top, size_t lo) {
 }
 
 template <typename T>
-inline void Arena<T>::backward(uint32_t root, T seed, uint32_t stop_below) {
+inline void Arena<T>::backward(uint32_t root, T seed, uint32_t stop_below, const FusedSgd* fused) {
     ++sweeps_since_rewind_;
     int64_t rr = record_of(root);
     if (rr < 0) {  // a leaf: d root / d root = 1, accumulated like any leaf grad
@@ -113,9 +114,9 @@ inline void Arena<T>::backward(uint32_t root, T seed, uint32_t stop_below) {
     dirty_ = std::max(dirty_, top + 1);
     grad_[root] = seed;
     if (anomaly_enabled())
-        sweep<true>(top, lo);
+        sweep<true>(top, lo, fused);
     else
-        sweep<false>(top, lo);
+        sweep<false>(top, lo, fused);
 }
 
 }  // namespace bt

@@ -7,6 +7,7 @@
 #include "backward.hpp"
 #include "compress.hpp"
 #include "forward.hpp"
+#include "fused_sgd.hpp"
 #include "modes.hpp"
 #include "ops.hpp"
 #include "optim.hpp"

@@ -11,6 +11,24 @@
 
 namespace bt {
 
+// Linear weights whose plain SGD step (no momentum) is applied inside a sweep (fused_sgd.hpp):
+// the one linear record that reads such a weight updates it in place, after its input gradient
+// has read the old values, instead of accumulating its gradient.
+struct FusedSgd {
+    double lr = 0.0, weight_decay = 0.0;
+    std::vector<uint32_t> weight_slots;  // the first slot of each weight
+    // Which weights a record updated: a record the sweep skips (its outputs' grads all zero)
+    // leaves its weight to be stepped with a zero gradient afterwards, as the unfused step would.
+    mutable std::vector<uint8_t> applied;
+
+    // The index of the weight starting at w_slot, or -1.
+    int64_t find(uint32_t w_slot) const {
+        for (size_t i = 0; i < weight_slots.size(); ++i)
+            if (weight_slots[i] == w_slot) return int64_t(i);
+        return -1;
+    }
+};
+
 template <typename T>
 struct Frame {
     T* v;
@@ -21,6 +39,17 @@ struct Frame {
     // once per call instead of once per sample. Empty (null) for the arena's own frame.
     const std::vector<std::pair<uint32_t, const T*>>* transposed_weights = nullptr;
 
+    // Set by a sweep that applies an SGD step to some weights; null otherwise.
+    const FusedSgd* fused_sgd = nullptr;
+
+    // Whether the record reading the weight at w_slot applies its SGD step (and marks it applied).
+    bool applies_sgd(uint32_t w_slot) const {
+        if (!fused_sgd) return false;
+        const int64_t i = fused_sgd->find(w_slot);
+        if (i < 0) return false;
+        fused_sgd->applied[size_t(i)] = 1;
+        return true;
+    }
     const T* transposed(uint32_t w_slot) const {
         if (transposed_weights)
             for (const auto& [slot, wt] : *transposed_weights)

@@ -1,11 +1,14 @@
 // In-place optimizer steps over a span of parameters: values and grads in the arena, the
 // optimizer's buffers in float64 whatever the arena's dtype (as PyTorch keeps them in the
-// parameter's dtype, but FP64 here so FP32 training keeps its moments exact enough).
+// parameter's dtype, but FP64 here so FP32 training keeps its moments exact enough). Plain SGD,
+// which has no buffer, computes in the parameter's dtype as PyTorch does.
 #pragma once
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
+
+#include "kernels/simd.hpp"
 
 namespace bt {
 
@@ -13,6 +16,17 @@ struct SgdConfig {
     double lr, momentum, weight_decay, dampening;
     bool nesterov;
 };
+
+// One parameter's plain SGD update (no momentum) in the parameter's own precision, as
+// torch.optim.SGD computes it: d = g + wd * w, then w - lr * d, each one multiply-add (fused
+// where the build has FMA) with the hyperparameters rounded to T. The optimizer step and the
+// update fused into the backward sweep (fused_sgd.hpp, kernels/gemm.hpp's lanes) compute exactly
+// this, so they give the same bits; in FP32 it is also about twice as fast as a round trip
+// through double, which bound the step.
+template <typename T>
+[[gnu::always_inline]] inline T sgd_update(T w, T g, T lr, T wd) {
+    return simd::madd(-lr, wd == T(0) ? g : simd::madd(wd, w, g), w);
+}
 
 // m: the momentum buffer (unused without momentum). first: the first step (m starts at d).
 // The options are tested once, outside the loops, so each loop is branch-free and vectorizes
@@ -22,10 +36,11 @@ inline void sgd_step(T* __restrict w, const T* __restrict g, double* __restrict 
                      bool first) {
     const double lr = c.lr, wd = c.weight_decay, mu = c.momentum, damp = 1.0 - c.dampening;
     if (mu == 0.0) {
-        for (size_t i = 0; i < n; ++i) {
-            const double d = double(g[i]) + wd * double(w[i]);
-            w[i] = static_cast<T>(double(w[i]) - lr * d);
-        }
+        const T lr_t = static_cast<T>(lr), wd_t = static_cast<T>(wd);
+        if (wd_t == T(0))
+            for (size_t i = 0; i < n; ++i) w[i] = sgd_update(w[i], g[i], lr_t, T(0));
+        else
+            for (size_t i = 0; i < n; ++i) w[i] = sgd_update(w[i], g[i], lr_t, wd_t);
         return;
     }
     auto update = [&](auto nesterov, auto is_first) {

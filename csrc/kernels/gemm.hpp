@@ -6,6 +6,7 @@
 //   forward:      y[r, o]   = b[o] + sum_i x[r, i] W[o, i]
 //   grad input:   gx[r, i] += sum_o gy[r, o] W[o, i]
 //   grad weight:  gW[o, i] += sum_r gy[r, o] x[r, i],   gb[o] += sum_r gy[r, o]
+//   (or, fused with a plain SGD step: W[o, i] = sgd_update(W[o, i], 0 + sum_r gy[r, o] x[r, i]))
 //
 // Each product takes a sub-range (forward and grad weight: output units [o0, o1); grad input:
 // rows [r0, r1)) so that threads can share one layer. Whatever the split, every element is the
@@ -31,6 +32,7 @@
 #include <utility>
 #include <vector>
 
+#include "../optim.hpp"
 #include "simd.hpp"
 
 namespace bt::gemm {
@@ -242,6 +244,29 @@ auto to_tile(T* C, size_t ldc) {
     };
 }
 
+// acc <- zeros: the start of a chain whose gradient would accumulate into a zeroed gW.
+template <typename T>
+auto zero_tile() {
+    return [](auto& acc, size_t, size_t, int) {
+        for (auto& row : acc)
+            for (auto& v : row) v = Simd<T>::zero();
+    };
+}
+// Plain SGD on the tile of W (row-major, leading dimension ldw) at (m0, n0), acc its gradient.
+template <typename T>
+auto sgd_to_tile(T* W, size_t ldw, T lr, T wd) {
+    return [=](auto& acc, size_t m0, size_t n0, int width) {
+        constexpr int R = std::extent_v<std::remove_reference_t<decltype(acc)>, 0>;
+        constexpr int NV = std::extent_v<std::remove_reference_t<decltype(acc)>, 1>;
+        alignas(64) T g[NV * Simd<T>::W];
+        for (int m = 0; m < R; ++m) {
+            for (int v = 0; v < NV; ++v) Simd<T>::store(g + v * Simd<T>::W, acc[m][v]);
+            T* w = W + (m0 + m) * ldw + n0;
+            for (int j = 0; j < width; ++j) w[j] = sgd_update(w[j], g[j], lr, wd);
+        }
+    };
+}
+
 // ---- transposes into scratch ---------------------------------------------------------------
 // dst (cols x rows, leading dimension ld) = src^T, src rows x cols with leading dimension lds.
 // Blocked so that both sides stay in cache lines.
@@ -413,33 +438,137 @@ inline void grad_input(const T* gy, const T* W, T* gx, size_t rows, size_t in, s
                          false, from_tile<T>(C, in), to_tile(C, in));
 }
 
-// gW[o, i] += sum_r gy[r, o] x[r, i] and gb[o] += sum_r gy[r, o] (gb may be null) for o in
-// [o0, o1).
+// gb[o] += sum_r gy[r, o] for o in [o0, o1), rows in order.
 template <typename T>
-inline void grad_weight(const T* gy, const T* x, T* gW, T* gb, size_t rows, size_t in, size_t out, size_t o0,
-                        size_t o1) {
+inline void grad_bias(const T* gy, T* gb, size_t rows, size_t out, size_t o0, size_t o1) {
+    for (size_t r = 0; r < rows; ++r) {
+        const T* g = gy + r * out;
+        for (size_t o = o0; o < o1; ++o) gb[o] += g[o];
+    }
+}
+
+// Where grad_weight's finished chains go: added into gW, or (sgd set) applied to W as a plain
+// SGD step, each chain started from zero as it would be in a zeroed gW, so the update has the
+// bits of "gradient into a zeroed gW, then sgd_step".
+template <typename T>
+struct SgdSink {
+    T* W;
+    T lr, weight_decay;
+};
+
+// Columns of a one-row-block gradient held on the stack at a time by the SGD path.
+inline constexpr size_t kSgdBlock = 256;
+
+// gW[o, i] += sum_r gy[r, o] x[r, i] and gb[o] += sum_r gy[r, o] (gb may be null) for o in
+// [o0, o1). With `sgd`, W's rows [o0, o1) take the SGD step instead and gW is not touched.
+template <typename T>
+inline void grad_weight(const T* gy, const T* x, T* gW, T* gb, size_t rows, size_t in, size_t out, size_t o0, size_t o1,
+                        const SgdSink<T>* sgd = nullptr) {
     if (o0 >= o1) return;
-    T* C = gW + o0 * in;
     if (rows < kAxpyRows) {
+        auto chain = [&](T* y, const T* g, const T* xs, size_t n) {
+            switch (rows) {
+                case 0: break;
+                case 1: axpy_chain<T, 1>(y, g, xs, in, n); break;
+                case 2: axpy_chain<T, 2>(y, g, xs, in, n); break;
+                default: axpy_chain<T, 3>(y, g, xs, in, n); break;
+            }
+        };
         for (size_t o = o0; o < o1; ++o) {
             T g[kAxpyRows];
             for (size_t r = 0; r < rows; ++r) g[r] = gy[r * out + o];
-            switch (rows) {
-                case 0: break;
-                case 1: axpy_chain<T, 1>(gW + o * in, g, x, in, in); break;
-                case 2: axpy_chain<T, 2>(gW + o * in, g, x, in, in); break;
-                default: axpy_chain<T, 3>(gW + o * in, g, x, in, in); break;
+            if (!sgd) {
+                chain(gW + o * in, g, x, in);
+                continue;
+            }
+            T* w = sgd->W + o * in;
+            for (size_t c0 = 0; c0 < in; c0 += kSgdBlock) {
+                const size_t n = std::min(kSgdBlock, in - c0);
+                alignas(64) T acc[kSgdBlock] = {};
+                chain(acc, g, x + c0, n);
+                for (size_t j = 0; j < n; ++j) w[c0 + j] = sgd_update(w[c0 + j], acc[j], sgd->lr, sgd->weight_decay);
             }
         }
-    } else {
+    } else if (!sgd) {
         // A = gy^T (A(o, r) = gy[r * out + o]), B = x; gW streams through once, row block by row block.
+        T* C = gW + o0 * in;
         for_each_tile<T>(o1 - o0, in, rows, gy + o0, 1, out, x, in, true, false, from_tile<T>(C, in), to_tile(C, in));
+    } else {
+        for_each_tile<T>(o1 - o0, in, rows, gy + o0, 1, out, x, in, true, false, zero_tile<T>(),
+                         sgd_to_tile(sgd->W + o0 * in, in, sgd->lr, sgd->weight_decay));
     }
-    if (gb)
-        for (size_t r = 0; r < rows; ++r) {
-            const T* g = gy + r * out;
-            for (size_t o = o0; o < o1; ++o) gb[o] += g[o];
+    if (gb) grad_bias(gy, gb, rows, out, o0, o1);
+}
+
+// For a few rows (rows < kAxpyRows), the input gradient and the weight's SGD step in one pass
+// over columns [i0, i1) of W: gx[r, i] += sum_o gy[r, o] W[o, i] from the old W, then
+// W[o, i] = sgd_update(W[o, i], sum_r gy[r, o] x[r, i]). Each row of W is read once and written
+// once, where grad_input then grad_weight would read it twice. Every element's chains are the
+// ones those two build (o ascending from gx; r ascending from zero), so the bits are theirs.
+template <typename T, int R, bool Decay>
+inline void grad_input_sgd_rows(const T* gy, const T* x, T* gx, size_t in, size_t out, size_t i0, size_t i1,
+                                const SgdSink<T>& sgd) {
+    using S = Simd<T>;
+    const Vec<T> nlr = S::set1(-sgd.lr), wd = S::set1(sgd.weight_decay);
+    T* const W = sgd.W;  // a local: stores through W could otherwise alias the sink's own fields
+    // NB rows of W [o0, o0 + NB) over the lanes at column i (all of them, or the last i1 - i).
+    auto lanes = [&](size_t o0, size_t i, auto nb, auto full) {
+        constexpr int NB = decltype(nb)::value;
+        const int l = int(i1 - i);
+        auto load = [&](const T* p) { return full ? S::load(p) : S::load(p, l); };
+        auto store = [&](T* p, Vec<T> v) { full ? S::store(p, v) : S::store(p, v, l); };
+        Vec<T> acc[R], xs[R];
+        for (int r = 0; r < R; ++r) {
+            acc[r] = load(gx + r * in + i);
+            xs[r] = load(x + r * in + i);
         }
+        // All of the block's rows are loaded before any is stored: rows `in` floats apart often
+        // share their low address bits, and a load issued after a store to such an address
+        // waits for it (4K aliasing).
+        Vec<T> w[NB];
+        for (int j = 0; j < NB; ++j) w[j] = load(W + (o0 + j) * in + i);
+        for (int j = 0; j < NB; ++j) {
+            const size_t o = o0 + j;
+            Vec<T> g = S::zero();
+            for (int r = 0; r < R; ++r) {
+                const Vec<T> a = S::set1(gy[r * out + o]);
+                acc[r] = S::madd(a, w[j], acc[r]);
+                g = S::madd(a, xs[r], g);
+            }
+            if constexpr (Decay) g = S::madd(wd, w[j], g);
+            w[j] = S::madd(nlr, g, w[j]);
+        }
+        for (int j = 0; j < NB; ++j) store(W + (o0 + j) * in + i, w[j]);
+        for (int r = 0; r < R; ++r) store(gx + r * in + i, acc[r]);
+    };
+    // Blocks of four rows of W per sweep of the columns (gx is loaded and stored once per four),
+    // then the last rows one by one: each gx element still adds the rows in ascending order.
+    auto sweep = [&](size_t o0, auto nb) {
+        size_t i = i0;
+        for (; i + S::W <= i1; i += S::W) lanes(o0, i, nb, std::true_type{});
+        if (i < i1) lanes(o0, i, nb, std::false_type{});
+    };
+    size_t o0 = 0;
+    for (; o0 + 4 <= out; o0 += 4) sweep(o0, std::integral_constant<int, 4>{});
+    for (; o0 < out; ++o0) sweep(o0, std::integral_constant<int, 1>{});
+}
+
+template <typename T>
+inline void grad_input_sgd(const T* gy, const T* x, T* gx, size_t rows, size_t in, size_t out, size_t i0, size_t i1,
+                           const SgdSink<T>& sgd) {
+    i1 = std::min(i1, in);
+    if (i0 >= i1) return;
+    auto run = [&](auto decay) {
+        constexpr bool D = decltype(decay)::value;
+        switch (rows) {
+            case 1: return grad_input_sgd_rows<T, 1, D>(gy, x, gx, in, out, i0, i1, sgd);
+            case 2: return grad_input_sgd_rows<T, 2, D>(gy, x, gx, in, out, i0, i1, sgd);
+            case 3: return grad_input_sgd_rows<T, 3, D>(gy, x, gx, in, out, i0, i1, sgd);
+            default: return;  // rows < kAxpyRows only
+        }
+    };
+    static_assert(kAxpyRows == 4, "grad_input_sgd handles 1 .. kAxpyRows - 1 rows");
+    sgd.weight_decay != T(0) ? run(std::true_type{}) : run(std::false_type{});
 }
 
 }  // namespace bt::gemm

@@ -72,34 +72,57 @@ inline void linear_fwd(const T* x, const T* W, const T* b, T* y, uint32_t rows, 
     });
 }
 
+// With `sgd`, W takes a plain SGD step in place of accumulating gW (gW unused): every task of
+// the input gradient, which reads the old W, finishes before any row of W changes.
 template <typename T>
 inline void linear_bwd(const T* x, const T* W, const T* gy, T* gx, T* gW, T* gb, uint32_t rows, uint32_t in,
-                       uint32_t out) {
+                       uint32_t out, const gemm::SgdSink<T>* sgd = nullptr) {
+    if (sgd && rows < gemm::kAxpyRows) {
+        // One pass over W for both products; tasks own columns of gx and W alike.
+        const size_t tc = threads::tasks_for(double(rows) * in * out, kLinearParallelWork,
+                                             (size_t(in) + kLinearAlign - 1) / kLinearAlign);
+        if (tc <= 1)
+            gemm::grad_input_sgd(gy, x, gx, rows, in, out, 0, in, *sgd);
+        else
+            threads::parallel_tasks(tc, [&](size_t t) {
+                const auto [i0, i1] = threads::split(in, tc, t, kLinearAlign);
+                gemm::grad_input_sgd(gy, x, gx, rows, in, out, i0, i1, *sgd);
+            });
+        if (gb) gemm::grad_bias(gy, gb, rows, out, 0, out);
+        return;
+    }
     const size_t tw = linear_tasks(rows, in, out);
     if (tw <= 1) {
         gemm::grad_input(gy, W, gx, rows, in, out, 0, rows);
-        gemm::grad_weight(gy, x, gW, gb, rows, in, out, 0, out);
+        gemm::grad_weight(gy, x, gW, gb, rows, in, out, 0, out, sgd);
         return;
     }
-    // One region for both products: blocks of gx first, then unit blocks of gW (tasks are taken
-    // in order, so the larger input-gradient blocks of a one-row layer start first). A wide gx
-    // splits by columns, so each task reads (and packs) only its columns of W; a narrow one by
-    // rows, whose tiles stay full width.
+    // A wide gx splits by columns, so each task reads (and packs) only its columns of W; a
+    // narrow one by rows, whose tiles stay full width.
     const bool by_columns = size_t(in) >= kColumnSplitWidth * tw;
     const size_t ti = by_columns ? std::min<size_t>(tw, (size_t(in) + kLinearAlign - 1) / kLinearAlign)
                                  : std::min<size_t>(tw, (size_t(rows) + 7) / 8);
-    threads::parallel_tasks(ti + tw, [&](size_t t) {
-        if (t < ti && by_columns) {
+    auto input_task = [&](size_t t) {
+        if (by_columns) {
             const auto [i0, i1] = threads::split(in, ti, t, kLinearAlign);
             gemm::grad_input(gy, W, gx, rows, in, out, 0, rows, i0, i1);
-        } else if (t < ti) {
+        } else {
             const auto [r0, r1] = threads::split(rows, ti, t);
             gemm::grad_input(gy, W, gx, rows, in, out, r0, r1);
-        } else {
-            const auto [o0, o1] = threads::split(out, tw, t - ti, kLinearAlign);
-            gemm::grad_weight(gy, x, gW, gb, rows, in, out, o0, o1);
         }
-    });
+    };
+    auto weight_task = [&](size_t t) {
+        const auto [o0, o1] = threads::split(out, tw, t, kLinearAlign);
+        gemm::grad_weight(gy, x, gW, gb, rows, in, out, o0, o1, sgd);
+    };
+    if (sgd) {
+        threads::parallel_tasks(ti, input_task);
+        threads::parallel_tasks(tw, weight_task);
+        return;
+    }
+    // One region for both products: blocks of gx first, then unit blocks of gW (tasks are taken
+    // in order, so the larger input-gradient blocks of a one-row layer start first).
+    threads::parallel_tasks(ti + tw, [&](size_t t) { t < ti ? input_task(t) : weight_task(t - ti); });
 }
 
 }  // namespace bt

@@ -140,4 +140,15 @@ struct Simd {
 };
 #endif
 
+// One multiply-add a * b + c, rounded as each lane of this build's Simd<T>::madd rounds it (fused
+// where the build has FMA), for scalar code that must match vector code to the bit.
+template <typename T>
+BT_ALWAYS_INLINE T madd(T a, T b, T c) {
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+    return std::fma(a, b, c);
+#else
+    return Simd<T>::madd1(a, b, c);
+#endif
+}
+
 }  // namespace bt::simd

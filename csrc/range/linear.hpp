@@ -43,8 +43,11 @@ inline void linear_backward(const Frame<T>& A, const Record& r, const Operands& 
     T* gx = buf + nx;
     std::fill(gx, gx + nx, T(0));
     T* g = A.grads();
-    linear_bwd(xs, A.values() + o.v[1].first(0), g + r.out, gx, g + o.v[1].first(0),
-               has_b ? g + o.v[2].first(0) : nullptr, rows, nin, nout);
+    const uint32_t w = o.v[1].first(0);
+    const FusedSgd* f = A.applies_sgd(w) ? A.fused_sgd : nullptr;
+    const gemm::SgdSink<T> sgd{A.values() + w, T(f ? f->lr : 0.0), T(f ? f->weight_decay : 0.0)};
+    linear_bwd(xs, A.values() + w, g + r.out, gx, g + w, has_b ? g + o.v[2].first(0) : nullptr, rows, nin, nout,
+               f ? &sgd : nullptr);
     scatter_add(g, o.v[0], gx);
 }
 

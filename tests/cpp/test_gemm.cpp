@@ -127,14 +127,7 @@ static void check_shape(size_t rows, size_t in, size_t out, bool bias) {
 // multiply-adds in index order (forward too, from the bias, unless it takes dot products), so one
 // element does not depend on its neighbours or on the tile it fell in. Checked against
 // std::fma where the build uses hardware FMA, else against the same chain without fusion.
-template <typename T>
-static T madd(T a, T b, T c) {
-#if defined(__FMA__)
-    return std::fma(a, b, c);
-#else
-    return bt::simd::Simd<T>::madd1(a, b, c);
-#endif
-}
+using bt::simd::madd;
 
 template <typename T>
 static void check_chain_order(size_t rows, size_t in, size_t out) {
@@ -168,6 +161,39 @@ static void check_chain_order(size_t rows, size_t in, size_t out) {
     }
 }
 
+// The SGD step fused into the weight gradient (grad_weight with a sink, and grad_input_sgd for
+// fewer than kAxpyRows rows, whole or split by columns) against "gradient into a zeroed gW,
+// then sgd_update", and gx against grad_input: bit for bit.
+template <typename T>
+static void check_fused_sgd(size_t rows, size_t in, size_t out, T wd) {
+    const char* tn = std::is_same_v<T, float> ? "float" : "double";
+    const T lr = T(0.1);
+    auto x = random_vec<T>(rows * in), W = random_vec<T>(out * in), gy = random_vec<T>(rows * out);
+    auto gx0 = random_vec<T>(rows * in);
+    std::vector<T> gW(out * in, T(0)), gx_ref = gx0, W_ref = W;
+    gemm::grad_input(gy.data(), W.data(), gx_ref.data(), rows, in, out, 0, rows);
+    gemm::grad_weight(gy.data(), x.data(), gW.data(), static_cast<T*>(nullptr), rows, in, out, 0, out);
+    for (size_t k = 0; k < W.size(); ++k) W_ref[k] = bt::sgd_update(W[k], gW[k], lr, wd);
+    auto W_a = W;
+    const gemm::SgdSink<T> sink_a{W_a.data(), lr, wd};
+    const size_t mid = std::min(out, size_t(16));
+    gemm::grad_weight(gy.data(), x.data(), static_cast<T*>(nullptr), static_cast<T*>(nullptr), rows, in, out, 0, mid,
+                      &sink_a);
+    gemm::grad_weight(gy.data(), x.data(), static_cast<T*>(nullptr), static_cast<T*>(nullptr), rows, in, out, mid, out,
+                      &sink_a);
+    CHECK(same_bits(W_a, W_ref), "%s grad_weight+sgd %zux%zux%zu (wd %g) differs from gradient then step", tn, rows, in,
+          out, double(wd));
+    if (rows >= gemm::kAxpyRows) return;
+    for (size_t cut : {in, std::min(in, size_t(16)), std::min(in, size_t(48))}) {
+        auto W_b = W, gx = gx0;
+        const gemm::SgdSink<T> sink_b{W_b.data(), lr, wd};
+        gemm::grad_input_sgd(gy.data(), x.data(), gx.data(), rows, in, out, 0, cut, sink_b);
+        gemm::grad_input_sgd(gy.data(), x.data(), gx.data(), rows, in, out, cut, in, sink_b);
+        CHECK(same_bits(W_b, W_ref), "%s grad_input_sgd %zux%zux%zu cut %zu: W differs", tn, rows, in, out, cut);
+        CHECK(same_bits(gx, gx_ref), "%s grad_input_sgd %zux%zux%zu cut %zu: gx differs", tn, rows, in, out, cut);
+    }
+}
+
 template <typename T>
 static void run_all() {
     // Every small shape exhaustively (tile tails in every dimension), then odd and wide ones
@@ -188,6 +214,9 @@ static void run_all() {
     for (auto& s : big)
         if (s[0] * s[1] * s[2] <= 5000000) check_chain_order<T>(s[0], s[1], s[2]);
     for (size_t rows = 1; rows <= 11; ++rows) check_chain_order<T>(rows, 7 + 3 * rows, 41 - 2 * rows);
+    for (size_t rows : {1, 2, 3, 4, 9, 64})
+        for (auto [in, out] : {std::pair<size_t, size_t>{1, 1}, {5, 3}, {37, 17}, {100, 27}, {1024, 64}, {24, 65}})
+            for (T wd : {T(0), T(0.01)}) check_fused_sgd<T>(rows, in, out, wd);
 }
 
 int main() {

@@ -101,13 +101,14 @@ def steps(reps: int) -> None:
     from burtorch import nn
     from burtorch.optim import SGD
 
-    _header("training step (oracle + SGD)", "ms")
+    _header("training step (oracle + SGD, or SGD.fused_step)", "ms")
     r = random.Random(0)
-    for workload, e, b, mode in (("W4", 64, 64, "chunk"), ("W4", 64, 64, "compiled-chunk"),
-                                 ("W4", 128, 64, "chunk"), ("W4", 128, 64, "compiled-chunk"),
-                                 ("W4", 512, 64, "chunk"), ("W4", 512, 64, "compiled-chunk"),
+    for workload, e, b, mode in (("W4", 64, 64, "chunk"), ("W4", 64, 64, "compiled-chunk"), ("W4", 64, 64, "fused"),
+                                 ("W4", 128, 64, "chunk"), ("W4", 128, 64, "compiled-chunk"), ("W4", 128, 64, "fused"),
+                                 ("W4", 512, 64, "chunk"), ("W4", 512, 64, "compiled-chunk"), ("W4", 512, 64, "fused"),
                                  ("W4", 1024, 64, "chunk"), ("W4", 1024, 64, "compiled-chunk"),
-                                 ("W4", 1024, 1, "eager"), ("W5", 0, 8, "chunk"), ("W5", 0, 8, "compiled"),
+                                 ("W4", 1024, 64, "fused"), ("W4", 1024, 1, "eager"), ("W4", 1024, 1, "fused"),
+                                 ("W5", 0, 8, "chunk"), ("W5", 0, 8, "compiled"),
                                  ("W5", 0, 64, "chunk"), ("W5", 0, 64, "compiled"), ("W5", 0, 64, "compiled-chunk")):
         bt.manual_seed(0)
         model: Any
@@ -126,8 +127,12 @@ def steps(reps: int) -> None:
 
         def step(t, model=model, opt=opt, batches=batches, kw=kw, cursor=cursor, mode=mode, b=b):
             cursor[0] += 1
+            batch = batches[cursor[0] % len(batches)]
+            if mode == "fused":  # one graph, the SGD update inside the sweep (SGD.fused_step)
+                opt.fused_step(model, batch, chunk=min(b, 64), threads=t)
+                return
             extra = {"compile": True, "chunk": max(1, min(b, 64) // t)} if mode == "compiled-chunk" else kw
-            bt.grad_oracle(model, batches[cursor[0] % len(batches)], threads=t, **extra)
+            bt.grad_oracle(model, batch, threads=t, **extra)
             opt.step()
 
         m1, m2, load = side_by_side(step, reps, 4)

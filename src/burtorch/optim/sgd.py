@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 from .. import _core
 from .optimizer import Optimizer, Params, _check_hyper
 
@@ -31,7 +34,68 @@ class SGD(Optimizer):
         self.nesterov = bool(nesterov)
         self.buffers = 1 if self.momentum else 0
         super().__init__(params)
+        self.fused_weights = 0  # weights updated inside the sweep by the last fused_step()
 
     def step(self) -> None:
         _core.sgd_step(self.params, self.state, self.lr, self.momentum, self.weight_decay, self.dampening,
                        self.nesterov)
+
+    def fused_step(self, model: Any, batch: Sequence[Any], loss_fn: Any = None, chunk: int = 1,
+                   threads: int | None = None) -> float:
+        """One step on the mean loss over ``batch``, each linear weight updated inside the backward.
+
+        The same step as ``grad_oracle(model, batch, loss_fn, chunk=chunk); self.step()``, with the
+        same resulting values to the bit, but a linear layer's weight takes its update where its
+        gradient is computed (after its input gradient has read the old weights), so that gradient
+        is never stored, zeroed or read back: a wide layer costs three passes over its weights per
+        step instead of eight. Fusing needs the whole batch as one graph (one sample, or
+        ``chunk >= len(batch)`` with ``loss_batch``), no momentum, and a weight that no other op
+        reads; otherwise the step runs unfused, with the same result. ``fused_weights`` says how
+        many weights the last call fused; their ``.grad`` is left as it was, every other
+        gradient is the batch's.
+
+        Args:
+            model, batch, loss_fn, chunk, threads: as :func:`burtorch.oracle.grad_oracle`.
+
+        Returns:
+            The mean loss over ``batch`` before the step.
+
+        Raises:
+            As :func:`burtorch.oracle.grad_oracle`; a non-finite loss changes nothing.
+        """
+        from ..oracle import checked_threads, grad_oracle
+
+        n = len(batch)
+        one_graph = n == 1 or (n > 1 and chunk >= n and loss_fn is None and hasattr(model, "loss_batch"))
+        if self.momentum or not one_graph or not isinstance(chunk, int) or chunk < 1:
+            self.fused_weights = 0
+            loss = grad_oracle(model, batch, loss_fn, chunk=chunk, threads=threads)
+            self.step()
+            return loss
+        n_threads = checked_threads(threads)
+        zero = model.parameter_vector()
+        arena = zero.arena
+        cp = arena.checkpoint()
+        old = _core._swap_call_threads(n_threads)
+        try:
+            if n == 1:
+                sample = batch[0]
+                if loss_fn is not None:
+                    loss = loss_fn(model, sample)
+                elif hasattr(model, "loss"):
+                    loss = model.loss(*sample)
+                else:
+                    raise TypeError(f"fused_step(): a {type(model).__name__} has no loss(*sample); pass loss_fn")
+            else:
+                loss = model.loss_batch(list(batch))
+            if not isinstance(loss, _core.Value):
+                raise TypeError(f"the loss must be a scalar Value, got {type(loss).__name__}")
+            v = loss.data
+            if v != v or v in (float("inf"), float("-inf")):
+                raise FloatingPointError(f"the loss is {v} for a batch; lower the learning rate or check the data")
+            self.fused_weights = _core.sgd_fused_backward(loss, self.params, self.state, 1.0, self.lr,
+                                                          self.weight_decay, True, zero)
+            return v
+        finally:
+            _core._swap_call_threads(old)
+            arena.rewind(cp)

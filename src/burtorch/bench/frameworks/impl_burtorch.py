@@ -112,20 +112,25 @@ class BurtorchTrainRunner(TrainRunner):
     """W4 / W5 with burtorch.nn models: the paper's serialized batch (per-sample graph, backward
     with seed 1/b, rewind; burtorch.oracle.grad_oracle), then burtorch.optim.SGD. The `chunked`
     variant runs up to 64 samples as one graph (grad_oracle(..., chunk=...)): layers read their
-    weights once per chunk; memory is one chunk's."""
+    weights once per chunk; memory is one chunk's. The `fused` variant is the same graph stepped
+    by SGD.fused_step, the linear weights updated inside the backward sweep."""
 
     timed_region = ("grad_oracle(model, batch): per sample build graph + backward(1/b) + rewind; "
                     "then SGD.step()")
     chunked_region = ("grad_oracle(model, batch, chunk=min(b, 64)): per chunk one graph over its "
                       "samples + backward(k/b) + rewind; then SGD.step()")
 
-    def __init__(self, workload, config, hooks, chunk: int = 1):
+    fused_region = ("SGD.fused_step(model, batch, chunk=min(b, 64)): one graph over the batch, the "
+                    "linear weights' SGD update applied inside the backward sweep")
+
+    def __init__(self, workload, config, hooks, chunk: int = 1, fused: bool = False):
         self._nn, self._oracle, sgd = hooks
         self._chunk = chunk
+        self._fused = fused
         self._threads = int(config.get("threads", 1))
         bt.set_num_threads(self._threads)
         if chunk > 1:
-            self.timed_region = self.chunked_region
+            self.timed_region = self.fused_region if fused else self.chunked_region
         super().__init__(workload, config)
         self._opt = sgd(self.model.parameters(), lr=MLP_LR if workload == "mlp" else GPT_LR)
 
@@ -167,6 +172,9 @@ class BurtorchTrainRunner(TrainRunner):
         return [(ids, tgt) for ids, tgt in zip(x.tolist(), y.tolist())]
 
     def step(self, params, batch):
+        if self._fused:
+            return params, self._opt.fused_step(self.model, batch, chunk=min(self._chunk, len(batch)),
+                                                threads=self._threads)
         loss = self._oracle(self.model, batch, chunk=min(self._chunk, len(batch)), threads=self._threads)
         self._opt.step()
         return params, loss
@@ -183,5 +191,6 @@ def make_runner(workload: str, variant: str, config: dict):
     if workload == "saveload":
         return SaveLoadRunner(config.get("dir"))
     if workload in ("mlp", "gpt"):
-        return BurtorchTrainRunner(workload, config, _models(), chunk=64 if variant == "chunked" else 1)
+        return BurtorchTrainRunner(workload, config, _models(), chunk=1 if variant == "eager" else 64,
+                                   fused=variant == "fused")
     raise ValueError(f"burtorch does not implement workload {workload!r}")

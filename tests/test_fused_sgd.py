@@ -1,0 +1,198 @@
+"""SGD.fused_step: the SGD update of linear weights applied inside the backward sweep.
+
+Its promise is exact: the same parameters, to the bit, as grad_oracle + SGD.step, whether or not
+a weight could be fused; these tests hold it to that on both models, both dtypes, with weight
+decay, threads, shared weights, dead branches and the fallbacks.
+"""
+import random
+
+import numpy as np
+import pytest
+
+import burtorch as bt
+from burtorch import _core, nn
+from burtorch.optim import SGD
+from burtorch.oracle import grad_oracle
+
+
+def _twins(make):
+    """Two models with the same parameters."""
+    a, b = make(), make()
+    for (_, pa), (_, pb) in zip(a.state_dict().items(), b.state_dict().items()):
+        pb.set_data(pa.tolist())
+    return a, b
+
+
+def _params(model):
+    return {k: np.array(v.tolist()) for k, v in model.state_dict().items()}
+
+
+def _assert_same_params(a, b):
+    pa, pb = _params(a), _params(b)
+    for k in pa:
+        assert np.array_equal(pa[k], pb[k]), f"{k}: max diff {np.abs(pa[k] - pb[k]).max()}"
+
+
+def _mlp_batches(rng, b, steps, block=16):
+    return [[([rng.randrange(27) for _ in range(block)], rng.randrange(27)) for _ in range(b)] for _ in range(steps)]
+
+
+def _gpt_batches(rng, b, steps, vocab=65, block=8):
+    return [[([rng.randrange(vocab) for _ in range(block)], [rng.randrange(vocab) for _ in range(block)])
+             for _ in range(b)] for _ in range(steps)]
+
+
+def _linears(model):
+    count = isinstance(model, nn.Linear)
+    for _, child in model.children():
+        count += _linears(child)
+    return count
+
+
+@pytest.mark.parametrize("dtype", [bt.float32, bt.float64])
+@pytest.mark.parametrize("b", [1, 5])
+@pytest.mark.parametrize("wd", [0.0, 0.01])
+def test_fused_step_is_bitwise_the_unfused_step_mlp(dtype, b, wd, rng):
+    m1, m2 = _twins(lambda: nn.MakemoreMLP(vocab=27, block=16, emb=8, hidden=48, dtype=dtype))
+    o1, o2 = SGD(m1.parameters(), lr=0.1, weight_decay=wd), SGD(m2.parameters(), lr=0.1, weight_decay=wd)
+    for batch in _mlp_batches(rng, b, 4):
+        l1 = grad_oracle(m1, batch, chunk=b)
+        o1.step()
+        l2 = o2.fused_step(m2, batch, chunk=b)
+        assert l1 == l2
+        assert o2.fused_weights == 2
+    _assert_same_params(m1, m2)
+    # Training moved the weights (the comparison is not between two untouched models).
+    assert not np.array_equal(_params(m1)["fc1.weight"], _params(_twins(
+        lambda: nn.MakemoreMLP(vocab=27, block=16, emb=8, hidden=48, dtype=dtype))[0])["fc1.weight"])
+
+
+@pytest.mark.parametrize("b", [1, 3])
+def test_fused_step_is_bitwise_the_unfused_step_gpt(b, rng):
+    bt.manual_seed(3)
+    m1, m2 = _twins(lambda: nn.MiniGPT.paper(vocab=65, dtype=bt.float32))
+    o1, o2 = SGD(m1.parameters(), lr=0.05), SGD(m2.parameters(), lr=0.05)
+    for batch in _gpt_batches(rng, b, 2):
+        l1 = grad_oracle(m1, batch, chunk=b)
+        o1.step()
+        assert o2.fused_step(m2, batch, chunk=b) == l1
+        assert o2.fused_weights == _linears(m2) == 25
+    _assert_same_params(m1, m2)
+
+
+def test_fused_step_threads_split_a_wide_layer_with_the_same_bits(rng):
+    if _core._allowed_cores() < 2:
+        pytest.skip("needs two cores")
+    # 1 x 1024 x 256 multiply-adds: above the split threshold, so the fused pass runs as column tasks.
+    m1, m2 = _twins(lambda: nn.MakemoreMLP.paper(hidden=256, dtype=bt.float32))
+    o1, o2 = SGD(m1.parameters(), lr=0.1), SGD(m2.parameters(), lr=0.1)
+    for batch in _mlp_batches(rng, 1, 3) + _mlp_batches(rng, 6, 2):
+        grad_oracle(m1, batch, chunk=len(batch), threads=1)
+        o1.step()
+        o2.fused_step(m2, batch, chunk=len(batch), threads=2)
+        assert o2.fused_weights == 2
+    _assert_same_params(m1, m2)
+
+
+@pytest.mark.parametrize("case", ["momentum", "several_graphs", "anomaly"])
+def test_fused_step_falls_back_with_the_same_result(case, rng):
+    m1, m2 = _twins(lambda: nn.MakemoreMLP(vocab=27, block=16, emb=8, hidden=16))
+    kw = {"momentum": 0.9} if case == "momentum" else {}
+    o1, o2 = SGD(m1.parameters(), lr=0.1, **kw), SGD(m2.parameters(), lr=0.1, **kw)
+    chunk = 2 if case == "several_graphs" else 4
+    for batch in _mlp_batches(rng, 4, 3):
+        grad_oracle(m1, batch, chunk=chunk)
+        o1.step()
+        if case == "anomaly":
+            with bt.detect_anomaly():
+                o2.fused_step(m2, batch, chunk=chunk)
+        else:
+            o2.fused_step(m2, batch, chunk=chunk)
+        assert o2.fused_weights == 0
+    _assert_same_params(m1, m2)
+
+
+class _TiedMLP(nn.Module):
+    """fc1's weight is also read by an L2 term of the loss: it must not be fused."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(6, 5)
+        self.fc2 = nn.Linear(5, 3)
+        self.unused = nn.Linear(6, 4)
+
+    def loss(self, x, t):
+        x = bt.leaves(x, dtype=self.fc1.weight.dtype)
+        h = self.fc1(x).tanh()
+        self.unused(x)  # a record in the swept range whose output the loss ignores
+        w = self.fc1.weight
+        return _core.cross_entropy(self.fc2(h), t) + (w * w).sum() * 0.01
+
+
+@pytest.mark.parametrize("wd", [0.0, 0.05])
+def test_fused_step_skips_shared_weights_and_steps_dead_ones(wd):
+    bt.manual_seed(5)
+    m1, m2 = _twins(_TiedMLP)
+    o1, o2 = SGD(m1.parameters(), lr=0.2, weight_decay=wd), SGD(m2.parameters(), lr=0.2, weight_decay=wd)
+    rng = random.Random(2)
+    for _ in range(3):
+        batch = [([rng.uniform(-1, 1) for _ in range(6)], rng.randrange(3))]
+        grad_oracle(m1, batch)
+        o1.step()
+        o2.fused_step(m2, batch)
+        # fc2 and the unused layer are fused; fc1's weight is read twice.
+        assert o2.fused_weights == 2
+    _assert_same_params(m1, m2)
+    before = _params(_twins(_TiedMLP)[0])
+    if wd:  # the dead layer's weights decayed, as the unfused step decays them
+        assert not np.array_equal(_params(m2)["unused.weight"], before["unused.weight"])
+
+
+def test_fused_step_refuses_a_non_finite_loss_and_changes_nothing():
+    m = nn.MakemoreMLP(vocab=27, block=2, emb=4, hidden=8)
+    opt = SGD(m.parameters(), lr=0.1)
+    m.fc2.bias.set_data([float("inf")] + [0.0] * 26)
+    before = _params(m)
+    nodes = m.parameter_vector().arena.num_nodes
+    with pytest.raises(FloatingPointError):
+        opt.fused_step(m, [([1, 2], 0)])
+    after = _params(m)
+    for k in before:
+        assert np.array_equal(before[k], after[k], equal_nan=True), k
+    assert m.parameter_vector().arena.num_nodes == nodes
+
+
+def test_fused_backward_bad_arguments():
+    m = nn.MakemoreMLP(vocab=27, block=2, emb=4, hidden=8, dtype=bt.float64)
+    opt = SGD(m.parameters(), lr=0.1)
+    P = m.parameter_vector()
+    with pytest.raises(TypeError):
+        _core.sgd_fused_backward(3.0, opt.params, opt.state, 1.0, 0.1, 0.0, True, P)
+    other = bt.Value(1.0, dtype=bt.float32) * 2.0
+    with pytest.raises(ValueError, match="different arenas"):
+        _core.sgd_fused_backward(other, opt.params, opt.state, 1.0, 0.1, 0.0, True, P)
+    arena = P.arena
+    cp = arena.checkpoint()
+    loss = m.loss([1, 2], 3)
+    arena.rewind(cp)
+    with pytest.raises(bt.StaleValueError):
+        _core.sgd_fused_backward(loss, opt.params, opt.state, 1.0, 0.1, 0.0, True, P)
+    with pytest.raises(ValueError):
+        opt.fused_step(m, [])
+    with pytest.raises(ValueError):
+        opt.fused_step(m, [([1, 2], 3)], threads=0)
+
+
+def test_fp32_sgd_step_matches_pytorch_bit_for_bit():
+    torch = pytest.importorskip("torch")
+    gen = np.random.default_rng(0)
+    for wd in (0.0, 0.01):
+        w = gen.standard_normal(1003).astype(np.float32)
+        g = gen.standard_normal(1003).astype(np.float32)
+        tw = torch.tensor(w, requires_grad=True)
+        tw.grad = torch.tensor(g)
+        torch.optim.SGD([tw], lr=0.1, weight_decay=wd).step()
+        v = bt.leaves(w.tolist(), dtype=bt.float32)
+        v.set_grad(g.tolist())
+        SGD([v], lr=0.1, weight_decay=wd).step()
+        assert np.array_equal(np.array(v.tolist(), dtype=np.float32), tw.detach().numpy())
