@@ -181,6 +181,9 @@ def test_fused_backward_bad_arguments():
         opt.fused_step(m, [])
     with pytest.raises(ValueError):
         opt.fused_step(m, [([1, 2], 3)], threads=0)
+    for chunk in ("2", 0, 1.5):
+        with pytest.raises(ValueError, match="chunk"):
+            opt.fused_step(m, [([1, 2], 3), ([2, 1], 0)], chunk=chunk)
 
 
 def test_fp32_sgd_step_matches_pytorch_bit_for_bit():

@@ -66,8 +66,11 @@ class SGD(Optimizer):
         from ..oracle import checked_threads, grad_oracle
 
         n = len(batch)
-        one_graph = n == 1 or (n > 1 and chunk >= n and loss_fn is None and hasattr(model, "loss_batch"))
-        if self.momentum or not one_graph or not isinstance(chunk, int) or chunk < 1:
+        good_chunk = isinstance(chunk, int) and not isinstance(chunk, bool) and chunk >= 1
+        one_graph = good_chunk and (n == 1 or (n > 1 and chunk >= n and loss_fn is None
+                                               and hasattr(model, "loss_batch")))
+        if self.momentum or not one_graph or not hasattr(model, "parameter_vector"):
+            # grad_oracle raises for a bad chunk, an empty batch or a model it cannot use
             self.fused_weights = 0
             loss = grad_oracle(model, batch, loss_fn, chunk=chunk, threads=threads)
             self.step()
