@@ -198,4 +198,9 @@ def test_fp32_sgd_step_matches_pytorch_bit_for_bit():
         v = bt.leaves(w.tolist(), dtype=bt.float32)
         v.set_grad(g.tolist())
         SGD([v], lr=0.1, weight_decay=wd).step()
-        assert np.array_equal(np.array(v.tolist(), dtype=np.float32), tw.detach().numpy())
+        ours, theirs = np.array(v.tolist(), dtype=np.float32), tw.detach().numpy()
+        if _core.fused_multiply_add:  # one rounding per multiply-add, as PyTorch's FMA kernels
+            assert np.array_equal(ours, theirs)
+        else:  # a portable build multiplies, then adds: one more rounding, of the product
+            assert np.all(np.abs(ours - theirs) <= 2 * np.spacing(np.abs(w) + np.abs(theirs)))
+            assert not np.array_equal(ours, w)

@@ -140,6 +140,13 @@ struct Simd {
 };
 #endif
 
+// Whether this build's multiply-add rounds once (fused), as PyTorch's CPU kernels do with FMA.
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__)) || (defined(FP_FAST_FMA) && defined(FP_FAST_FMAF))
+inline constexpr bool kFusedMadd = true;
+#else
+inline constexpr bool kFusedMadd = false;
+#endif
+
 // One multiply-add a * b + c, rounded as each lane of this build's Simd<T>::madd rounds it (fused
 // where the build has FMA), for scalar code that must match vector code to the bit.
 template <typename T>
