@@ -509,6 +509,38 @@ static nb::list replay_rows_typed(ProgramBox& box, bt::Program<T>& P, bt::Worksp
                    0);
 }
 
+// One sample's ids, read into `out` part by part (an int part as one id, a sequence part as its
+// shape[q] ids), when the sample has `shape` (per part: 0 for an int, L for a sequence of L
+// ints); false, with `out` unspecified, when it has another shape. A part that is neither an
+// int nor a sequence of ints raises TypeError.
+static bool read_sample_ids(PyObject* sample, const std::vector<int64_t>& shape, std::vector<int64_t>& out) {
+    out.clear();
+    nb::object parts = nb::steal(PySequence_Fast(sample, "a sample must be a sequence of id parts"));
+    if (!parts.is_valid()) throw nb::python_error();
+    if (size_t(PySequence_Fast_GET_SIZE(parts.ptr())) != shape.size()) return false;
+    for (size_t q = 0; q < shape.size(); ++q) {
+        PyObject* part = PySequence_Fast_GET_ITEM(parts.ptr(), Py_ssize_t(q));
+        const bool scalar = !PySequence_Check(part) && PyIndex_Check(part);
+        if (shape[q] == 0) {
+            if (!scalar) return false;
+            out.push_back(id_of(part));
+            continue;
+        }
+        if (scalar || !PySequence_Check(part)) return false;
+        nb::object seq = nb::steal(PySequence_Fast(part, "an id part must be an int or a sequence of ints"));
+        if (!seq.is_valid()) throw nb::python_error();
+        if (PySequence_Fast_GET_SIZE(seq.ptr()) != shape[q]) return false;
+        for (Py_ssize_t t = 0; t < shape[q]; ++t) out.push_back(id_of(PySequence_Fast_GET_ITEM(seq.ptr(), t)));
+    }
+    return true;
+}
+
+static size_t ids_of_shape(const std::vector<int64_t>& shape) {
+    size_t want = 0;
+    for (int64_t p : shape) want += p > 0 ? size_t(p) : 1;
+    return want;
+}
+
 // _replay_samples(batch, start, shape, mode, seed, values, out, zero, stream) -> (stop, failed):
 // replays batch[start:stop], the samples from `start` on whose id parts have `shape` (per part: 0
 // for an int, L for a sequence of L ints). values has len(batch) entries and out len(batch) rows;
@@ -524,57 +556,25 @@ static nb::tuple replay_samples_typed(ProgramBox& box, bt::Program<T>& P, bt::Wo
     if (!PyList_Check(batch_h.ptr())) throw nb::type_error("batch must be a list of samples");
     const size_t N = size_t(PyList_GET_SIZE(batch_h.ptr()));
     if (start >= N) throw nb::index_error("start is past the end of the batch");
-    size_t want = 0;
-    for (int64_t p : shape) want += p > 0 ? size_t(p) : 1;
+    const size_t want = ids_of_shape(shape);
     if (want != P.num_ids || P.inputs.size())
         throw nb::value_error("the shape does not match the program's ids (or the program takes float inputs)");
     std::vector<uint32_t> ids;
     ids.reserve(64 * want);
+    std::vector<int64_t> one;
     size_t stop = start;
     // The list may change while __index__ runs Python code: every access rechecks its length.
     for (; stop < size_t(PyList_GET_SIZE(batch_h.ptr())); ++stop) {
         nb::object sample = nb::borrow(PyList_GET_ITEM(batch_h.ptr(), Py_ssize_t(stop)));
-        nb::object parts = nb::steal(PySequence_Fast(sample.ptr(), "a sample must be a sequence of id parts"));
-        if (!parts.is_valid()) throw nb::python_error();
-        bool fits = size_t(PySequence_Fast_GET_SIZE(parts.ptr())) == shape.size();
-        const size_t mark = ids.size();
-        for (size_t q = 0; fits && q < shape.size(); ++q) {
-            PyObject* part = PySequence_Fast_GET_ITEM(parts.ptr(), Py_ssize_t(q));
-            const bool scalar = !PySequence_Check(part) && PyIndex_Check(part);
-            if (shape[q] == 0) {
-                if (!scalar) {
-                    fits = false;
-                    break;
-                }
-                const int64_t id = id_of(part);
-                const size_t pos = ids.size() - mark;
-                check_id(id, P.id_bound[pos], stop, pos);
-                ids.push_back(uint32_t(id));
-                continue;
-            }
-            if (scalar || !PySequence_Check(part)) {
-                fits = false;
-                break;
-            }
-            nb::object seq = nb::steal(PySequence_Fast(part, "an id part must be an int or a sequence of ints"));
-            if (!seq.is_valid()) throw nb::python_error();
-            if (PySequence_Fast_GET_SIZE(seq.ptr()) != shape[q]) {
-                fits = false;
-                break;
-            }
-            for (Py_ssize_t t = 0; t < shape[q]; ++t) {
-                const int64_t id = id_of(PySequence_Fast_GET_ITEM(seq.ptr(), t));
-                const size_t pos = ids.size() - mark;
-                check_id(id, P.id_bound[pos], stop, pos);
-                ids.push_back(uint32_t(id));
-            }
-        }
-        if (!fits) {
-            ids.resize(mark);
+        if (!read_sample_ids(sample.ptr(), shape, one)) {
             if (stop == start)
                 throw nb::type_error(
                     ("sample " + std::to_string(start) + " does not have the shape of its program").c_str());
             break;
+        }
+        for (size_t pos = 0; pos < want; ++pos) {
+            check_id(one[pos], P.id_bound[pos], stop, pos);
+            ids.push_back(uint32_t(one[pos]));
         }
     }
     if (size_t(PyList_GET_SIZE(batch_h.ptr())) != N) throw nb::value_error("the batch changed during the replay");
@@ -587,6 +587,63 @@ static nb::tuple replay_samples_typed(ProgramBox& box, bt::Program<T>& P, bt::Wo
         run_replay(box, P, W, in, reduce, to_arena, zero, seed, values.data ? values.data + start : nullptr,
                    out.rows.data ? out.rows.data + start * P.num_wrt : nullptr, out.sum.data, stream, threads);
     return nb::make_tuple(stop, to_list(failed, start));
+}
+
+// _replay_chunks(batch, start, k, count, shape, seed, values, zero, threads) -> (stop, failed):
+// the oracle's accumulation ("arena" mode) over chunks of k consecutive samples from `start`, up
+// to `count` of them, each chunk one sample of a program traced over a chunk (the compound
+// sample: part q of every sample of the chunk, concatenated in order). The ids are packed here,
+// so a chunked step runs no Python per sample. Replays chunks [0, stop), up to the first chunk
+// with a sample of another shape (stop = 0: the first one has; nothing was replayed); values
+// (count entries) receives each chunk's loss; failed holds chunk indices.
+template <typename T>
+static nb::tuple replay_chunks_typed(ProgramBox& box, bt::Program<T>& P, bt::Workspace<T>& W, nb::handle batch_h,
+                                     size_t start, size_t k, size_t count, const std::vector<int64_t>& shape,
+                                     double seed, nb::handle values_h, bool zero, int threads) {
+    if (!PyList_Check(batch_h.ptr())) throw nb::type_error("batch must be a list of samples");
+    const size_t N = size_t(PyList_GET_SIZE(batch_h.ptr()));
+    if (k == 0 || count == 0) throw nb::value_error("k and count must be positive");
+    if (start > N || count > (N - start) / k) throw nb::index_error("the chunks run past the end of the batch");
+    const size_t per = ids_of_shape(shape);
+    if (per * k != P.num_ids || P.inputs.size())
+        throw nb::value_error("k samples of this shape do not match the program's ids (or it takes float inputs)");
+    // Where part q of sample j of a chunk goes in the compound: part q's block, then j's slot.
+    std::vector<size_t> block_at(shape.size()), width(shape.size());
+    for (size_t q = 0, at = 0; q < shape.size(); ++q) {
+        width[q] = shape[q] > 0 ? size_t(shape[q]) : 1;
+        block_at[q] = at;
+        at += k * width[q];
+    }
+    std::vector<uint32_t> ids(count * P.num_ids);
+    std::vector<int64_t> one;
+    size_t stop = 0;
+    for (; stop < count; ++stop) {
+        uint32_t* chunk_ids = ids.data() + stop * P.num_ids;
+        bool fits = true;
+        for (size_t j = 0; fits && j < k; ++j) {
+            const size_t s = start + stop * k + j;
+            if (s >= size_t(PyList_GET_SIZE(batch_h.ptr())))
+                throw nb::value_error("the batch changed during the replay");
+            nb::object sample = nb::borrow(PyList_GET_ITEM(batch_h.ptr(), Py_ssize_t(s)));
+            fits = read_sample_ids(sample.ptr(), shape, one);
+            for (size_t q = 0, i = 0; fits && q < shape.size(); ++q)
+                for (size_t t = 0; t < width[q]; ++t, ++i) {
+                    const size_t pos = block_at[q] + j * width[q] + t;
+                    check_id(one[i], P.id_bound[pos], s, pos);
+                    chunk_ids[pos] = uint32_t(one[i]);
+                }
+        }
+        if (!fits) break;
+    }
+    if (size_t(PyList_GET_SIZE(batch_h.ptr())) != N) throw nb::value_error("the batch changed during the replay");
+    if (stop == 0) return nb::make_tuple(0, nb::list());
+    bt::Samples in;
+    in.n = stop;
+    in.ids = ids.data();
+    Output<double> values(values_h, count, "values");
+    const std::vector<size_t> failed = run_replay(box, P, W, in, bt::Reduce::accumulate, true, zero, seed, values.data,
+                                                  static_cast<T*>(nullptr), nullptr, false, threads);
+    return nb::make_tuple(stop, to_list(failed, 0));
 }
 
 static nb::list replay(ProgramBox& box, nb::handle X, nb::handle ids, const std::string& mode, double seed,
@@ -603,6 +660,16 @@ static nb::tuple replay_samples(ProgramBox& box, nb::handle batch, size_t start,
     if (const char* why = bt::threads::thread_count_problem(threads)) throw nb::value_error(why);
     return box.visit([&](auto& P, auto& W) {
         return replay_samples_typed(box, P, W, batch, start, shape, mode, seed, values, out, zero, stream, threads);
+    });
+}
+
+static nb::tuple replay_chunks(ProgramBox& box, nb::handle batch, size_t start, size_t k, size_t count,
+                               const std::vector<int64_t>& shape, double seed, nb::handle values, bool zero,
+                               int threads) {
+    if (!std::isfinite(seed)) throw nb::value_error("seed must be finite");
+    if (const char* why = bt::threads::thread_count_problem(threads)) throw nb::value_error(why);
+    return box.visit([&](auto& P, auto& W) {
+        return replay_chunks_typed(box, P, W, batch, start, k, count, shape, seed, values, zero, threads);
     });
 }
 
@@ -706,7 +773,10 @@ void init_program(nb::module_& m) {
              nb::arg("values").none() = nb::none(), nb::arg("out").none() = nb::none(), nb::arg("zero") = false)
         .def("_replay_samples", &replay_samples, nb::arg("batch"), nb::arg("start"), nb::arg("shape"), nb::arg("mode"),
              nb::arg("seed"), nb::arg("values").none() = nb::none(), nb::arg("out").none() = nb::none(),
-             nb::arg("zero") = false, nb::arg("stream") = false, nb::arg("threads") = 1);
+             nb::arg("zero") = false, nb::arg("stream") = false, nb::arg("threads") = 1)
+        .def("_replay_chunks", &replay_chunks, nb::arg("batch"), nb::arg("start"), nb::arg("k"), nb::arg("count"),
+             nb::arg("shape"), nb::arg("seed"), nb::arg("values").none() = nb::none(), nb::arg("zero") = false,
+             nb::arg("threads") = 1);
 }
 
 }  // namespace btpy

@@ -76,6 +76,44 @@ def test_compiled_chunks_equal_eager_chunks(make, dtype):
     assert len(chunk_programs) == 4  # chunks of 4 and of 3 (11 = 4 + 4 + 3), of 2 and of 1
 
 
+class BagMLP(MakemoreMLP):
+    """Contexts of any length (their mean embedding): one chunk may mix sample shapes."""
+
+    def loss(self, context, target):
+        e = self.embed(context).flatten()
+        n = len(context)
+        x = bt.cat([bt.reduce_mean([e[j * self.emb_dim + c] for j in range(n)]) for c in range(self.emb_dim)])
+        return bt.cross_entropy(self.fc2(self.fc1(bt.cat([x] * self.block)).tanh()), target)
+
+    def loss_batch(self, samples):
+        return bt.reduce_mean([self.loss(*s) for s in samples])
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_compiled_chunks_over_runs_of_shapes_and_a_mixed_chunk(threads):
+    """Runs of chunks of one shape replay with their ids packed natively, a chunk mixing shapes
+    through its compound sample; one thread is the eager chunked oracle bit for bit."""
+    bt.manual_seed(11)
+    model = BagMLP(vocab=11, block=4, emb=5, hidden=7, dtype=bt.float64)
+    r = random.Random(12)
+    lengths = (4, 4, 4, 4, 2, 2, 4, 3, 4, 4, 1)  # chunks of 2: [4 4] [4 4] [2 2] [4 3] [4 4] [1]
+    batch = [([r.randrange(11) for _ in range(n)], r.randrange(11)) for n in lengths]
+    pv = model.parameter_vector()
+    eager_loss = bt.grad_oracle(model, batch, chunk=2)
+    eager = pv.numpy("grads").copy()
+    for _ in range(2):  # traced, then from the cached programs
+        loss = bt.grad_oracle(model, batch, chunk=2, compile=True, threads=threads)
+        if threads == 1:
+            assert loss == eager_loss
+            np.testing.assert_array_equal(pv.numpy("grads"), eager)
+        else:
+            assert loss == pytest.approx(eager_loss, rel=1e-12)
+            np.testing.assert_allclose(pv.numpy("grads"), eager, rtol=0, atol=1e-12 * np.abs(eager).max())
+    from burtorch.oracle_compiled import _programs
+    keys = {key[0][1:] for key in _programs[model] if key != "params" and key[0][0] == "chunk"}
+    assert keys == {((4, 0), (4, 0)), ((2, 0), (2, 0)), ((4, 0), (3, 0)), ((1, 0),)}
+
+
 class BranchyMLP(MakemoreMLP):
     """A chunk loss that branches on its value: a guard the replay checks for every chunk."""
 
@@ -191,6 +229,14 @@ def test_bad_ids_for_compiled_oracle():
         bt.grad_oracle(model, [([0, 1, 2, 3], 1), ([0, 1, 2, 99], 1)], compile=True)
     with pytest.raises(IndexError):  # the same check for the ids of a chunk's program
         bt.grad_oracle(model, [([0, 1, 2, 3], 1), ([0, 1, 2, 99], 1)], compile=True, chunk=2)
+    good = [([0, 1, 2, 3], 1)] * 4
+    bt.grad_oracle(model, good, compile=True, chunk=2)  # traced: later chunks are packed natively
+    with pytest.raises(IndexError, match="sample 3"):
+        bt.grad_oracle(model, good[:3] + [([0, 1, 2, 99], 1)], compile=True, chunk=2)
+    with pytest.raises(IndexError, match="sample 2"):
+        bt.grad_oracle(model, good[:2] + [([0, 1, 2, 3], -1), good[0]], compile=True, chunk=2)
+    with pytest.raises(TypeError, match="ids must be ints"):
+        bt.grad_oracle(model, good[:3] + [([0, 1, 2, 1.5], 1)], compile=True, chunk=2)
     with pytest.raises(ValueError, match="chunk"):
         bt.grad_oracle(model, [([0, 1, 2, 3], 1)], compile=True, chunk=0)
 

@@ -58,14 +58,22 @@ def sample_program(model, sample, loss_fn=None, wrt=None):
     return _program(model, sample, _shape(sample), loss_fn, wrt)
 
 
-def _program(model, sample, shape, loss_fn, wrt):
+def _cached_program(model, shape, wrt_key=None):
+    """The live program already traced for `shape`, or None."""
     cache = _programs.get(model)
-    wrt_key = None if wrt is None else tuple((type(w).__name__, repr(w)) for w in wrt)
     if cache is not None:
         params = cache.get("params")
         prog = cache.get((shape, params.arena.dtype, wrt_key)) if params is not None else None
         if prog is not None and prog.alive:
             return prog
+    return None
+
+
+def _program(model, sample, shape, loss_fn, wrt):
+    wrt_key = None if wrt is None else tuple((type(w).__name__, repr(w)) for w in wrt)
+    prog = _cached_program(model, shape, wrt_key)
+    if prog is not None:
+        return prog
     params = _parameters(model)
     key = (shape, params.arena.dtype, wrt_key)
     cache = _programs.setdefault(model, {})
@@ -166,42 +174,52 @@ def _compound(group, shapes) -> tuple:
 def _chunked_oracle(model, batch, zero_grad, threads, chunk) -> float:
     """grad_oracle(model, batch, compile=True, chunk=k): each chunk of k samples (as the eager
     chunked oracle groups them) is one replay of the program of model.loss_batch over k samples
-    of those shapes, traced on first use, with seed k/b. A run of chunks of one program replays
-    at once; threads > 1 replays blocks of its chunks side by side, each block's grads summed
-    apart and the blocks added in order."""
+    of those shapes, traced on first use, with seed k/b. A run of chunks whose samples all have one
+    shape replays at once, its ids packed natively (no Python per sample); threads > 1 replays
+    blocks of its chunks side by side, each block's grads summed apart and the blocks added in
+    order. A chunk mixing sample shapes replays alone."""
     if not hasattr(model, "loss_batch"):
         raise ValueError("chunk > 1 needs a model with loss_batch(samples) and no custom loss_fn")
     n = len(batch)
-    shapes = [_shape(s) for s in batch]
-    parts = len(shapes[0])
-    if parts == 0 or any(len(shape) != parts for shape in shapes):
-        raise ValueError("every sample of a chunked batch must have the same number of id parts (at least one)")
-    groups = [batch[i:i + chunk] for i in range(0, n, chunk)]
-    keys = [tuple(shapes[i:i + chunk]) for i in range(0, n, chunk)]
-    compounds = [_compound(g, key) for g, key in zip(groups, keys)]
-    values = array("d", [0.0]) * len(groups)
+    losses = array("d")  # each chunk's mean loss times its size, in batch order
     zero, i, arena = zero_grad, 0, None
-    while i < len(groups):
-        j = i + 1
-        while j < len(groups) and keys[j] == keys[i]:
-            j += 1
-        k = len(groups[i])
-        prog = _program(model, compounds[i], ("chunk",) + keys[i], _ChunkLoss(keys[i]), None)
-        run = compounds[i:j]
-        out = array("d", [0.0]) * len(run)
-        stop, failed = prog._replay_samples(run, 0, _shape(compounds[i]), "arena", k / n, out, None, zero, False,
-                                            threads)
-        if stop != len(run):  # every chunk of a run has the program's shape, so all of them replay
-            raise RuntimeError(f"the replay stopped at chunk {i + stop} of a run of one chunk shape")
+    while i < n:
+        k = min(chunk, n - i)
+        shape = _shape(batch[i])
+        if not shape:
+            raise ValueError("every sample of a chunked batch must have the same number of id parts (at least one)")
+        uniform = (shape,) * k
+        prog = _cached_program(model, ("chunk",) + uniform)
+        stop = 0
+        if prog is None:  # first sight of this chunk shape: trace it, if its samples share one shape
+            shapes = tuple(_shape(s) for s in batch[i:i + k])
+            if shapes == uniform:
+                prog = _program(model, _compound(batch[i:i + k], uniform), ("chunk",) + uniform,
+                                _ChunkLoss(uniform), None)
+        if prog is not None:  # a run of chunks of this shape, ids packed natively
+            out = array("d", [0.0]) * ((n - i) // k)
+            stop, failed = prog._replay_chunks(batch, i, k, len(out), list(shape), k / n, out, zero, threads)
+        if stop == 0:  # the chunk mixes sample shapes: its compound sample, packed here
+            shapes = tuple(_shape(s) for s in batch[i:i + k])
+            if any(len(sh) != len(shape) for sh in shapes):
+                raise ValueError("every sample of a chunked batch must have the same number of id parts "
+                                 "(at least one)")
+            compound = _compound(batch[i:i + k], shapes)
+            prog = _program(model, compound, ("chunk",) + shapes, _ChunkLoss(shapes), None)
+            out = array("d", [0.0])
+            stop, failed = prog._replay_samples([compound], 0, _shape(compound), "arena", k / n, out, None, zero,
+                                                False, threads)
         zero = False  # later runs continue from the grads the first one wrote
-        for c in failed:  # a guard came out differently: this chunk runs eagerly
+        for f in failed:  # a guard came out differently: this chunk runs eagerly
             arena = arena or _parameters(model).arena
-            out[c] = _eager_sample(model, groups[i + c], lambda m, g: m.loss_batch(g), arena, k / n)
-        values[i:j] = out
-        i = j
+            lo = i + f * k
+            out[f] = _eager_sample(model, batch[lo:lo + k], lambda m, g: m.loss_batch(g), arena, k / n)
+        for v in out[:stop]:
+            losses.append(v * k)
+        i += stop * k
     total = 0.0
-    for v, g in zip(values, groups):  # in batch order, as the eager chunked oracle adds
-        total += v * len(g)
+    for v in losses:  # in batch order, as the eager chunked oracle adds
+        total += v
     return total / n
 
 
