@@ -73,6 +73,32 @@ def test_oracle_refuses_bad_thread_counts(bad):
         bt.grad_oracle(model, batch, threads=1.0)
 
 
+class _CountingMLP(nn.MakemoreMLP):
+    """Records the thread count native ops see while its chunk program is traced."""
+
+    seen: list[int] = []
+
+    def loss_batch(self, samples):
+        self.seen.append(bt.get_num_threads())
+        return super().loss_batch(samples)
+
+
+@needs_two
+@pytest.mark.parametrize("compile", [False, True])
+def test_the_oracle_thread_count_caps_every_op_of_its_call(compile):
+    """grad_oracle(threads=1) under a process-wide count of 2 runs its ops on one thread, compiled
+    or not (a range op inside a replay included), and restores the count after."""
+    batch = [([1, 2, 3, 4], 5)] * 4
+    bt.set_num_threads(2)
+    for threads in (1, 2):
+        bt.manual_seed(15)
+        model = _CountingMLP(vocab=11, block=4, emb=5, hidden=7, dtype=bt.float32)  # traced anew
+        model.seen = []
+        bt.grad_oracle(model, batch, chunk=2, compile=compile, threads=threads)
+        assert model.seen and set(model.seen) == {threads}
+        assert bt.get_num_threads() == 2
+
+
 @needs_two
 @pytest.mark.parametrize("make", [_mlp, _gpt])
 @pytest.mark.parametrize("dtype", [bt.float32, bt.float64])

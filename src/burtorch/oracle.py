@@ -52,13 +52,14 @@ def grad_oracle(model: Any, batch: Sequence[Any], loss_fn: LossFn | None = None,
     if not isinstance(chunk, int) or chunk < 1:
         raise ValueError(f"chunk must be a positive int, got {chunk!r}")
     n_threads = checked_threads(threads)
-    if compile:  # each sample (or chunk) shape traced once, every one replayed natively
-        if chunk > 1 and loss_fn is not None:
-            raise ValueError("chunk > 1 needs a model with loss_batch(samples) and no custom loss_fn")
-        from .oracle_compiled import compiled_grad_oracle
-        return compiled_grad_oracle(model, batch, loss_fn, zero_grad, threads=n_threads, chunk=chunk)
+    if compile and chunk > 1 and loss_fn is not None:
+        raise ValueError("chunk > 1 needs a model with loss_batch(samples) and no custom loss_fn")
+    # the count caps every native op of this call, a range op inside a replay included
     old = _core._swap_call_threads(n_threads)
     try:
+        if compile:  # each sample (or chunk) shape traced once, every one replayed natively
+            from .oracle_compiled import compiled_grad_oracle
+            return compiled_grad_oracle(model, batch, loss_fn, zero_grad, threads=n_threads, chunk=chunk)
         return _eager_oracle(model, batch, loss_fn, zero_grad, chunk)
     finally:
         _core._swap_call_threads(old)
