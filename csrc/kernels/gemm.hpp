@@ -117,8 +117,18 @@ inline T* pack_buffer(size_t n) {
     return buf.data();
 }
 
+// Elements between the starts of two packed panels of K rows: K NR plus one cache line, so
+// that panels do not start a multiple of 4 KiB apart. Packing B writes one row of every panel
+// in turn; with K NR a multiple of 4 KiB, as on W4's layers, those writes all fell into one
+// L1 set, which holds 12 lines, and the 32 panels of a 1024-wide W evicted each other's lines
+// before they were filled.
+template <typename T>
+inline constexpr size_t panel_stride(size_t K) {
+    return K * kNV * Simd<T>::W + 64 / sizeof(T);
+}
+
 // B (K x N, leading dimension ldb) made contiguous panel by panel: panel p (columns
-// [p NR, p NR + NR)) at dst + p K NR, its row k at + k NR (a vector cut by N is zero-filled past
+// [p NR, p NR + NR)) at dst + p panel_stride(K), its row k at + k NR (a vector cut by N is zero-filled past
 // N; vectors wholly past N are left unwritten: the tiles' masked loads never read them). The tiles then
 // read each panel as one stream instead of K rows `ldb` apart (rows a page apart alias in L1 and
 // miss the TLB at every k step). B is read row by row, in memory order.
@@ -130,25 +140,29 @@ inline void pack_panels(const T* b, size_t ldb, size_t K, size_t N, T* dst) {
     for (size_t k = 0; k < K; ++k, b += ldb)
         for (size_t p = 0; p < panels; ++p) {
             const int width = int(std::min<size_t>(NR, N - p * NR));
-            T* d = dst + (p * K + k) * NR;
+            T* d = dst + p * panel_stride<T>(K) + k * NR;
             for (int v = 0; v < kNV && v * S::W < width; ++v)  // vectors wholly past N are never read
                 S::store(d + v * S::W, S::load(b + p * NR + v * S::W, lanes<T>(width, v)));
         }
 }
 
 // The same panels from B given transposed (B(k, n) = bt[n * ldb + k]): each row of bt is read
-// once, in order, and spread down its panel's column. Columns past N are left unwritten: the
+// once, in order, and spread down its panel's column, KB rows of the panel at a time. Columns past N are left unwritten: the
 // tiles' masked loads never read them.
 template <typename T>
 inline void pack_panels_transposed(const T* bt, size_t ldb, size_t K, size_t N, T* dst) {
     constexpr int NR = kNV * Simd<T>::W;
     const size_t panels = (N + NR - 1) / NR;
+    constexpr size_t KB = 64;  // rows of the panel filled per pass: its lines stay in L1 until full
     for (size_t p = 0; p < panels; ++p) {
-        T* d = dst + p * K * NR;
+        T* d = dst + p * panel_stride<T>(K);
         const size_t c1 = std::min<size_t>(NR, N - p * NR);
-        for (size_t c = 0; c < c1; ++c) {
-            const T* row = bt + (p * NR + c) * ldb;
-            for (size_t k = 0; k < K; ++k) d[k * NR + c] = row[k];
+        for (size_t k0 = 0; k0 < K; k0 += KB) {
+            const size_t k1 = std::min(K, k0 + KB);
+            for (size_t c = 0; c < c1; ++c) {
+                const T* row = bt + (p * NR + c) * ldb;
+                for (size_t k = k0; k < k1; ++k) d[k * NR + c] = row[k];
+            }
         }
     }
 }
@@ -194,12 +208,12 @@ inline void for_each_tile(size_t M, size_t N, size_t K, const T* a, size_t am, s
     const size_t panels = (N + NR - 1) / NR;
     const bool pack_b =
         b_trans || (M > size_t(kMR) && ldb != size_t(NR) && K > 1 && panels * K * NR <= kPackElements<T>);
-    T* bp = pack_b ? pack_buffer<T, 0>(panels * K * NR) : nullptr;
+    T* bp = pack_b ? pack_buffer<T, 0>(panels * panel_stride<T>(K)) : nullptr;
     if (b_trans)
         pack_panels_transposed(b, ldb, K, N, bp);
     else if (bp)
         pack_panels(b, ldb, K, N, bp);
-    auto b_at = [&](size_t n0) { return bp ? bp + (n0 / NR) * K * NR : b + n0; };
+    auto b_at = [&](size_t n0) { return bp ? bp + (n0 / NR) * panel_stride<T>(K) : b + n0; };
     const size_t ldb_ = bp ? size_t(NR) : ldb;
     if (m_outer) {
         // A's row block is packed once per block when it is strided along k and read by
