@@ -513,24 +513,33 @@ static nb::list replay_rows_typed(ProgramBox& box, bt::Program<T>& P, bt::Worksp
 // shape[q] ids), when the sample has `shape` (per part: 0 for an int, L for a sequence of L
 // ints); false, with `out` unspecified, when it has another shape. A part that is neither an
 // int nor a sequence of ints raises TypeError.
+// An id's __index__ may run Python code that changes the very lists being read (a sample list
+// and its parts stay the same objects through PySequence_Fast): every item is read after
+// checking the length again, and a change is a ValueError, never a read past the end.
 static bool read_sample_ids(PyObject* sample, const std::vector<int64_t>& shape, std::vector<int64_t>& out) {
     out.clear();
     nb::object parts = nb::steal(PySequence_Fast(sample, "a sample must be a sequence of id parts"));
     if (!parts.is_valid()) throw nb::python_error();
     if (size_t(PySequence_Fast_GET_SIZE(parts.ptr())) != shape.size()) return false;
+    auto changed = [] { return nb::value_error("the batch changed during the replay"); };
     for (size_t q = 0; q < shape.size(); ++q) {
-        PyObject* part = PySequence_Fast_GET_ITEM(parts.ptr(), Py_ssize_t(q));
-        const bool scalar = !PySequence_Check(part) && PyIndex_Check(part);
+        if (size_t(PySequence_Fast_GET_SIZE(parts.ptr())) != shape.size()) throw changed();
+        nb::object part = nb::borrow(PySequence_Fast_GET_ITEM(parts.ptr(), Py_ssize_t(q)));
+        const bool scalar = !PySequence_Check(part.ptr()) && PyIndex_Check(part.ptr());
         if (shape[q] == 0) {
             if (!scalar) return false;
-            out.push_back(id_of(part));
+            out.push_back(id_of(part.ptr()));
             continue;
         }
-        if (scalar || !PySequence_Check(part)) return false;
-        nb::object seq = nb::steal(PySequence_Fast(part, "an id part must be an int or a sequence of ints"));
+        if (scalar || !PySequence_Check(part.ptr())) return false;
+        nb::object seq = nb::steal(PySequence_Fast(part.ptr(), "an id part must be an int or a sequence of ints"));
         if (!seq.is_valid()) throw nb::python_error();
         if (PySequence_Fast_GET_SIZE(seq.ptr()) != shape[q]) return false;
-        for (Py_ssize_t t = 0; t < shape[q]; ++t) out.push_back(id_of(PySequence_Fast_GET_ITEM(seq.ptr(), t)));
+        for (Py_ssize_t t = 0; t < shape[q]; ++t) {
+            if (PySequence_Fast_GET_SIZE(seq.ptr()) != shape[q]) throw changed();
+            nb::object id = nb::borrow(PySequence_Fast_GET_ITEM(seq.ptr(), t));
+            out.push_back(id_of(id.ptr()));
+        }
     }
     return true;
 }

@@ -241,6 +241,32 @@ def test_bad_ids_for_compiled_oracle():
         bt.grad_oracle(model, [([0, 1, 2, 3], 1)], compile=True, chunk=0)
 
 
+class _ClearsItsList:
+    """An id whose __index__ empties the list holding it: reading on would run past its end."""
+
+    def __init__(self, value):
+        self.value, self.victim = value, None
+
+    def __index__(self):
+        if self.victim is not None:
+            self.victim.clear()
+        return self.value
+
+
+@pytest.mark.parametrize("chunk", [1, 2])
+def test_an_id_that_changes_the_batch_while_it_is_read_is_a_value_error(chunk):
+    model, _ = mlp(bt.float64)
+    good = [([0, 1, 2, 3], 1)] * 4
+    bt.grad_oracle(model, good, compile=True, chunk=chunk)  # traced: the next call replays natively
+    before = model.parameter_vector().numpy("grads").copy()
+    evil = _ClearsItsList(2)
+    ctx = [0, 1, evil, 3]
+    evil.victim = ctx
+    with pytest.raises(ValueError, match="changed during the replay"):
+        bt.grad_oracle(model, good[:3] + [(ctx, 1)], compile=True, chunk=chunk)
+    np.testing.assert_array_equal(model.parameter_vector().numpy("grads"), before)  # nothing was added
+
+
 def test_per_sample_grads_into_a_reused_out_and_workspace_reuse():
     bt.manual_seed(9)
     model, sample = gpt(bt.float32)
