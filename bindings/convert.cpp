@@ -140,9 +140,21 @@ bool collect_sequence(PyObject* seq, const char* what, Collected& out, bool allo
     out.items.assign(items, items + n);
     out.numbers.assign(size_t(n), 0.0);
     out.is_number.assign(size_t(n), false);
+    bool snapshot = PyTuple_Check(out.keep.ptr());
     for (Py_ssize_t i = 0; i < n; ++i) {
-        PyObject* it = items[i];
+        PyObject* it = out.items[size_t(i)];
         if (is_value(it)) continue;
+        if (!snapshot && !PyFloat_Check(it) && !PyLong_Check(it)) {
+            // Its __float__ is Python code that may change the list (and free items `items`
+            // borrows): keep a tuple of the items as they are now, untouched by anything it does.
+            nb::object t = nb::steal(PyList_AsTuple(out.keep.ptr()));
+            if (!t.is_valid()) return false;
+            out.keep = std::move(t);
+            PyObject** kept = PySequence_Fast_ITEMS(out.keep.ptr());
+            out.items.assign(kept, kept + n);
+            it = out.items[size_t(i)];
+            snapshot = true;
+        }
         double c;
         int ok = number_to_double(it, &c);
         if (ok < 0) return false;

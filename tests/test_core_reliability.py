@@ -239,6 +239,29 @@ def test_an_argument_raising_in_float_propagates_its_error():
         bt.Value(1.0) + Broken()
 
 
+def test_an_argument_that_empties_its_own_list_frees_nothing_the_op_still_reads():
+    """__float__ clears the list it sits in, dropping the only references to the Values after it:
+    the op reads the items as they were when it was called (the sanitizer build checks that no
+    freed object is read)."""
+    import gc
+
+    class ClearsTheList:
+        victim: list = []
+
+        def __float__(self):
+            self.victim.clear()
+            gc.collect()
+            return 1.0
+
+    for n in (1, 5, 50):
+        arg = ClearsTheList()
+        items = [bt.Value(1.0), arg] + [bt.Value(float(i)) for i in range(n)]
+        arg.victim = items
+        s = bt.reduce_sum(items)
+        assert s.data == 2.0 + sum(range(n))
+        assert items == []
+
+
 # ---------------------------------------------------------------- semantics the docs state
 def test_interior_grads_are_reset_even_if_written_before_any_sweep():
     x = bt.Value(2.0)
