@@ -171,6 +171,15 @@ def _compound(group, shapes) -> tuple:
     return tuple(parts)
 
 
+def _chunk_shapes(group) -> tuple:
+    """The shapes of a chunk's samples, which must all have the same number (at least one) of id
+    parts."""
+    shapes = tuple(_shape(s) for s in group)
+    if not shapes[0] or any(len(sh) != len(shapes[0]) for sh in shapes):
+        raise ValueError("every sample of a chunked batch must have the same number of id parts (at least one)")
+    return shapes
+
+
 def _chunked_oracle(model, batch, zero_grad, threads, chunk) -> float:
     """grad_oracle(model, batch, compile=True, chunk=k): each chunk of k samples (as the eager
     chunked oracle groups them) is one replay of the program of model.loss_batch over k samples
@@ -186,24 +195,16 @@ def _chunked_oracle(model, batch, zero_grad, threads, chunk) -> float:
     while i < n:
         k = min(chunk, n - i)
         shape = _shape(batch[i])
-        if not shape:
-            raise ValueError("every sample of a chunked batch must have the same number of id parts (at least one)")
         uniform = (shape,) * k
         prog = _cached_program(model, ("chunk",) + uniform)
+        if prog is None and _chunk_shapes(batch[i:i + k]) == uniform:  # first sight: trace it
+            prog = _program(model, _compound(batch[i:i + k], uniform), ("chunk",) + uniform, _ChunkLoss(uniform), None)
         stop = 0
-        if prog is None:  # first sight of this chunk shape: trace it, if its samples share one shape
-            shapes = tuple(_shape(s) for s in batch[i:i + k])
-            if shapes == uniform:
-                prog = _program(model, _compound(batch[i:i + k], uniform), ("chunk",) + uniform,
-                                _ChunkLoss(uniform), None)
         if prog is not None:  # a run of chunks of this shape, ids packed natively
             out = array("d", [0.0]) * ((n - i) // k)
             stop, failed = prog._replay_chunks(batch, i, k, len(out), list(shape), k / n, out, zero, threads)
         if stop == 0:  # the chunk mixes sample shapes: its compound sample, packed here
-            shapes = tuple(_shape(s) for s in batch[i:i + k])
-            if any(len(sh) != len(shape) for sh in shapes):
-                raise ValueError("every sample of a chunked batch must have the same number of id parts "
-                                 "(at least one)")
+            shapes = _chunk_shapes(batch[i:i + k])
             compound = _compound(batch[i:i + k], shapes)
             prog = _program(model, compound, ("chunk",) + shapes, _ChunkLoss(shapes), None)
             out = array("d", [0.0])
