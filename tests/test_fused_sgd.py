@@ -67,6 +67,23 @@ def test_fused_step_is_bitwise_the_unfused_step_mlp(dtype, b, wd, rng):
         lambda: nn.MakemoreMLP(vocab=27, block=16, emb=8, hidden=48, dtype=dtype))[0])["fc1.weight"])
 
 
+@pytest.mark.parametrize("dtype", [bt.float32, bt.float64])
+@pytest.mark.parametrize("wd", [0.0, 0.01])
+def test_fused_step_is_bitwise_the_unfused_step_at_ragged_widths(dtype, wd, rng):
+    # Layer widths that are no multiple of a vector (21 and 37 inputs), and output counts that are
+    # no multiple of a register tile's rows: the SGD update of a tile's partial vectors and rows.
+    make = lambda: nn.MakemoreMLP(vocab=27, block=7, emb=3, hidden=37, dtype=dtype)  # noqa: E731
+    m1, m2 = _twins(make)
+    o1, o2 = SGD(m1.parameters(), lr=0.1, weight_decay=wd), SGD(m2.parameters(), lr=0.1, weight_decay=wd)
+    for batch in _mlp_batches(rng, 9, 3, block=7):
+        l1 = grad_oracle(m1, batch, chunk=9)
+        o1.step()
+        assert o2.fused_step(m2, batch, chunk=9) == l1
+        assert o2.fused_weights == 2
+    _assert_same_params(m1, m2)
+    assert not np.array_equal(_params(m1)["fc2.weight"], _params(_twins(make)[0])["fc2.weight"])
+
+
 @pytest.mark.parametrize("b", [1, 3])
 def test_fused_step_is_bitwise_the_unfused_step_gpt(b, rng):
     bt.manual_seed(3)

@@ -266,18 +266,25 @@ auto zero_tile() {
             for (auto& v : row) v = Simd<T>::zero();
     };
 }
-// Plain SGD on the tile of W (row-major, leading dimension ldw) at (m0, n0), acc its gradient.
+// Plain SGD on the tile of W (row-major, leading dimension ldw) at (m0, n0), acc its gradient:
+// sgd_update lane by lane, the same fused operations, so the bits are the scalar step's. Every
+// row of the tile is loaded before any is stored: rows ldw apart often share their low address
+// bits (4 KiB on a 1024-wide layer), and a load after a store to such an address waits for it.
 template <typename T>
 auto sgd_to_tile(T* W, size_t ldw, T lr, T wd) {
     return [=](auto& acc, size_t m0, size_t n0, int width) {
+        using S = Simd<T>;
         constexpr int R = std::extent_v<std::remove_reference_t<decltype(acc)>, 0>;
         constexpr int NV = std::extent_v<std::remove_reference_t<decltype(acc)>, 1>;
-        alignas(64) T g[NV * Simd<T>::W];
-        for (int m = 0; m < R; ++m) {
-            for (int v = 0; v < NV; ++v) Simd<T>::store(g + v * Simd<T>::W, acc[m][v]);
-            T* w = W + (m0 + m) * ldw + n0;
-            for (int j = 0; j < width; ++j) w[j] = sgd_update(w[j], g[j], lr, wd);
-        }
+        const Vec<T> nlr = S::set1(-lr), vwd = S::set1(wd);
+        Vec<T> w[R][NV];
+        for (int m = 0; m < R; ++m)
+            for (int v = 0; v < NV; ++v) w[m][v] = S::load(W + (m0 + m) * ldw + n0 + v * S::W, lanes<T>(width, v));
+        for (int m = 0; m < R; ++m)
+            for (int v = 0; v < NV; ++v) {
+                const Vec<T> g = wd == T(0) ? acc[m][v] : S::madd(vwd, w[m][v], acc[m][v]);
+                S::store(W + (m0 + m) * ldw + n0 + v * S::W, S::madd(nlr, g, w[m][v]), lanes<T>(width, v));
+            }
     };
 }
 
