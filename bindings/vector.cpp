@@ -47,14 +47,19 @@ VectorBox contiguous_vector(const nb::object& owner, bt::ArenaBase* arena, uint3
     return make_vector(owner, arena, Spans{{first, bt::checked_u32(n)}}, rows, cols);
 }
 
-VectorBox slice_elems(const VectorBox& v, size_t a, size_t b, uint32_t rows, uint32_t cols) {
-    Spans out;
+void slice_spans(const VectorBox& v, size_t a, size_t b, Spans& out) {
     size_t pos = 0;
     for (const Span& s : v.spans) {
+        if (pos >= b) break;
         const size_t lo = std::max(a, pos), hi = std::min(b, pos + s.second);
         if (lo < hi) out.push_back({s.first + uint32_t(lo - pos), uint32_t(hi - lo)});
         pos += s.second;
     }
+}
+
+VectorBox slice_elems(const VectorBox& v, size_t a, size_t b, uint32_t rows, uint32_t cols) {
+    Spans out;
+    slice_spans(v, a, b, out);
     return make_vector(v.owner, v.arena, out, rows, cols);
 }
 
@@ -465,10 +470,7 @@ static VectorBox hcat(nb::handle seq) {
     }
     Spans s;
     for (uint32_t r = 0; r < rows; ++r)
-        for (const VectorBox& v : vs) {
-            VectorBox row = slice_elems(v, size_t(r) * v.cols, size_t(r + 1) * v.cols);
-            s.insert(s.end(), row.spans.begin(), row.spans.end());
-        }
+        for (const VectorBox& v : vs) slice_spans(v, size_t(r) * v.cols, size_t(r + 1) * v.cols, s);
     return make_vector(vs[0].owner, vs[0].arena, s, rows, bt::checked_u32(cols));
 }
 
@@ -478,10 +480,8 @@ static VectorBox col_slice(const VectorBox& v, int64_t a, int64_t b) {
     if (!v.rows) throw nb::value_error("columns(): the vector is not a matrix; reshape it first");
     if (a < 0 || a >= b || b > int64_t(v.cols)) throw nb::index_error("columns(): column range out of bounds");
     Spans s;
-    for (uint32_t r = 0; r < v.rows; ++r) {
-        VectorBox row = slice_elems(v, size_t(r) * v.cols + size_t(a), size_t(r) * v.cols + size_t(b));
-        s.insert(s.end(), row.spans.begin(), row.spans.end());
-    }
+    for (uint32_t r = 0; r < v.rows; ++r)
+        slice_spans(v, size_t(r) * v.cols + size_t(a), size_t(r) * v.cols + size_t(b), s);
     return make_vector(v.owner, v.arena, s, v.rows, uint32_t(b - a));
 }
 
@@ -508,10 +508,8 @@ static VectorBox embedding(const VectorBox& table, nb::handle ids_h) {
         return out;
     }
     Spans s;
-    for (uint32_t id : ids) {
-        VectorBox row = slice_elems(table, size_t(id) * table.cols, size_t(id + 1) * table.cols);
-        s.insert(s.end(), row.spans.begin(), row.spans.end());
-    }
+    s.reserve(table.contiguous() ? ids.size() : 0);
+    for (uint32_t id : ids) slice_spans(table, size_t(id) * table.cols, size_t(id + 1) * table.cols, s);
     return make_vector(table.owner, table.arena, s, bt::checked_u32(ids.size()), table.cols);
 }
 

@@ -49,6 +49,9 @@ VectorBox make_vector(const nb::object& owner, bt::ArenaBase* arena, const Spans
                       uint32_t cols = 0);
 VectorBox contiguous_vector(const nb::object& owner, bt::ArenaBase* arena, uint32_t first, size_t n, uint32_t rows = 0,
                             uint32_t cols = 0);
+// Appends the spans of elements [a, b) of v to out (a view's rows without building a view each:
+// an embedding of 1,024 ids built and freed 1,024 views).
+void slice_spans(const VectorBox& v, size_t a, size_t b, Spans& out);
 // Elements [a, b) of v, as a view.
 VectorBox slice_elems(const VectorBox& v, size_t a, size_t b, uint32_t rows = 0, uint32_t cols = 0);
 

@@ -50,6 +50,14 @@ def test_views_copy_nothing(arena):
     assert both.data == [4.0, 5.0, 6.0, 2.0, 3.0, 5.0, 6.0]
     assert emb.shape == (3, 3) and emb.data == [4, 5, 6, 1, 2, 3, 4, 5, 6]
     assert emb.spans == [(3, 3), (0, 6)]  # row 0 then row 1 are adjacent slots: one span
+    # over a table that is itself a view of several spans: each id's row is its spans, in order
+    emb2 = bt.embedding(cols, [1, 1, 0])
+    assert emb2.shape == (3, 2) and emb2.data == [5, 6, 5, 6, 2, 3]
+    assert emb2.spans == [(4, 2), (4, 2), (1, 2)]
+    wide = bt.hcat([cols, x])
+    assert wide.shape == (2, 5) and wide.data == [2, 3, 1, 2, 3, 5, 6, 4, 5, 6]
+    assert wide.spans == [(1, 2), (0, 3), (4, 2), (3, 3)]
+    assert arena.num_nodes == n and arena.num_records == 0
 
 
 def test_elementwise_maps(arena, rng):
