@@ -428,9 +428,12 @@ static std::vector<size_t> run_replay(ProgramBox& box, bt::Program<T>& P, bt::Wo
                          std::isnan(y) ? "nan" : "inf", res.non_finite);
             throw nb::python_error();
         }
-        for (size_t i = 0; i < P.wrt.size(); ++i)
-            std::copy(W.g.begin() + P.wrt[i].first, W.g.begin() + P.wrt[i].first + P.wrt[i].second,
-                      ag + box.wrt_arena[i].first);
+        for (size_t i = 0; i < P.wrt.size(); ++i) {  // zeroed as they are read: the next call need not
+            const auto g = W.g.begin() + P.wrt[i].first;
+            std::copy(g, g + P.wrt[i].second, ag + box.wrt_arena[i].first);
+            std::fill(g, g + P.wrt[i].second, T(0));
+        }
+        W.wrt_grads_zero = true;
         box.arena->mark_grads_written();
     }
     return std::move(res.failed);

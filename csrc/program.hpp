@@ -137,6 +137,9 @@ public:
     std::vector<Guard> guards;
     std::vector<Span> wrt;  // frame spans
     size_t num_wrt = 0;
+    // The external slots that are not wrt nodes, as merged spans: prepare() zeroes their grads on
+    // every call, while the wrt nodes' grads are zeroed by whatever reads them out.
+    std::vector<Span> ext_not_wrt;
     uint32_t root = 0;
     size_t traced_records = 0;  // records the trace appended (before dropping dead ones)
 
@@ -153,6 +156,10 @@ struct Workspace {
     std::vector<T> wt;                                    // the program's transposed weights, back to back
     std::vector<std::pair<uint32_t, const T*>> wt_index;  // (W's frame slot, its transposed copy in wt)
     const Program<T>* laid_out_for = nullptr;
+    // Whether every external wrt grad is zero: set by the passes that read those grads out and
+    // zero them as they go (take_wrt_grads, the threaded sum), cleared by prepare(). prepare()
+    // then zeroes only the other external grads instead of one more pass over every parameter's.
+    bool wrt_grads_zero = false;
     Frame<T> frame() { return Frame<T>{v.data(), g.data(), &scratch, wt_index.empty() ? nullptr : &wt_index}; }
 };
 
@@ -354,6 +361,15 @@ Program<T> Program<T>::build(const Arena<T>& A, const TraceSpec& s) {
         if (P.wrt.back().first >= P.n_ext) touched.push_back(P.wrt.back());
     }
     P.sweep_grads = merged(std::move(touched));
+    std::vector<Span> ext_wrt;
+    for (const Span& w : P.wrt)
+        if (w.first < P.n_ext) ext_wrt.push_back(w);
+    uint32_t at = 0;
+    for (const Span& w : merged(std::move(ext_wrt))) {
+        if (w.first > at) P.ext_not_wrt.emplace_back(at, w.first - at);
+        at = std::max(at, w.first + w.second);
+    }
+    if (at < P.n_ext) P.ext_not_wrt.emplace_back(at, P.n_ext - at);
     for (const Record& r : P.recs) {
         if (r.op != Op::linear) continue;
         const Operands o = decode_operands(P.args.data() + r.a);
@@ -379,10 +395,15 @@ inline void prepare(const Program<T>& P, Workspace<T>& W, const T* arena_values)
         std::copy(P.local_init.begin(), P.local_init.end(), W.v.begin() + P.n_ext);
         W.args = P.args;
         W.laid_out_for = &P;
+        W.wrt_grads_zero = true;
     }
     for (const ExternalSpan& e : P.ext)
         std::copy(arena_values + e.first, arena_values + e.first + e.len, W.v.begin() + e.at);
-    std::fill(W.g.begin(), W.g.begin() + P.n_ext, T(0));
+    if (W.wrt_grads_zero)
+        for (const Span& s : P.ext_not_wrt) std::fill(W.g.begin() + s.first, W.g.begin() + s.first + s.second, T(0));
+    else
+        std::fill(W.g.begin(), W.g.begin() + P.n_ext, T(0));
+    W.wrt_grads_zero = false;  // the replay adds into them
     size_t total = 0;
     for (const auto& t : P.transposed_weights) total += size_t(t.rows) * t.cols;
     W.wt.resize(total);
@@ -545,6 +566,7 @@ inline ReplayResult replay(const Program<T>& P, Workspace<T>& W, const Samples& 
         else if (reduce == Reduce::sum)
             take_wrt_grads(P, W, sum, true);
     }
+    W.wrt_grads_zero = reduce != Reduce::accumulate;  // each sample's were taken (or never written)
     return res;
 }
 

@@ -84,13 +84,15 @@ inline ParallelReplayResult replay_accumulate(const Program<T>& P, const T* aren
             T* dst = wrt_grads[i] + off;
             const size_t src = size_t(P.wrt[i].first) + off;
             if (zero) std::fill(dst, dst + len, T(0));
-            for (size_t t = 0; t < tasks; ++t) {
-                const T* g = ws[t].g.data() + src;
+            for (size_t t = 0; t < tasks; ++t) {  // each block's grads are zeroed as they are read
+                T* g = ws[t].g.data() + src;
                 for (size_t j = 0; j < len; ++j) dst[j] += g[j];
+                std::fill(g, g + len, T(0));
             }
             j0 = j1;
         }
     });
+    for (size_t t = 0; t < tasks; ++t) ws[t].wrt_grads_zero = true;
     return out;
 }
 

@@ -371,3 +371,29 @@ def test_long_rows_into_a_reused_out_equal_fresh_rows():
         model.loss(*s).backward()
         pv.arena.rewind(cp)
         np.testing.assert_array_equal(G[i], pv.numpy("grads"))
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_replay_workspaces_carry_no_gradient_from_one_call_into_the_next(threads):
+    # A workspace's parameter grads are zeroed as each call reads them out, not at the start of
+    # the next: calls in every mode, one after another on the same programs, each equal eager.
+    bt.manual_seed(13)
+    model, sample = mlp(bt.float64)
+    r = random.Random(14)
+    pv = model.parameter_vector()
+    head = [model.fc2.weight, model.fc2.bias]
+    for _ in range(3):
+        batch = [sample(r) for _ in range(6)]
+        bt.grad_oracle(model, batch)
+        eager = pv.numpy("grads").copy()
+        for chunk in (1, 3):
+            bt.grad_oracle(model, batch, compile=True, chunk=chunk, threads=threads)
+            np.testing.assert_allclose(pv.numpy("grads"), eager, rtol=1e-12, atol=1e-15)
+        G, _ = bt.per_sample_grads(model, batch)
+        np.testing.assert_allclose(G.mean(axis=0), eager, rtol=1e-12, atol=1e-15)
+        G_head, _ = bt.per_sample_grads(model, batch, wrt=head)
+        np.testing.assert_array_equal(G_head, G[:, -G_head.shape[1]:])
+        bt.grad_oracle(model, batch, compile=True, threads=threads)
+        np.testing.assert_allclose(pv.numpy("grads"), eager, rtol=1e-12, atol=1e-15)
+        for p in model.parameters():  # a step, so each call reads new parameters
+            p.set_data((np.array(p.tolist()) - 0.1 * np.array(p.tolist("grads"))).tolist())
