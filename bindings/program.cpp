@@ -410,7 +410,7 @@ static std::vector<size_t> run_replay(ProgramBox& box, bt::Program<T>& P, bt::Wo
     box.check_alive();
     bt::Arena<T>& A = typed<T>(box.arena);
     if (to_arena && threads > 1 && in.n > 1) return run_replay_threads(box, P, A, in, zero, seed, values, threads);
-    bt::prepare(P, W, A.values());
+    bt::prepare(P, W, A.values(), in.n);
     T* ag = A.grads();
     if (to_arena && !zero)  // continue from the grads already there, so additions happen in the eager order
         for (size_t i = 0; i < P.wrt.size(); ++i)

@@ -47,8 +47,8 @@ inline ParallelReplayResult replay_accumulate(const Program<T>& P, const T* aren
     const size_t k = P.inputs.size(), nid = P.num_ids;
     threads::Pool::instance().run(tasks, int(tasks), [&](size_t t) {
         Workspace<T>& W = ws[t];
-        prepare(P, W, arena_values);  // external grads start at zero
         const auto [s0, s1] = threads::split(in.n, tasks, t);
+        prepare(P, W, arena_values, s1 - s0);  // external grads start at zero
         Samples block;
         block.n = s1 - s0;
         block.x = in.x ? in.x + s0 * k : nullptr;
