@@ -124,7 +124,8 @@ public:
     // sweep. Every other local grad is never read, so a partial program zeroes only its own few.
     std::vector<Span> sweep_grads;
     // Linear layers whose forward transposes an external W (constant during a call): (W's frame
-    // slot, rows of W, columns), each W once. prepare() transposes them once per call.
+    // slot, rows of W, columns), each W once. prepare() transposes them once per call of two
+    // samples or more.
     struct TransposedWeight {
         uint32_t slot, rows, cols;
     };
