@@ -48,8 +48,9 @@ static double fma_peak_gflops() {
 int main() {
     namespace g = bt::gemm;
     std::printf("FMA peak of this core (independent multiply-adds): %.0f GFLOP/s\n", fma_peak_gflops());
-    const size_t shapes[][3] = {{64, 1024, 1024}, {64, 1024, 128}, {64, 1024, 27}, {64, 1024, 4}, {1, 1024, 1024},
-                                {1, 1024, 4},     {512, 24, 72},   {512, 96, 24},  {64, 24, 96},  {8, 24, 72}};
+    const size_t shapes[][3] = {{64, 1024, 1024}, {64, 1024, 128}, {64, 1024, 64}, {64, 1024, 27},
+                                {64, 1024, 4},    {1, 1024, 1024}, {1, 1024, 4},   {512, 24, 72},
+                                {512, 96, 24},    {64, 24, 96},    {8, 24, 72}};
     std::printf("%s kernels, %dx%d register tile\n", bt::simd::isa, g::kMR, g::kNV);
     std::printf("%-16s %12s %12s %12s %12s\n", "rows x in x out", "forward", "grad input", "grad weight", "total us");
     std::mt19937 rng(1);
