@@ -27,6 +27,11 @@ namespace bt {
 using Span = ArenaBase::Span;
 using Spans = std::vector<Span>;
 
+// A range record's forward, by its op (dispatch.hpp): the append_* functions run their new
+// record through it, so the kernels are compiled where range_forward is instantiated.
+template <typename T>
+void range_forward(const Frame<T>& A, const Record& r, const uint32_t* rargs);
+
 // A decoded view of one vector operand inside a record's args.
 struct SpanList {
     const uint32_t* p = nullptr;  // points at first0

@@ -12,8 +12,11 @@
 namespace bt {
 
 // rargs: the record's own args (A.args() + r.a, or the scratch args of an unrecorded op).
+// Not inline: a build that defines BT_SEPARATE_RANGE_KERNELS instantiates both functions (and
+// every kernel below them) once, in bindings/range_kernels_{float,double}.cpp, instead of in
+// each one that replays or sweeps records (see the declarations at the end).
 template <typename T>
-inline void range_forward(const Frame<T>& A, const Record& r, const uint32_t* rargs) {
+void range_forward(const Frame<T>& A, const Record& r, const uint32_t* rargs) {
     const Operands o = decode_operands(rargs);
     switch (r.op) {
         case Op::copy: return copy_forward(A, r, o);
@@ -34,7 +37,7 @@ inline void range_forward(const Frame<T>& A, const Record& r, const uint32_t* ra
 }
 
 template <typename T>
-inline void range_backward(const Frame<T>& A, const Record& r, const uint32_t* rargs) {
+void range_backward(const Frame<T>& A, const Record& r, const uint32_t* rargs) {
     const Operands o = decode_operands(rargs);
     switch (r.op) {
         case Op::copy: return copy_backward(A, r, o);
@@ -53,5 +56,12 @@ inline void range_backward(const Frame<T>& A, const Record& r, const uint32_t* r
         default: return;
     }
 }
+
+#ifdef BT_SEPARATE_RANGE_KERNELS
+extern template void range_forward<float>(const Frame<float>&, const Record&, const uint32_t*);
+extern template void range_forward<double>(const Frame<double>&, const Record&, const uint32_t*);
+extern template void range_backward<float>(const Frame<float>&, const Record&, const uint32_t*);
+extern template void range_backward<double>(const Frame<double>&, const Record&, const uint32_t*);
+#endif
 
 }  // namespace bt
