@@ -410,8 +410,8 @@ inline void forward(const T* x, const T* W, const T* b, T* y, size_t rows, size_
     const size_t n_out = o1 - o0;
     if (forward_transposes_w(rows, in, n_out)) {
         // W's rows are the columns of B = W^T: within the packing budget they go straight into
-        // packed panels (one pass over W), not into a transposed copy that was then packed again
-        // (the forward of 64 x 1024 -> 64 took 119 us that way on one core, 98 us this way).
+        // packed panels (one pass over W), not into a transposed copy that is then packed again
+        // (two passes; the copy is kept for blocks too large to pack, and W^T a caller supplies).
         constexpr size_t NR = kNV * Simd<T>::W;
         const bool direct = !wt && (n_out + NR - 1) / NR * NR * in <= kPackElements<T>;
         const T* wt_block = wt ? wt + o0 : direct ? W + o0 * in : scratch;  // W[o0:o1]^T, in x n_out

@@ -14,7 +14,7 @@ namespace bt {
 // rargs: the record's own args (A.args() + r.a, or the scratch args of an unrecorded op).
 // Not inline: a build that defines BT_SEPARATE_RANGE_KERNELS instantiates both functions (and
 // every kernel below them) once, in bindings/range_kernels_{float,double}.cpp, instead of in
-// each one that replays or sweeps records (see the declarations at the end).
+// each one that appends, replays or sweeps records (see the declarations at the end).
 template <typename T>
 void range_forward(const Frame<T>& A, const Record& r, const uint32_t* rargs) {
     const Operands o = decode_operands(rargs);
