@@ -55,10 +55,21 @@ def findings_of(report: dict) -> list:
             for area, stats in report["areas"].items() for f in stats["findings"]]
 
 
+@pytest.fixture(scope="module")
+def batches(tmp_path_factory):
+    """Every batch started at once, as many running side by side as there are cores (each is a
+    child process): batch -> a future of its run_batch outcome. Each test waits for its own."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=max(1, len(os.sched_getaffinity(0)))) as pool:
+        yield {b: pool.submit(run_batch, FIRST_SEED + b, FUZZ_CALLS_PER_BATCH, tmp_path_factory.mktemp(f"batch{b}"))
+               for b in range(FUZZ_BATCHES)}
+
+
 @pytest.mark.parametrize("batch", range(FUZZ_BATCHES))
-def test_random_calls_raise_clean_errors_or_return_right_results(batch, tmp_path):
+def test_random_calls_raise_clean_errors_or_return_right_results(batch, batches):
     seed = FIRST_SEED + batch
-    outcome, detail = run_batch(seed, FUZZ_CALLS_PER_BATCH, tmp_path)
+    outcome, detail = batches[batch].result()
     assert outcome == "ok", f"batch with seed {seed} (BURTORCH_FUZZ_SEED={seed} replays it): {outcome}: {detail}"
     if os.environ.get("BURTORCH_FUZZ_REPORT"):
         with open(os.environ["BURTORCH_FUZZ_REPORT"], "a") as f:
