@@ -58,12 +58,17 @@ def findings_of(report: dict) -> list:
 @pytest.fixture(scope="module")
 def batches(tmp_path_factory):
     """Every batch started at once, as many running side by side as there are cores (each is a
-    child process): batch -> a future of its run_batch outcome. Each test waits for its own."""
+    child process), the harness's own hang and crash checks first: key -> a future of its
+    run_batch outcome (keys: the batch numbers, "hang", "crash"). Each test waits for its own."""
     from concurrent.futures import ThreadPoolExecutor
 
+    # The child reaches its hang in about half a second, under ASan with PYTHONMALLOC=malloc too
+    # (0.54-0.74 s measured): 2.5 s leaves it room and keeps the test from idling.
+    jobs = {"hang": (1, 10, "hang", 2.5), "crash": (1, 10, "crash", FUZZ_BATCH_TIMEOUT)}
+    jobs.update({b: (FIRST_SEED + b, FUZZ_CALLS_PER_BATCH, None, FUZZ_BATCH_TIMEOUT) for b in range(FUZZ_BATCHES)})
     with ThreadPoolExecutor(max_workers=max(1, len(os.sched_getaffinity(0)))) as pool:
-        yield {b: pool.submit(run_batch, FIRST_SEED + b, FUZZ_CALLS_PER_BATCH, tmp_path_factory.mktemp(f"batch{b}"))
-               for b in range(FUZZ_BATCHES)}
+        yield {key: pool.submit(run_batch, seed, calls, tmp_path_factory.mktemp(f"batch-{key}"), self_test, timeout)
+               for key, (seed, calls, self_test, timeout) in jobs.items()}
 
 
 @pytest.mark.parametrize("batch", range(FUZZ_BATCHES))
@@ -82,15 +87,13 @@ def test_random_calls_raise_clean_errors_or_return_right_results(batch, batches)
 
 
 # ---------------------------------------------------------------- the harness itself can fail
-def test_a_crashing_batch_is_reported_with_its_last_call(tmp_path):
-    outcome, detail = run_batch(1, 10, tmp_path, self_test="crash")
+def test_a_crashing_batch_is_reported_with_its_last_call(batches):
+    outcome, detail = batches["crash"].result()
     assert outcome == "crash" and "self-test: crash" in detail
 
 
-def test_a_hanging_batch_is_reported(tmp_path):
-    # The child reaches its hang in about half a second, under ASan with PYTHONMALLOC=malloc too
-    # (0.54-0.74 s measured): 2.5 s leaves it room and keeps the test from idling.
-    outcome, detail = run_batch(1, 10, tmp_path, self_test="hang", timeout=2.5)
+def test_a_hanging_batch_is_reported(batches):
+    outcome, detail = batches["hang"].result()
     assert outcome == "hang" and "self-test: hang" in detail
 
 
