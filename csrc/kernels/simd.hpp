@@ -17,6 +17,12 @@
 #else
 #define BT_ALWAYS_INLINE inline
 #endif
+// The same for a lambda's call operator (written after its parameter list).
+#if defined(__GNUC__) || defined(__clang__)
+#define BT_LAMBDA_INLINE __attribute__((always_inline))
+#else
+#define BT_LAMBDA_INLINE
+#endif
 
 namespace bt::simd {
 
