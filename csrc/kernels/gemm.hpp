@@ -149,6 +149,55 @@ inline void pack_panels(const T* b, size_t ldb, size_t K, size_t N, T* dst) {
         }
 }
 
+// dst[c * ldd + r] = src[r * lds + c] for r < rows, c < cols (both at most 16): one block of a
+// transpose, moved as sixteen vectors through registers instead of element by element (a
+// scalar transpose took ~20 us for a 64 x 1024 block; it runs on every chunk's forward).
+// Only the rows x cols block is read and written. Moving values changes no bit.
+#if defined(__AVX512F__)
+BT_ALWAYS_INLINE void transpose_block16(const float* src, size_t lds, int rows, int cols, float* dst, size_t ldd) {
+    using S = Simd<float>;
+    __m512 r[16];
+    for (int j = 0; j < 16; ++j) r[j] = j < rows ? S::load(src + j * lds, cols) : S::zero();
+    // 1: within 128-bit lanes, interleave row pairs; 2: interleave pairs of those as doubles, so
+    // that lane L of u[4g + q] holds rows 4g .. 4g + 3 at column 4L + q; 3: a 4 x 4 transpose of
+    // the lanes of u[q], u[4 + q], u[8 + q], u[12 + q] gives columns q, 4 + q, 8 + q, 12 + q.
+    // (The all-lanes masked forms: GCC 12's plain ones start from an "undefined" register that
+    // -Wmaybe-uninitialized reports once inlined. With a full mask they are the same instructions.)
+    const __mmask16 all = 0xffff;
+    const __mmask8 all8 = 0xff;
+    __m512 t[16], u[16];
+    for (int m = 0; m < 8; ++m) {
+        const __m512 a = r[2 * m], b = r[2 * m + 1];
+        t[2 * m] = _mm512_mask_unpacklo_ps(a, all, a, b);
+        t[2 * m + 1] = _mm512_mask_unpackhi_ps(a, all, a, b);
+    }
+    for (int g = 0; g < 4; ++g) {
+        const __m512d a = _mm512_castps_pd(t[4 * g]), b = _mm512_castps_pd(t[4 * g + 1]);
+        const __m512d c = _mm512_castps_pd(t[4 * g + 2]), d = _mm512_castps_pd(t[4 * g + 3]);
+        u[4 * g + 0] = _mm512_castpd_ps(_mm512_mask_unpacklo_pd(a, all8, a, c));
+        u[4 * g + 1] = _mm512_castpd_ps(_mm512_mask_unpackhi_pd(a, all8, a, c));
+        u[4 * g + 2] = _mm512_castpd_ps(_mm512_mask_unpacklo_pd(b, all8, b, d));
+        u[4 * g + 3] = _mm512_castpd_ps(_mm512_mask_unpackhi_pd(b, all8, b, d));
+    }
+    auto lanes4 = [all](__m512 a, __m512 b, auto imm) {
+        return _mm512_mask_shuffle_f32x4(a, all, a, b, decltype(imm)::value);
+    };
+    using Lo = std::integral_constant<int, 0x44>;
+    using Hi = std::integral_constant<int, 0xEE>;
+    using Even = std::integral_constant<int, 0x88>;
+    using Odd = std::integral_constant<int, 0xDD>;
+    for (int q = 0; q < 4; ++q) {
+        const __m512 v0 = lanes4(u[q], u[4 + q], Lo{}), v1 = lanes4(u[q], u[4 + q], Hi{});
+        const __m512 v2 = lanes4(u[8 + q], u[12 + q], Lo{}), v3 = lanes4(u[8 + q], u[12 + q], Hi{});
+        r[q] = lanes4(v0, v2, Even{});
+        r[4 + q] = lanes4(v0, v2, Odd{});
+        r[8 + q] = lanes4(v1, v3, Even{});
+        r[12 + q] = lanes4(v1, v3, Odd{});
+    }
+    for (int c = 0; c < cols; ++c) S::store(dst + c * ldd, r[c], rows);
+}
+#endif
+
 // The same panels from B given transposed (B(k, n) = bt[n * ldb + k]): each row of bt is read
 // once, in order, and spread down its panel's column, KB rows of the panel at a time. Columns
 // past N are left unwritten: the tiles' masked loads never read them.
@@ -156,6 +205,19 @@ template <typename T>
 inline void pack_panels_transposed(const T* bt, size_t ldb, size_t K, size_t N, T* dst) {
     constexpr int NR = kNV * Simd<T>::W;
     const size_t panels = (N + NR - 1) / NR;
+#if defined(__AVX512F__)
+    if constexpr (std::is_same_v<T, float>) {
+        for (size_t p = 0; p < panels; ++p) {
+            T* d = dst + p * panel_stride<T>(K);
+            const int c1 = int(std::min<size_t>(NR, N - p * NR));
+            for (int c0 = 0; c0 < c1; c0 += 16)
+                for (size_t k0 = 0; k0 < K; k0 += 16)
+                    transpose_block16(bt + (p * NR + c0) * ldb + k0, ldb, std::min(16, c1 - c0),
+                                      int(std::min<size_t>(16, K - k0)), d + k0 * NR + c0, NR);
+        }
+        return;
+    }
+#endif
     constexpr size_t KB = 64;  // rows of the panel filled per pass: its lines stay in L1 until full
     for (size_t p = 0; p < panels; ++p) {
         T* d = dst + p * panel_stride<T>(K);
@@ -300,6 +362,15 @@ auto sgd_to_tile(T* W, size_t ldw, T lr, T wd) {
 template <typename T>
 inline void transpose(const T* src, size_t rows, size_t cols, size_t lds, T* dst, size_t ld) {
     constexpr size_t B = 16;
+#if defined(__AVX512F__)
+    if constexpr (std::is_same_v<T, float>) {
+        for (size_t r0 = 0; r0 < rows; r0 += B)
+            for (size_t c0 = 0; c0 < cols; c0 += B)
+                transpose_block16(src + r0 * lds + c0, lds, int(std::min(B, rows - r0)), int(std::min(B, cols - c0)),
+                                  dst + c0 * ld + r0, ld);
+        return;
+    }
+#endif
     for (size_t r0 = 0; r0 < rows; r0 += B)
         for (size_t c0 = 0; c0 < cols; c0 += B) {
             const size_t r1 = std::min(rows, r0 + B), c1 = std::min(cols, c0 + B);

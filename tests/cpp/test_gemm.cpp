@@ -194,8 +194,41 @@ static void check_fused_sgd(size_t rows, size_t in, size_t out, T wd) {
     }
 }
 
+// The operand moves (the scratch transpose and the packing of B given transposed) against their
+// definitions element by element, over ragged sizes and padded leading dimensions: every element
+// lands where it belongs, and nothing outside the result is written.
+template <typename T>
+static void check_moves() {
+    const T sentinel = T(-12345);
+    constexpr size_t NR = gemm::kNV * bt::simd::Simd<T>::W;
+    for (size_t rows : {1, 3, 15, 16, 17, 33, 64, 70})
+        for (size_t cols : {1, 5, 16, 17, 40, 100}) {
+            const size_t lds = cols + rows % 3, ld = rows + cols % 2;
+            const std::vector<T> src = random_vec<T>(rows * lds);
+            std::vector<T> dst(cols * ld, sentinel);
+            gemm::transpose(src.data(), rows, cols, lds, dst.data(), ld);
+            bool ok = true;
+            for (size_t c = 0; c < cols; ++c)
+                for (size_t r = 0; r < ld; ++r) ok &= dst[c * ld + r] == (r < rows ? src[r * lds + c] : sentinel);
+            CHECK(ok, "transpose %zux%zu (lds %zu, ld %zu)", rows, cols, lds, ld);
+            // B is K x N (K = cols, N = rows), given as bt (N x K, leading dimension lds)
+            const size_t K = cols, N = rows, panels = (N + NR - 1) / NR, stride = gemm::panel_stride<T>(K);
+            std::vector<T> packed(panels * stride, sentinel);
+            gemm::pack_panels_transposed(src.data(), lds, K, N, packed.data());
+            ok = true;
+            for (size_t p = 0; p < panels; ++p)
+                for (size_t k = 0; k < K; ++k)
+                    for (size_t c = 0; c < NR; ++c) {
+                        const size_t n = p * NR + c;
+                        ok &= packed[p * stride + k * NR + c] == (n < N ? src[n * lds + k] : sentinel);
+                    }
+            CHECK(ok, "pack_panels_transposed K=%zu N=%zu (ldb %zu)", K, N, lds);
+        }
+}
+
 template <typename T>
 static void run_all() {
+    check_moves<T>();
     // Every small shape exhaustively (tile tails in every dimension), then odd and wide ones
     // up to 1100 and the shapes of the workloads (W4: 1 or 64 rows, 1024 -> e -> 27; W5: rows
     // 8..512 over widths 24/72/96/65).
