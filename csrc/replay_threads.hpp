@@ -75,20 +75,29 @@ inline ParallelReplayResult replay_accumulate(const Program<T>& P, const T* aren
     const size_t total = at.back();
     // split over the threads this call was given (not the global count), unless it is small
     const size_t parts = double(total) * double(tasks) < kReduceParallelWork ? 1 : tasks;
+    // dst[j] = (dst[j] or 0) + block 0's g[j] + block 1's ..., each block's g zeroed as it is read:
+    // one pass over every buffer, a strip at a time so that the partial sums stay in L1.
+    auto add_blocks = [&](T* dst, size_t src, size_t len) {
+        constexpr size_t kStrip = 256;
+        T acc[kStrip];
+        for (size_t s0 = 0; s0 < len; s0 += kStrip) {
+            const size_t n = std::min(kStrip, len - s0);
+            for (size_t j = 0; j < n; ++j) acc[j] = zero ? T(0) : dst[s0 + j];
+            for (size_t t = 0; t < tasks; ++t) {
+                T* g = ws[t].g.data() + src + s0;
+                for (size_t j = 0; j < n; ++j) acc[j] += g[j];
+                std::fill(g, g + n, T(0));
+            }
+            std::copy(acc, acc + n, dst + s0);
+        }
+    };
     threads::Pool::instance().run(parts, int(parts), [&](size_t p) {
         const auto [b, e] = threads::split(total, parts, p, 16);
         size_t i = size_t(std::upper_bound(at.begin(), at.end(), b) - at.begin()) - 1;
         for (size_t j0 = b; j0 < e; ++i) {
             const size_t j1 = std::min(e, at[i + 1]);
             const size_t off = j0 - at[i], len = j1 - j0;
-            T* dst = wrt_grads[i] + off;
-            const size_t src = size_t(P.wrt[i].first) + off;
-            if (zero) std::fill(dst, dst + len, T(0));
-            for (size_t t = 0; t < tasks; ++t) {  // each block's grads are zeroed as they are read
-                T* g = ws[t].g.data() + src;
-                for (size_t j = 0; j < len; ++j) dst[j] += g[j];
-                std::fill(g, g + len, T(0));
-            }
+            add_blocks(wrt_grads[i] + off, size_t(P.wrt[i].first) + off, len);
             j0 = j1;
         }
     });
