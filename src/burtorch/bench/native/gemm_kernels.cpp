@@ -48,8 +48,9 @@ static double fma_peak_gflops() {
 int main() {
     namespace g = bt::gemm;
     std::printf("FMA peak of this core (independent multiply-adds): %.0f GFLOP/s\n", fma_peak_gflops());
-    const size_t shapes[][3] = {{64, 1024, 1024}, {64, 1024, 128}, {64, 1024, 64}, {64, 1024, 27},
-                                {64, 1024, 4},    {1, 1024, 1024}, {1, 1024, 4},   {512, 24, 72},
+    // W4's fc1 at 64 rows, and at 32 (one thread's chunk of a two-thread step), its fc2, W5's layers
+    const size_t shapes[][3] = {{64, 1024, 1024}, {64, 1024, 512}, {64, 1024, 128}, {64, 1024, 64}, {32, 1024, 64},
+                                {64, 1024, 27},   {64, 1024, 4},   {1, 1024, 1024}, {1, 1024, 4},   {512, 24, 72},
                                 {512, 96, 24},    {64, 24, 96},    {8, 24, 72}};
     std::printf("%s kernels, %dx%d register tile\n", bt::simd::isa, g::kMR, g::kNV);
     std::printf("%-16s %12s %12s %12s %12s\n", "rows x in x out", "forward", "grad input", "grad weight", "total us");
