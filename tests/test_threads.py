@@ -111,6 +111,28 @@ def test_chunked_eager_is_bitwise_the_same_on_two_threads(make, dtype):
 
 
 @needs_two
+@pytest.mark.parametrize("dtype", [bt.float32, bt.float64])
+def test_large_gathers_and_slot_fills_split_with_the_same_bits(dtype):
+    """A chunk of 40 samples of 16 ids embedded 64 wide: the layer gathers 40,960 values from 640
+    spans, and its records add tens of thousands of slots at once (both split across threads
+    above 32,768); the fused step writes the same weights as on one thread."""
+    def run(threads):
+        bt.manual_seed(21)
+        model = nn.MakemoreMLP(vocab=27, block=16, emb=64, hidden=40, dtype=dtype)
+        r = random.Random(22)
+        batch = [([r.randrange(27) for _ in range(16)], r.randrange(27)) for _ in range(40)]
+        loss, grads = _oracle(model, batch, chunk=40, threads=threads)
+        opt = bt.optim.SGD(model.parameters(), lr=0.1)
+        opt.fused_step(model, batch, chunk=40, threads=threads)
+        return loss, grads, model.parameter_vector().numpy().copy()
+
+    one, two = run(1), run(2)
+    assert one[0] == two[0]
+    np.testing.assert_array_equal(one[1], two[1])
+    np.testing.assert_array_equal(one[2], two[2])
+
+
+@needs_two
 @pytest.mark.parametrize("make", [_mlp, _gpt])
 @pytest.mark.parametrize("dtype,rel", [(bt.float32, 1e-5), (bt.float64, 1e-12)])
 def test_compiled_oracle_on_two_threads_matches_one_and_repeats_bitwise(make, dtype, rel):

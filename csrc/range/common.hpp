@@ -74,12 +74,27 @@ inline size_t total_len(const Spans& s) {
 }
 
 // ---- moving values between span lists and contiguous buffers ----
+// Values gathered per task above which a gather splits its spans across the pool: a chunk's
+// embedded rows (64 samples x 16 ids x 64 values) are copied before each of its layer's products,
+// which would otherwise wait on one thread for it.
+inline constexpr double kParallelGather = 1 << 15;
+
 template <typename T>
 inline void gather(const T* src, const SpanList& s, T* dst) {
-    for (uint32_t i = 0; i < s.n; ++i) {
-        std::copy(src + s.first(i), src + s.first(i) + s.len(i), dst);
-        dst += s.len(i);
-    }
+    auto copy = [&](uint32_t i0, uint32_t i1, T* d) {
+        for (uint32_t i = i0; i < i1; ++i) {
+            std::copy(src + s.first(i), src + s.first(i) + s.len(i), d);
+            d += s.len(i);
+        }
+    };
+    const size_t tasks = s.n < 2 ? 1 : threads::tasks_for(double(s.total()), kParallelGather, s.n);
+    if (tasks <= 1) return copy(0, s.n, dst);
+    threads::parallel_tasks(tasks, [&](size_t t) {
+        const auto [i0, i1] = threads::split(s.n, tasks, t);
+        size_t at = 0;  // where span i0 lands: the lengths before it
+        for (size_t i = 0; i < i0; ++i) at += s.len(uint32_t(i));
+        copy(uint32_t(i0), uint32_t(i1), dst + at);
+    });
 }
 template <typename T>
 inline void scatter_add(T* dst, const SpanList& s, const T* src) {
