@@ -74,9 +74,9 @@ inline size_t total_len(const Spans& s) {
 }
 
 // ---- moving values between span lists and contiguous buffers ----
-// Values gathered per task above which a gather splits its spans across the pool: a chunk's
-// embedded rows (64 samples x 16 ids x 64 values) are copied before each of its layer's products,
-// which would otherwise wait on one thread for it.
+// Values above which a gather splits its spans across the pool: a chunk's embedded rows (64
+// samples x 16 ids x 64 values) are copied before each of its layer's products, and the other
+// threads would otherwise wait for one to do it.
 inline constexpr double kParallelGather = 1 << 15;
 
 template <typename T>
