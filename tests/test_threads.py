@@ -114,8 +114,9 @@ def test_chunked_eager_is_bitwise_the_same_on_two_threads(make, dtype):
 @pytest.mark.parametrize("dtype", [bt.float32, bt.float64])
 def test_large_gathers_and_slot_fills_split_with_the_same_bits(dtype):
     """A chunk of 40 samples of 16 ids embedded 64 wide: the layer gathers 40,960 values from 640
-    spans, and its records add tens of thousands of slots at once (both split across threads
-    above 32,768); the fused step writes the same weights as on one thread."""
+    spans and adds its input gradient back into the table's rows (which the ids repeat), and its
+    records add tens of thousands of slots at once (all three split across threads above
+    32,768); the fused step writes the same weights as on one thread."""
     def run(threads):
         bt.manual_seed(21)
         model = nn.MakemoreMLP(vocab=27, block=16, emb=64, hidden=40, dtype=dtype)

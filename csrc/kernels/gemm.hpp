@@ -517,14 +517,18 @@ inline void forward(const T* x, const T* W, const T* b, T* y, size_t rows, size_
 
 // gx[r, i] += sum_o gy[r, o] W[o, i] for r in [r0, r1) and i in [i0, i1) (i1 past `in` means
 // `in`). Threads split a wide layer by columns i, so each reads only its columns of W.
+// add = false: that block of gx is written, not added to (its old contents are never read), with
+// the bits the sum into a zeroed gx would have: each chain starts from zero either way.
 template <typename T>
 inline void grad_input(const T* gy, const T* W, T* gx, size_t rows, size_t in, size_t out, size_t r0, size_t r1,
-                       size_t i0 = 0, size_t i1 = size_t(-1)) {
+                       size_t i0 = 0, size_t i1 = size_t(-1), bool add = true) {
     (void)rows;
     i1 = std::min(i1, in);
     if (r0 >= r1 || i0 >= i1) return;
     const size_t n = i1 - i0;
     if (r1 - r0 < kAxpyRows || out < 8) {
+        if (!add)
+            for (size_t r = r0; r < r1; ++r) std::fill(gx + r * in + i0, gx + r * in + i1, T(0));
         size_t o = 0;
         for (; o + 4 <= out; o += 4)
             for (size_t r = r0; r < r1; ++r)
@@ -542,9 +546,15 @@ inline void grad_input(const T* gy, const T* W, T* gx, size_t rows, size_t in, s
     // 5 % slower on W4's 64 x 1024 -> 1024 layer, 16 % on -> 27, build/cpp/gemm_kernels A/B).
     constexpr size_t NR = kNV * Simd<T>::W;
     const size_t kc = std::max<size_t>(kMR, kPackElements<T> / ((n + NR - 1) / NR * NR));
-    for (size_t k0 = 0; k0 < out; k0 += kc)
-        for_each_tile<T>(r1 - r0, n, std::min(kc, out - k0), gy + r0 * out + k0, out, 1, W + k0 * in + i0, in, true,
-                         false, from_tile<T>(C, in), to_tile(C, in));
+    for (size_t k0 = 0; k0 < out; k0 += kc) {
+        const size_t K = std::min(kc, out - k0);
+        const T* a = gy + r0 * out + k0;
+        if (k0 == 0 && !add)
+            for_each_tile<T>(r1 - r0, n, K, a, out, 1, W + i0, in, true, false, zero_tile<T>(), to_tile(C, in));
+        else
+            for_each_tile<T>(r1 - r0, n, K, a, out, 1, W + k0 * in + i0, in, true, false, from_tile<T>(C, in),
+                             to_tile(C, in));
+    }
 }
 
 // gb[o] += sum_r gy[r, o] for o in [o0, o1), rows in order.

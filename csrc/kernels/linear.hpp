@@ -8,6 +8,7 @@
 // owns whole output elements and gives the same bits as one thread (gemm.hpp keeps every element
 // one chain whatever the split).
 #pragma once
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -74,10 +75,13 @@ inline void linear_fwd(const T* x, const T* W, const T* b, T* y, uint32_t rows, 
 
 // With `sgd`, W takes a plain SGD step in place of accumulating gW (gW unused): every task of
 // the input gradient, which reads the old W, finishes before any row of W changes.
+// gx_add = false: gx is written, not added to (the tasks start their own blocks from zero, so the
+// caller need not zero it first on one thread).
 template <typename T>
 inline void linear_bwd(const T* x, const T* W, const T* gy, T* gx, T* gW, T* gb, uint32_t rows, uint32_t in,
-                       uint32_t out, const gemm::SgdSink<T>* sgd = nullptr) {
+                       uint32_t out, const gemm::SgdSink<T>* sgd = nullptr, bool gx_add = true) {
     if (sgd && rows < gemm::kAxpyRows) {
+        if (!gx_add) std::fill(gx, gx + size_t(rows) * in, T(0));  // a few rows
         // One pass over W for both products; tasks own columns of gx and W alike.
         const size_t tc = threads::tasks_for(double(rows) * in * out, kLinearParallelWork,
                                              (size_t(in) + kLinearAlign - 1) / kLinearAlign);
@@ -93,7 +97,7 @@ inline void linear_bwd(const T* x, const T* W, const T* gy, T* gx, T* gW, T* gb,
     }
     const size_t tw = linear_tasks(rows, in, out);
     if (tw <= 1) {
-        gemm::grad_input(gy, W, gx, rows, in, out, 0, rows);
+        gemm::grad_input(gy, W, gx, rows, in, out, 0, rows, 0, size_t(-1), gx_add);
         gemm::grad_weight(gy, x, gW, gb, rows, in, out, 0, out, sgd);
         return;
     }
@@ -105,10 +109,10 @@ inline void linear_bwd(const T* x, const T* W, const T* gy, T* gx, T* gW, T* gb,
     auto input_task = [&](size_t t) {
         if (by_columns) {
             const auto [i0, i1] = threads::split(in, ti, t, kLinearAlign);
-            gemm::grad_input(gy, W, gx, rows, in, out, 0, rows, i0, i1);
+            gemm::grad_input(gy, W, gx, rows, in, out, 0, rows, i0, i1, gx_add);
         } else {
             const auto [r0, r1] = threads::split(rows, ti, t);
-            gemm::grad_input(gy, W, gx, rows, in, out, r0, r1);
+            gemm::grad_input(gy, W, gx, rows, in, out, r0, r1, 0, size_t(-1), gx_add);
         }
     };
     auto weight_task = [&](size_t t) {

@@ -96,13 +96,32 @@ inline void gather(const T* src, const SpanList& s, T* dst) {
         copy(uint32_t(i0), uint32_t(i1), dst + at);
     });
 }
+// dst[s] += src, span by span in order. A large one splits the destination slots into ranges,
+// each task adding, span by span in the same order, only what lands in its range: every slot
+// gets its additions in the order one thread would make them, whatever the spans' overlaps
+// (the rows of an embedding table that a chunk's ids repeat).
 template <typename T>
 inline void scatter_add(T* dst, const SpanList& s, const T* src) {
-    for (uint32_t i = 0; i < s.n; ++i) {
-        T* d = dst + s.first(i);
-        for (uint32_t j = 0; j < s.len(i); ++j) d[j] += src[j];
-        src += s.len(i);
-    }
+    auto add = [&](uint64_t d0, uint64_t d1) {
+        const T* from = src;
+        for (uint32_t i = 0; i < s.n; ++i) {
+            const uint64_t f = s.first(i), e = f + s.len(i);
+            for (uint64_t j = std::max(f, d0); j < std::min(e, d1); ++j) dst[j] += from[j - f];
+            from += s.len(i);
+        }
+    };
+    const size_t tasks = s.n < 2 ? 1 : threads::tasks_for(double(s.total()), kParallelGather, s.n);
+    uint64_t lo = UINT64_MAX, hi = 0;
+    if (tasks > 1)
+        for (uint32_t i = 0; i < s.n; ++i) {
+            lo = std::min<uint64_t>(lo, s.first(i));
+            hi = std::max<uint64_t>(hi, uint64_t(s.first(i)) + s.len(i));
+        }
+    if (tasks <= 1 || hi - lo < 2 * 64) return add(0, UINT64_MAX);
+    threads::parallel_tasks(tasks, [&](size_t t) {
+        const auto [b, e] = threads::split(size_t(hi - lo), tasks, t, 16);  // 64-byte lines of floats
+        add(lo + b, lo + e);
+    });
 }
 // Contiguous pointer to an operand: the slots themselves if it is one span, else a gathered copy.
 template <typename T>

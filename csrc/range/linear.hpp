@@ -40,14 +40,13 @@ inline void linear_backward(const Frame<T>& A, const Record& r, const Operands& 
     const size_t nx = size_t(rows) * nin;
     T* buf = A.scratch(2 * nx).data();
     const T* xs = contiguous(A.values(), o.v[0], buf);
-    T* gx = buf + nx;
-    std::fill(gx, gx + nx, T(0));
+    T* gx = buf + nx;  // written by the products (gx_add = false), so never zeroed here
     T* g = A.grads();
     const uint32_t w = o.v[1].first(0);
     const FusedSgd* f = A.applies_sgd(w) ? A.fused_sgd : nullptr;
     const gemm::SgdSink<T> sgd{A.values() + w, T(f ? f->lr : 0.0), T(f ? f->weight_decay : 0.0)};
     linear_bwd(xs, A.values() + w, g + r.out, gx, g + w, has_b ? g + o.v[2].first(0) : nullptr, rows, nin, nout,
-               f ? &sgd : nullptr);
+               f ? &sgd : nullptr, false);
     scatter_add(g, o.v[0], gx);
 }
 

@@ -120,6 +120,16 @@ static void check_shape(size_t rows, size_t in, size_t out, bool bias) {
             gemm::grad_input(gy.data(), W.data(), gxc.data(), rows, in, out, 0, rows, icuts[p], icuts[p + 1]);
         CHECK(same_bits(gxc, gx), "%s grad_input column split at %zu,%zu of %zux%zux%zu differs", tn, i1, i2, rows, in,
               out);
+
+        // add = false over the same column blocks: garbage in gx is never read, and the result
+        // has the bits of the sum into a zeroed gx
+        std::vector<T> zeroed(rows * in, T(0)), written(rows * in, T(-3.5));
+        gemm::grad_input(gy.data(), W.data(), zeroed.data(), rows, in, out, 0, rows);
+        for (int p = 0; p < 3; ++p)
+            gemm::grad_input(gy.data(), W.data(), written.data(), rows, in, out, 0, rows, icuts[p], icuts[p + 1],
+                             false);
+        CHECK(same_bits(written, zeroed), "%s grad_input add=false split at %zu,%zu of %zux%zux%zu differs", tn, i1, i2,
+              rows, in, out);
     }
 }
 
