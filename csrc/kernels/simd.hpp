@@ -17,8 +17,9 @@
 #else
 #define BT_ALWAYS_INLINE inline
 #endif
-// The same for a lambda's call operator (written after its parameter list).
-#if defined(__GNUC__) || defined(__clang__)
+// The same for a lambda's call operator (written after its parameter list). Not in sanitizer
+// builds (BT_SANITIZED, set by CMake): there it only multiplied the instrumented code.
+#if (defined(__GNUC__) || defined(__clang__)) && !defined(BT_SANITIZED)
 #define BT_LAMBDA_INLINE __attribute__((always_inline))
 #else
 #define BT_LAMBDA_INLINE
