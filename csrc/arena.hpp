@@ -373,18 +373,21 @@ public:
         const size_t first = nslots_;
         nslots_ += n;
         const uint64_t epoch = epoch_;
+        auto fill = [&](size_t b, size_t len) {
+            for (size_t i = first + b; i < first + b + len; ++i) {
+                grad_[i] = T(0);
+                gen_[i] = epoch;
+                lo_[i] = lo;
+            }
+        };
         // A chunk's range records add tens of thousands of slots at once (16 bytes each to
         // write): those fills split across the pool rather than keep the other threads waiting.
-        threads::in_blocks(
-            n,
-            [&](size_t b, size_t len) {
-                for (size_t i = first + b; i < first + b + len; ++i) {
-                    grad_[i] = T(0);
-                    gen_[i] = epoch;
-                    lo_[i] = lo;
-                }
-            },
-            double(1 << 15));
+        // A scalar op's one slot takes the plain loop.
+        constexpr size_t kParallelFill = size_t(1) << 15;
+        if (n < kParallelFill)
+            fill(0, n);
+        else
+            threads::in_blocks(n, fill, double(kParallelFill));
         return static_cast<uint32_t>(first);
     }
     uint32_t leaf(T v) {

@@ -260,6 +260,10 @@ inline void parallel_tasks(size_t ntasks, F&& f) {
     Pool::instance().run(ntasks, num_threads(), f);
 }
 
+// Whether a region started here could run on more than one thread (not inside a task, more than
+// one thread allowed): callers check it before measuring work that would only decide a split.
+inline bool can_split() { return !detail::t_in_task && num_threads() > 1; }
+
 // How many tasks a region of `work` units should be split into: 1 below `threshold` units (a
 // parallel region costs a few microseconds to start), else one per thread, capped by `items`.
 inline size_t tasks_for(double work, double threshold, size_t items) {

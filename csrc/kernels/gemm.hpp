@@ -198,9 +198,10 @@ BT_ALWAYS_INLINE void transpose_block16(const float* src, size_t lds, int rows, 
 }
 #endif
 
-// The same panels from B given transposed (B(k, n) = bt[n * ldb + k]): each row of bt is read
-// once, in order, and spread down its panel's column, KB rows of the panel at a time. Columns
-// past N are left unwritten: the tiles' masked loads never read them.
+// The same panels from B given transposed (B(k, n) = bt[n * ldb + k]): with AVX-512 floats, 16 x 16
+// blocks transposed in registers; otherwise each row of bt is read once, in order, and spread
+// down its panel's column, KB rows of the panel at a time. Columns past N are left unwritten:
+// the tiles' masked loads never read them.
 template <typename T>
 inline void pack_panels_transposed(const T* bt, size_t ldb, size_t K, size_t N, T* dst) {
     constexpr int NR = kNV * Simd<T>::W;

@@ -74,10 +74,18 @@ inline size_t total_len(const Spans& s) {
 }
 
 // ---- moving values between span lists and contiguous buffers ----
-// Values above which a gather splits its spans across the pool: a chunk's embedded rows (64
-// samples x 16 ids x 64 values) are copied before each of its layer's products, and the other
-// threads would otherwise wait for one to do it.
+// Values above which a gather or a scatter-add splits across the pool: a chunk's embedded rows
+// (64 samples x 16 ids x 64 values) are copied before each of its layer's products and their
+// gradient added back after, and the other threads would otherwise wait for one to do it.
 inline constexpr double kParallelGather = 1 << 15;
+
+// Tasks a gather or scatter-add over s splits into. The walk over the spans that counts their
+// values is skipped where nothing could split (one thread, or inside a task, where a replay's
+// records run).
+inline size_t span_tasks(const SpanList& s) {
+    if (s.n < 2 || !threads::can_split()) return 1;
+    return threads::tasks_for(double(s.total()), kParallelGather, s.n);
+}
 
 template <typename T>
 inline void gather(const T* src, const SpanList& s, T* dst) {
@@ -87,7 +95,7 @@ inline void gather(const T* src, const SpanList& s, T* dst) {
             d += s.len(i);
         }
     };
-    const size_t tasks = s.n < 2 ? 1 : threads::tasks_for(double(s.total()), kParallelGather, s.n);
+    const size_t tasks = span_tasks(s);
     if (tasks <= 1) return copy(0, s.n, dst);
     threads::parallel_tasks(tasks, [&](size_t t) {
         const auto [i0, i1] = threads::split(s.n, tasks, t);
@@ -102,25 +110,29 @@ inline void gather(const T* src, const SpanList& s, T* dst) {
 // (the rows of an embedding table that a chunk's ids repeat).
 template <typename T>
 inline void scatter_add(T* dst, const SpanList& s, const T* src) {
-    auto add = [&](uint64_t d0, uint64_t d1) {
+    const size_t tasks = span_tasks(s);
+    if (tasks <= 1) {
+        for (uint32_t i = 0; i < s.n; ++i) {
+            T* d = dst + s.first(i);
+            for (uint32_t j = 0; j < s.len(i); ++j) d[j] += src[j];
+            src += s.len(i);
+        }
+        return;
+    }
+    size_t lo = SIZE_MAX, hi = 0;
+    for (uint32_t i = 0; i < s.n; ++i) {
+        lo = std::min<size_t>(lo, s.first(i));
+        hi = std::max<size_t>(hi, size_t(s.first(i)) + s.len(i));
+    }
+    threads::parallel_tasks(tasks, [&](size_t t) {
+        const auto [b, e] = threads::split(hi - lo, tasks, t, 16);  // ranges a whole number of 16 slots
+        const size_t d0 = lo + b, d1 = lo + e;
         const T* from = src;
         for (uint32_t i = 0; i < s.n; ++i) {
-            const uint64_t f = s.first(i), e = f + s.len(i);
-            for (uint64_t j = std::max(f, d0); j < std::min(e, d1); ++j) dst[j] += from[j - f];
+            const size_t f = s.first(i), end = f + s.len(i);
+            for (size_t j = std::max(f, d0); j < std::min(end, d1); ++j) dst[j] += from[j - f];
             from += s.len(i);
         }
-    };
-    const size_t tasks = s.n < 2 ? 1 : threads::tasks_for(double(s.total()), kParallelGather, s.n);
-    uint64_t lo = UINT64_MAX, hi = 0;
-    if (tasks > 1)
-        for (uint32_t i = 0; i < s.n; ++i) {
-            lo = std::min<uint64_t>(lo, s.first(i));
-            hi = std::max<uint64_t>(hi, uint64_t(s.first(i)) + s.len(i));
-        }
-    if (tasks <= 1 || hi - lo < 2 * 64) return add(0, UINT64_MAX);
-    threads::parallel_tasks(tasks, [&](size_t t) {
-        const auto [b, e] = threads::split(size_t(hi - lo), tasks, t, 16);  // 64-byte lines of floats
-        add(lo + b, lo + e);
     });
 }
 // Contiguous pointer to an operand: the slots themselves if it is one span, else a gathered copy.
