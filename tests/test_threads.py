@@ -100,6 +100,33 @@ def test_the_oracle_thread_count_caps_every_op_of_its_call(compile):
 
 
 @needs_two
+@pytest.mark.parametrize("threads", [1, 2])
+def test_the_trainer_steps_on_the_oracles_thread_count(threads):
+    """burtorch train --threads N: the optimizer step runs under the oracle's count too (not the
+    process's, every core by default), and the process's count is as it was after the run."""
+    from burtorch import data
+    from burtorch.app.trainer import train
+    from burtorch.optim import SGD
+
+    class CountingSGD(SGD):
+        seen: list = []
+
+        def step(self):
+            self.seen.append(bt.get_num_threads())
+            super().step()
+
+    words = ["anna", "bob", "carla", "dave", "emma", "fred"] * 4
+    train_set = data.WordDataset(words, 3)
+    model = nn.MakemoreMLP(vocab=train_set.vocab_size, block=3, emb=4, hidden=8)
+    opt = CountingSGD(model.parameters(), lr=0.1)
+    bt.set_num_threads(2 if threads == 1 else 1)
+    train(model, opt, train_set, train_set.batch(8, random.Random(0)), steps=3, batch=4, eval_every=10,
+          rng=random.Random(1), chunk=2, threads=threads)
+    assert opt.seen == [threads] * 3
+    assert bt.get_num_threads() == (2 if threads == 1 else 1)
+
+
+@needs_two
 @pytest.mark.parametrize("make", [_mlp, _gpt])
 @pytest.mark.parametrize("dtype", [bt.float32, bt.float64])
 def test_chunked_eager_is_bitwise_the_same_on_two_threads(make, dtype):

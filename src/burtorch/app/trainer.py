@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import math
 import random
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from .. import _core
 from ..modes import no_grad
-from ..oracle import grad_oracle, mean_loss
+from ..oracle import checked_threads, grad_oracle, mean_loss
 from ..seeding import next_seed
 
 
@@ -43,7 +45,8 @@ def train(model, optimizer, train_set, val_samples, steps: int, batch: int, rng:
         progress: an object with ``update(step, loss, val)``, or None.
         chunk: samples per graph (see :func:`burtorch.oracle.grad_oracle`).
         compile: replay recorded programs, per sample or per chunk (see :func:`burtorch.oracle.grad_oracle`).
-        threads: native threads per step (see :func:`burtorch.oracle.grad_oracle`).
+        threads: native threads per step, the oracle's (see :func:`burtorch.oracle.grad_oracle`) and the
+            optimizer step's.
         after_step: ``after_step(step, history)``, called after each step (periodic checkpoints).
         stop: an object whose ``signal`` turns non-None to stop after the current step.
 
@@ -66,7 +69,8 @@ def train(model, optimizer, train_set, val_samples, steps: int, batch: int, rng:
     for step in range(start_step + 1, steps + 1):
         samples = train_set.batch(batch, rng)
         loss = grad_oracle(model, samples, chunk=chunk, compile=compile, threads=threads)
-        optimizer.step()
+        with _thread_cap(threads):
+            optimizer.step()
         ema = loss if ema is None else 0.95 * ema + 0.05 * loss
         history.steps.append(step)
         history.train_loss.append(loss)
@@ -81,6 +85,20 @@ def train(model, optimizer, train_set, val_samples, steps: int, batch: int, rng:
         if stop is not None and stop.signal is not None:
             break
     return history
+
+
+@contextmanager
+def _thread_cap(threads: int | None):
+    """Native work in the block runs on at most `threads` threads (None: the process's count), as
+    grad_oracle(threads=...) caps its own. The step follows the oracle: by default the process's
+    count is every core, and a step split across cores after a one-thread oracle left the next
+    oracle reading half the weights back from the other core (a quarter slower at W4 e=64 on
+    a 2-vCPU VM), with a helper spinning on a core the run was told not to use."""
+    old = _core._swap_call_threads(checked_threads(threads))
+    try:
+        yield
+    finally:
+        _core._swap_call_threads(old)
 
 
 def sample_text(model, tokenizer, rng: random.Random, length: int = 200, prompt_ids=None,
