@@ -723,6 +723,17 @@ void init_program(nb::module_& m) {
         .def_prop_ro("num_external",
                      [](const ProgramBox& b) { return b.visit_prog([](const auto& p) { return size_t(p.n_ext); }); })
         .def_prop_ro(
+            "weights_read_in_place",
+            [](const ProgramBox& b) {
+                return b.visit_prog([](const auto& p) {
+                    size_t n = 0;
+                    for (const bt::Span& w : p.arena_weights) n += w.second;
+                    return n;
+                });
+            },
+            "External values a replay reads where they live in the arena rather than copying them into its frame:\n"
+            "linear layers' weights that no other op reads.")
+        .def_prop_ro(
             "swept", [](const ProgramBox& b) { return b.visit_prog([](const auto& p) { return p.sweep.size(); }); },
             "Records the reverse sweep visits (those leading from the root to a wrt node).")
         .def_prop_ro(

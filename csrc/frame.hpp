@@ -42,6 +42,10 @@ struct Frame {
     // Set by a sweep that applies an SGD step to some weights; null otherwise.
     const FusedSgd* fused_sgd = nullptr;
 
+    // Linear weights a replay reads where they live in the arena, not from a copy in its frame,
+    // by the frame slot of their first element (Program::arena_weights). Null: none.
+    const std::vector<std::pair<uint32_t, const T*>>* arena_weights = nullptr;
+
     // Whether the record reading the weight at w_slot applies its SGD step (and marks it applied).
     bool applies_sgd(uint32_t w_slot) const {
         if (!fused_sgd) return false;
@@ -55,6 +59,13 @@ struct Frame {
             for (const auto& [slot, wt] : *transposed_weights)
                 if (slot == w_slot) return wt;
         return nullptr;
+    }
+    // The values of the linear weight whose first element is at w_slot.
+    const T* weight(uint32_t w_slot) const {
+        if (arena_weights)
+            for (const auto& [slot, w] : *arena_weights)
+                if (slot == w_slot) return w;
+        return v + w_slot;
     }
     T* values() const { return v; }
     T* grads() const { return g; }

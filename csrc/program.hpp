@@ -130,6 +130,10 @@ public:
         uint32_t slot, rows, cols;
     };
     std::vector<TransposedWeight> transposed_weights;
+    // External spans that no record reads but as the W of linear records (frame spans, sorted):
+    // a replay reads them where they live in the arena instead of copying them into its frame
+    // (a wide layer's weights are most of what prepare() would copy: 4 MB at 1024 x 1024).
+    std::vector<Span> arena_weights;
     std::vector<T> local_init;  // values of the local slots at trace time (constants stay)
     std::vector<uint32_t> inputs;
     uint32_t num_ids = 0;
@@ -156,12 +160,17 @@ struct Workspace {
     std::vector<uint32_t> args;
     std::vector<T> wt;                                    // the program's transposed weights, back to back
     std::vector<std::pair<uint32_t, const T*>> wt_index;  // (W's frame slot, its transposed copy in wt)
+    std::vector<std::pair<uint32_t, const T*>> w_index;   // (W's frame slot, W in the arena): arena_weights
     const Program<T>* laid_out_for = nullptr;
     // Whether every external wrt grad is zero: set by the passes that read those grads out and
     // zero them as they go (take_wrt_grads, the threaded sum), cleared by prepare(). prepare()
     // then zeroes only the other external grads instead of one more pass over every parameter's.
     bool wrt_grads_zero = false;
-    Frame<T> frame() { return Frame<T>{v.data(), g.data(), &scratch, wt_index.empty() ? nullptr : &wt_index}; }
+    Frame<T> frame() {
+        return Frame<T>{v.data(), g.data(),
+                        &scratch, wt_index.empty() ? nullptr : &wt_index,
+                        nullptr,  w_index.empty() ? nullptr : &w_index};
+    }
 };
 
 // Sorts and merges spans (overlapping or adjacent ones become one).
@@ -175,6 +184,54 @@ inline std::vector<Span> merged(std::vector<Span> spans) {
             out.push_back(sp);
     }
     return out;
+}
+
+// The linear weights (frame spans, one per distinct W) sorted, each once; empty if two differ
+// but overlap (a weight read twice at different extents: left to the copy).
+inline std::vector<Span> merged_weights(std::vector<Span> w) {
+    std::sort(w.begin(), w.end());
+    w.erase(std::unique(w.begin(), w.end()), w.end());
+    for (size_t i = 1; i < w.size(); ++i)
+        if (w[i].first < w[i - 1].first + w[i - 1].second) return {};
+    return w;
+}
+
+// Of the candidate weights `cand` (sorted, disjoint frame spans), those that nothing reads but
+// linear records as their W operand, exactly: no other operand, record, guard or the root.
+template <typename T>
+std::vector<Span> only_read_as_weights(const Program<T>& P, const std::vector<Span>& cand) {
+    if (cand.empty()) return {};
+    std::vector<char> out(cand.size(), 0);
+    auto hit = [&](uint32_t first, uint32_t len) {  // marks the candidates [first, first + len) meets
+        auto it = std::upper_bound(cand.begin(), cand.end(), first,
+                                   [](uint32_t x, const Span& c) { return x < c.first + c.second; });
+        for (; it != cand.end() && it->first < first + len; ++it) out[size_t(it - cand.begin())] = 1;
+    };
+    for (const Record& r : P.recs) {
+        if (op_info(r.op).kind != OpKind::range) {
+            for_each_arg_span(r, P.args.data() + r.a, hit);
+            continue;
+        }
+        const uint32_t* p = P.args.data() + r.a;
+        const uint32_t kops = *p++;
+        for (uint32_t v = 0; v < kops; ++v) {
+            const uint32_t n = *p++;
+            const bool w_of_linear = r.op == Op::linear && v == 1 && n == 1;
+            for (uint32_t i = 0; i < n; ++i, p += 2) {
+                if (w_of_linear && std::binary_search(cand.begin(), cand.end(), Span{p[0], p[1]})) continue;
+                hit(p[0], p[1]);
+            }
+        }
+    }
+    hit(P.root, 1);
+    for (const Guard& g : P.guards) {
+        hit(g.a, 1);
+        if (!g.rhs_const) hit(g.b, 1);
+    }
+    std::vector<Span> keep;
+    for (size_t i = 0; i < cand.size(); ++i)
+        if (!out[i]) keep.push_back(cand[i]);
+    return keep;
 }
 
 template <typename T>
@@ -379,8 +436,10 @@ Program<T> Program<T>::build(const Arena<T>& A, const TraceSpec& s) {
                                       [&](const auto& t) { return t.slot == w; });
         if (linear_forward_transposes_w(rows, nin, nout) && w + nin * nout <= P.n_ext && !seen)
             P.transposed_weights.push_back({w, nout, nin});
+        if (w + nin * nout <= P.n_ext) P.arena_weights.emplace_back(w, nin * nout);
     }
     P.root = map(s.root);
+    P.arena_weights = only_read_as_weights(P, merged_weights(std::move(P.arena_weights)));
     return P;
 }
 
@@ -405,8 +464,22 @@ inline void prepare(const Program<T>& P, Workspace<T>& W, const T* arena_values,
         W.laid_out_for = &P;
         W.wrt_grads_zero = true;
     }
-    for (const ExternalSpan& e : P.ext)
-        std::copy(arena_values + e.first, arena_values + e.first + e.len, W.v.begin() + e.at);
+    // Every external value but the arena weights, which the replay reads in place.
+    W.w_index.clear();
+    auto w = P.arena_weights.begin();
+    for (const ExternalSpan& e : P.ext) {
+        uint32_t at = e.at;
+        const uint32_t end = e.at + e.len;
+        auto copy_to = [&](uint32_t stop) {
+            std::copy(arena_values + e.first + (at - e.at), arena_values + e.first + (stop - e.at), W.v.begin() + at);
+        };
+        for (; w != P.arena_weights.end() && w->first < end; ++w) {  // weights lie inside one span each
+            copy_to(w->first);
+            W.w_index.emplace_back(w->first, arena_values + e.first + (w->first - e.at));
+            at = w->first + w->second;
+        }
+        copy_to(end);
+    }
     if (W.wrt_grads_zero)
         for (const Span& s : P.ext_not_wrt) std::fill(W.g.begin() + s.first, W.g.begin() + s.first + s.second, T(0));
     else
@@ -419,7 +492,7 @@ inline void prepare(const Program<T>& P, Workspace<T>& W, const T* arena_values,
     W.wt.resize(total);
     T* dst = W.wt.data();
     for (const auto& t : P.transposed_weights) {
-        gemm::transpose(W.v.data() + t.slot, t.rows, t.cols, t.cols, dst, t.rows);  // cols x rows
+        gemm::transpose(W.frame().weight(t.slot), t.rows, t.cols, t.cols, dst, t.rows);  // cols x rows
         W.wt_index.emplace_back(t.slot, dst);
         dst += size_t(t.rows) * t.cols;
     }

@@ -397,3 +397,36 @@ def test_replay_workspaces_carry_no_gradient_from_one_call_into_the_next(threads
         np.testing.assert_allclose(pv.numpy("grads"), eager, rtol=1e-12, atol=1e-15)
         for p in model.parameters():  # a step, so each call reads new parameters
             p.set_data((np.array(p.tolist()) - 0.1 * np.array(p.tolist("grads"))).tolist())
+
+
+class _L2OnFc1(MakemoreMLP):
+    """fc1's weight also enters the loss elementwise (an L2 term): a replay must copy it into its
+    frame; fc2's weight only feeds its linear layer and is read in place."""
+
+    def loss_batch(self, samples):
+        w = self.fc1.weight
+        return super().loss_batch(samples) + (w * w).sum() * 0.01
+
+
+@pytest.mark.parametrize("dtype", [bt.float32, bt.float64])
+@pytest.mark.parametrize("chunk", [1, 4])
+def test_replays_read_linear_weights_in_place_unless_another_op_reads_them(dtype, chunk):
+    from burtorch.oracle_compiled import _cached_program
+
+    bt.manual_seed(8)
+    r = random.Random(9)
+    for cls, in_place in ((MakemoreMLP, 20 * 7 + 7 * 11), (_L2OnFc1, 7 * 11)):
+        model = cls(vocab=11, block=4, emb=5, hidden=7, dtype=dtype)
+        if cls is _L2OnFc1 and chunk == 1:
+            continue  # the L2 term is in loss_batch only
+        batch = [([r.randrange(11) for _ in range(4)], r.randrange(11)) for _ in range(8)]
+        pv = model.parameter_vector()
+        for _ in range(2):  # the second replay reads the weights the first step moved
+            eager_loss = bt.grad_oracle(model, batch, chunk=chunk)
+            eager = pv.numpy("grads").copy()
+            assert bt.grad_oracle(model, batch, compile=True, chunk=chunk, threads=1) == eager_loss
+            np.testing.assert_array_equal(pv.numpy("grads"), eager)
+            pv.set_data(pv.numpy() - 0.1 * eager)
+        shape = ((4, 0),) * chunk
+        prog = _cached_program(model, ("chunk",) + shape if chunk > 1 else shape[0])
+        assert prog.weights_read_in_place == in_place, cls.__name__

@@ -29,8 +29,8 @@ inline void linear_forward(const Frame<T>& A, const Record& r, const Operands& o
     const size_t nw = linear_forward_scratch(rows, nin, nout, wt != nullptr, tasks);
     T* scratch = A.scratch(nx + nw).data();
     const T* xs = contiguous(A.values(), o.v[0], scratch);
-    linear_fwd(xs, A.values() + o.v[1].first(0), has_b ? A.values() + o.v[2].first(0) : nullptr, A.values() + r.out,
-               rows, nin, nout, nw ? scratch + nx : nullptr, wt, tasks);
+    linear_fwd(xs, A.weight(o.v[1].first(0)), has_b ? A.values() + o.v[2].first(0) : nullptr, A.values() + r.out, rows,
+               nin, nout, nw ? scratch + nx : nullptr, wt, tasks);
 }
 // Scratch: [x gathered (rows * in) | gx (rows * in)].
 template <typename T>
@@ -45,7 +45,7 @@ inline void linear_backward(const Frame<T>& A, const Record& r, const Operands& 
     const uint32_t w = o.v[1].first(0);
     const FusedSgd* f = A.applies_sgd(w) ? A.fused_sgd : nullptr;
     const gemm::SgdSink<T> sgd{A.values() + w, T(f ? f->lr : 0.0), T(f ? f->weight_decay : 0.0)};
-    linear_bwd(xs, A.values() + w, g + r.out, gx, g + w, has_b ? g + o.v[2].first(0) : nullptr, rows, nin, nout,
+    linear_bwd(xs, A.weight(w), g + r.out, gx, g + w, has_b ? g + o.v[2].first(0) : nullptr, rows, nin, nout,
                f ? &sgd : nullptr, false);
     scatter_add(g, o.v[0], gx);
 }
