@@ -2,8 +2,9 @@
 // run against a private frame, then replayed with new inputs (forward, then the reverse sweep).
 //
 // Frame layout: [external slots | local slots]. External slots are the nodes below the trace
-// (parameters, captured Values): their values are copied in from the arena per call (read only)
-// and their grads accumulate in the frame. Local slots are the trace's own nodes, in creation
+// (parameters, captured Values): their values are copied in from the arena per call (read only;
+// but for the linear weights no other record reads, which stay in the arena: arena_weights) and
+// their grads accumulate in the frame. Local slots are the trace's own nodes, in creation
 // order, so every span that was contiguous in the arena is contiguous in the frame and a replay
 // runs the same kernels on the same numbers as the eager appends did (bitwise equal results).
 //
@@ -186,9 +187,9 @@ inline std::vector<Span> merged(std::vector<Span> spans) {
     return out;
 }
 
-// The linear weights (frame spans, one per distinct W) sorted, each once; empty if two differ
-// but overlap (a weight read twice at different extents: left to the copy).
-inline std::vector<Span> merged_weights(std::vector<Span> w) {
+// The linear weights (frame spans) sorted, each once; none if two differ but overlap (a weight
+// read at two different extents is left to the copy).
+inline std::vector<Span> distinct_weights(std::vector<Span> w) {
     std::sort(w.begin(), w.end());
     w.erase(std::unique(w.begin(), w.end()), w.end());
     for (size_t i = 1; i < w.size(); ++i)
@@ -439,7 +440,7 @@ Program<T> Program<T>::build(const Arena<T>& A, const TraceSpec& s) {
         if (w + nin * nout <= P.n_ext) P.arena_weights.emplace_back(w, nin * nout);
     }
     P.root = map(s.root);
-    P.arena_weights = only_read_as_weights(P, merged_weights(std::move(P.arena_weights)));
+    P.arena_weights = only_read_as_weights(P, distinct_weights(std::move(P.arena_weights)));
     return P;
 }
 
@@ -452,8 +453,8 @@ inline constexpr size_t kTransposeWeightsFromSamples = 2;
 
 // Lays the workspace out for P (once: sizes, constants, args) and loads what stays fixed during
 // one call of `samples` samples: the external values, read from the arena (parameters change
-// between calls), and, for calls of many samples, the transposed copies of the linear layers'
-// weights. Every external grad starts the call at zero.
+// between calls; the arena weights are only pointed at), and, for calls of many samples, the
+// transposed copies of the linear layers' weights. Every external grad starts the call at zero.
 template <typename T>
 inline void prepare(const Program<T>& P, Workspace<T>& W, const T* arena_values, size_t samples = size_t(-1)) {
     if (W.laid_out_for != &P) {

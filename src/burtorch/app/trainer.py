@@ -92,8 +92,9 @@ def _thread_cap(threads: int | None):
     """Native work in the block runs on at most `threads` threads (None: the process's count), as
     grad_oracle(threads=...) caps its own. The step follows the oracle: by default the process's
     count is every core, and a step split across cores after a one-thread oracle left the next
-    oracle reading half the weights back from the other core (a quarter slower at W4 e=64 on
-    a 2-vCPU VM), with a helper spinning on a core the run was told not to use."""
+    oracle reading half the weights back from the other core (from 3 % to a quarter of a W4 e=64
+    step on a 2-vCPU VM, as moving lines between its cores was cheap or not), with a helper
+    spinning on a core the run was told not to use."""
     old = _core._swap_call_threads(checked_threads(threads))
     try:
         yield
