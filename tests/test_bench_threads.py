@@ -72,3 +72,40 @@ def test_floor_row_agrees_without_being_the_reference_and_gives_each_row_its_per
     col, tcol = header.index("% of GEMM floor"), header.index("threads")
     assert [b[col] for b in body] == ["25", "50", "100"]
     assert [b[tcol] for b in body] == ["1", "2", "1"]
+
+
+def test_the_capacity_probe_times_one_process_then_two_and_never_stops_a_run():
+    from burtorch.bench import capacity
+
+    cpu = max(os.sched_getaffinity(0))
+    probe = capacity.measure([cpu, cpu])  # both on one CPU: they take turns
+    assert probe["cpus"] == [cpu, cpu] and probe["alone_s"] > 0 and len(probe["together_s"]) == 2
+    assert probe["capacity"] == pytest.approx(sum(probe["alone_s"] / t for t in probe["together_s"]))
+    assert "two-core capacity" in capacity.describe(probe)
+    bad = capacity.probe_or_error([10_000, cpu])  # no such CPU: the worker cannot pin itself
+    assert bad["capacity"] is None and bad["error"]
+    assert "not measured" in capacity.describe(bad)
+    with pytest.raises(ValueError):
+        capacity.measure([cpu])
+    meta = {"two_core_capacity": {"before": probe, "after": bad}}
+    line = capacity.around_runs(meta)
+    assert f"before the runs {probe['capacity']:.2f}" in line and "after: -" in line
+    assert capacity.around_runs({}) == ""
+    doc = {"meta": meta, "runs": []}
+    assert report.render_markdown(doc).startswith(line)
+    assert line in report.render_terminal(doc)
+
+
+def test_a_run_with_two_thread_rows_probes_the_cores_before_and_after(tmp_path):
+    import json
+
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs two cores")
+    code = cli.main(["mlp", "--frameworks", "burtorch-chunk", "--embed", "4", "--batch", "2", "--threads", "1,2",
+                     "--reps", "1", "--out", str(tmp_path)])
+    assert code == 0
+    meta = json.loads((tmp_path / "results.json").read_text())["meta"]
+    probes = meta["two_core_capacity"]
+    for when in ("before", "after"):
+        assert probes[when]["capacity"] > 0 and len(probes[when]["cpus"]) == 2
+    assert (tmp_path / "results.md").read_text().startswith("Two-core capacity")

@@ -75,6 +75,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"cannot read {args.results}: {e}", file=sys.stderr)
         return 2
     print("\n".join(table(doc)))
+    from .capacity import around_runs
+
+    if around_runs(doc.get("meta")):
+        print("\n" + around_runs(doc.get("meta")))
     return 0
 
 

@@ -148,8 +148,8 @@ def _command_line(args) -> str:
 
 def run_suite(args) -> int:
     from ..app import machine
+    from . import capacity, harness, report
     from . import frameworks as fw
-    from . import harness, report
 
     workloads = WORKLOAD_ORDER if args.what == "all" else (args.what,)
     try:
@@ -165,14 +165,28 @@ def run_suite(args) -> int:
         print(f"{m['entry']}: not installed; to include it: {m['install']}")
     started = _dt.datetime.now().isoformat(timespec="seconds")
     t0 = time.perf_counter()
+    # Two-thread rows depend on how much of two cores the machine gives right now: probed
+    # before and after the runs, printed with the tables.
+    pair: list[int] = []
+    if any(int(j.config.get("threads", 1)) > 1 for j in jobs):
+        cores = harness.cores_for(cpu, 2)  # the cores the two-thread rows run on
+        pair = [int(c) for c in cores] if isinstance(cores, list) else []
+    probes: dict = {}
+    if len(pair) > 1:
+        probes["before"] = capacity.probe_or_error(pair)
+        print(capacity.describe(probes["before"]) + ", before the runs", file=sys.stderr, flush=True)
     runs = harness.run_all(jobs, cpu=cpu, timeout=args.timeout,
                            progress=lambda s: print(s, file=sys.stderr, flush=True))
+    if probes:
+        probes["after"] = capacity.probe_or_error(pair)
+        print(capacity.describe(probes["after"]) + ", after the runs", file=sys.stderr, flush=True)
     doc = {
         "schema": report.SCHEMA,
         "meta": {"command": _command_line(args),
                  "preset": args.preset, "started": started,
                  "elapsed_s": time.perf_counter() - t0, "cpu": cpu,
-                 "machine": machine.describe(), "workloads": list(workloads)},
+                 "machine": machine.describe(), "workloads": list(workloads),
+                 **({"two_core_capacity": probes} if probes else {})},
         "missing": missing, "runs": runs,
     }
     report.annotate(runs)

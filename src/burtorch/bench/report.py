@@ -152,7 +152,11 @@ def _text_table(header, body) -> str:
 
 
 def render_terminal(doc: dict) -> str:
+    from .capacity import around_runs
+
     out = []
+    if around_runs(doc.get("meta")):
+        out.append(around_runs(doc.get("meta")))
     for workload, ckey, rows in groups(doc["runs"]):
         spec = WORKLOADS[workload]
         header, body, notes = table_rows(rows)
@@ -179,7 +183,11 @@ def _md_table(header, body) -> str:
 
 
 def render_markdown(doc: dict, png_names: dict | None = None) -> str:
+    from .capacity import around_runs
+
     out = []
+    if around_runs(doc.get("meta")):
+        out.append(around_runs(doc.get("meta")) + "\n")
     current = None
     for workload, ckey, rows in groups(doc["runs"]):
         spec = WORKLOADS[workload]
@@ -323,6 +331,8 @@ def ours_like_paper(doc: dict) -> list:
 
 
 def render_readme(doc: dict, png_names: dict, png_prefix: str = "") -> str:
+    from .capacity import around_runs
+
     meta = doc["meta"]
     m = meta["machine"]
     versions: dict[str, str] = {}
@@ -368,6 +378,7 @@ def render_readme(doc: dict, png_names: dict, png_prefix: str = "") -> str:
         f"- Memory: {m.get('memory_gib')} GiB; OS: {m['os']}",
         f"- Python {m['python']} ({m['python_impl']}); C++ compiler: {m['compiler']}",
         "- Versions: " + ", ".join(f"{k} {v}" for k, v in sorted(versions.items())),
+        *(["- " + around_runs(meta)] if around_runs(meta) else []),
         "",
         "## Results",
         render_markdown(doc, {k: png_prefix + v for k, v in png_names.items()}),

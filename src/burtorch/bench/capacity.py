@@ -1,0 +1,138 @@
+"""How much of two cores a two-thread run can get right now. A fixed single-precision matrix
+product (numpy, one BLAS thread, operands in cache: bound by multiply-adds) runs in one process
+pinned to one core, then in two processes at once, pinned to two cores. The capacity is the
+sum of the two processes' speeds over the lone one's. 2 means two whole cores. Near 1 means the
+two CPUs share one physical core's arithmetic: two hyperthreads of one core on the host, say, or
+a host core also running another tenant. A virtual machine's CPUs can move between those states
+from one minute to the next, which a one-thread row does not see and a two-thread row does.
+`burtorch bench` measures it before and after any run with a two-thread row, and the tables
+print it.
+
+    python -m burtorch.bench.capacity [--cpus 1,0]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+
+from .harness import THREAD_ENV
+
+_SIZE = 192  # three float32 192 x 192 operands: 432 KiB, in L2
+_SECONDS = 0.25  # each timed phase
+
+
+def _worker(cpu: int) -> int:
+    """Pinned to `cpu`: calibrate, say 'ready', wait for a count on stdin, time that many
+    products, print the seconds."""
+    import numpy as np
+
+    if hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, {cpu})
+    rng = np.random.default_rng(0)
+    a, b = (rng.standard_normal((_SIZE, _SIZE)).astype(np.float32) for _ in range(2))
+    out = np.empty_like(a)
+    t0 = time.perf_counter()
+    calib = 0
+    while time.perf_counter() - t0 < 0.05:
+        np.dot(a, b, out=out)
+        calib += 1
+    print(f"ready {calib / (time.perf_counter() - t0):.6g}", flush=True)
+    n = int(sys.stdin.readline())
+    t0 = time.perf_counter()
+    for _ in range(n):
+        np.dot(a, b, out=out)
+    print(f"{time.perf_counter() - t0:.9g}", flush=True)
+    return 0
+
+
+def _start(cpu: int) -> tuple[subprocess.Popen, float]:
+    proc = subprocess.Popen([sys.executable, "-m", "burtorch.bench.capacity", "--worker", str(cpu)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                            env={**os.environ, **THREAD_ENV})
+    assert proc.stdout is not None
+    line = proc.stdout.readline().split()
+    if len(line) != 2 or line[0] != "ready":
+        proc.kill()
+        raise RuntimeError("the capacity probe's worker did not start")
+    return proc, float(line[1])
+
+
+def _run(procs: list, n: int) -> list[float]:
+    for p in procs:  # released together: each waits on its stdin
+        p.stdin.write(f"{n}\n")
+        p.stdin.flush()
+    times = [float(p.stdout.readline()) for p in procs]
+    for p in procs:
+        p.wait()
+    return times
+
+
+def measure(cpus: list[int]) -> dict:
+    """{"cpus", "alone_s", "together_s", "capacity"}: the same number of products timed in one
+    process on cpus[0], then in two at once on cpus[0] and cpus[1]."""
+    if len(cpus) < 2:
+        raise ValueError("the capacity probe needs two CPUs")
+    lone, rate = _start(cpus[0])
+    n = max(10, int(rate * _SECONDS))
+    (alone,) = _run([lone], n)
+    pair = [_start(c)[0] for c in cpus[:2]]
+    together = _run(pair, n)
+    return {"cpus": list(cpus[:2]), "alone_s": alone, "together_s": together,
+            "capacity": sum(alone / t for t in together)}
+
+
+def describe(probe: dict) -> str:
+    """One line for tables and logs."""
+    cap = probe.get("capacity")
+    if cap is None:
+        return f"two-core capacity: not measured ({probe.get('error', 'no probe')})"
+    return (f"two-core capacity {cap:.2f} (CPUs {probe['cpus'][0]} and {probe['cpus'][1]}: "
+            "2 = two whole cores, near 1 = one core's arithmetic shared)")
+
+
+def around_runs(meta: dict | None) -> str:
+    """The line of a results document's probes before and after its runs, or ''."""
+    probes = (meta or {}).get("two_core_capacity")
+    if not probes:
+        return ""
+    parts = []
+    for when in ("before", "after"):
+        p = probes.get(when) or {}
+        parts.append(f"{when} the runs {p['capacity']:.2f}" if p.get("capacity") is not None else f"{when}: -")
+    cpus = (probes.get("before") or {}).get("cpus") or (probes.get("after") or {}).get("cpus") or ["?", "?"]
+    return (f"Two-core capacity (`python -m burtorch.bench.capacity`, CPUs {cpus[0]} and {cpus[1]}): "
+            + ", ".join(parts) + ". 2 = two whole cores; near 1 = the two CPUs shared one core's arithmetic "
+            "(a two-thread row measured then gains little).")
+
+
+def probe_or_error(cpus: list[int]) -> dict:
+    """measure(), or {"cpus", "capacity": None, "error"}: a probe that fails never stops a run."""
+    try:
+        return measure(cpus)
+    except (OSError, RuntimeError, ValueError) as exc:
+        return {"cpus": list(cpus), "capacity": None, "error": str(exc)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m burtorch.bench.capacity", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--cpus", default=None, help="two CPUs, e.g. 1,0 (default: the last two this process may use)")
+    ap.add_argument("--worker", type=int, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.worker is not None:
+        return _worker(args.worker)
+    if args.cpus:
+        cpus = [int(c) for c in args.cpus.split(",")]
+    else:
+        cpus = sorted(os.sched_getaffinity(0), reverse=True)[:2] if hasattr(os, "sched_getaffinity") else []
+    if len(cpus) < 2:
+        print("this process may use one CPU: nothing to measure", file=sys.stderr)
+        return 1
+    print(describe(measure(cpus)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
