@@ -80,6 +80,7 @@ def test_the_capacity_probe_times_one_process_then_two_and_never_stops_a_run():
     cpu = max(os.sched_getaffinity(0))
     probe = capacity.measure([cpu, cpu])  # both on one CPU: they take turns
     assert probe["cpus"] == [cpu, cpu] and probe["alone_s"] > 0 and len(probe["together_s"]) == 2
+    assert probe["round_trip_ns"] is None  # no trip from a CPU to itself
     assert probe["capacity"] == pytest.approx(sum(probe["alone_s"] / t for t in probe["together_s"]))
     assert "two-core capacity" in capacity.describe(probe)
     bad = capacity.probe_or_error([10_000, cpu])  # no such CPU: the worker cannot pin itself
@@ -108,4 +109,22 @@ def test_a_run_with_two_thread_rows_probes_the_cores_before_and_after(tmp_path):
     probes = meta["two_core_capacity"]
     for when in ("before", "after"):
         assert probes[when]["capacity"] > 0 and len(probes[when]["cpus"]) == 2
-    assert (tmp_path / "results.md").read_text().startswith("Two-core capacity")
+    assert probes["before"]["round_trip_ns"] > 0
+    assert (tmp_path / "results.md").read_text().startswith("Two cores")
+
+
+def test_the_round_trip_probe_refuses_what_it_cannot_time():
+    from burtorch import _core
+
+    allowed = sorted(os.sched_getaffinity(0))
+    with pytest.raises(ValueError, match="differ"):
+        _core._line_round_trip_ns(allowed[0], allowed[0], 10)
+    with pytest.raises(ValueError, match="no such CPU"):
+        _core._line_round_trip_ns(allowed[0], 1 << 20, 10)
+    with pytest.raises(ValueError, match="rounds"):
+        _core._line_round_trip_ns(allowed[0], allowed[-1] + 1, 0)
+    outside = next(c for c in range(1024) if c not in allowed)
+    with pytest.raises(ValueError, match="pin"):  # a CPU this process may not use: no hang
+        _core._line_round_trip_ns(allowed[0], outside, 10)
+    if len(allowed) > 1:
+        assert _core._line_round_trip_ns(allowed[0], allowed[1], 1000) > 0

@@ -1,12 +1,20 @@
-"""How much of two cores a two-thread run can get right now. A fixed single-precision matrix
-product (numpy, one BLAS thread, operands in cache: bound by multiply-adds) runs in one process
-pinned to one core, then in two processes at once, pinned to two cores. The capacity is the
-sum of the two processes' speeds over the lone one's. 2 means two whole cores. Near 1 means the
-two CPUs share one physical core's arithmetic: two hyperthreads of one core on the host, say, or
-a host core also running another tenant. A virtual machine's CPUs can move between those states
-from one minute to the next, which a one-thread row does not see and a two-thread row does.
-`burtorch bench` measures it before and after any run with a two-thread row, and the tables
-print it.
+"""What two cores give a two-thread run right now: their arithmetic, and how fast they hand data
+to each other.
+
+- Capacity: a fixed single-precision matrix product (numpy, one BLAS thread, operands in cache:
+  bound by multiply-adds) runs in one process pinned to one core, then in two processes at once,
+  pinned to two cores. The capacity is the sum of the two processes' speeds over the lone one's.
+  2 means two whole cores; near 1 means the two CPUs share one physical core's arithmetic (two
+  hyperthreads of one host core, or a host core also running another tenant).
+- Round trip: two threads pinned to the two CPUs hand one cache line back and forth; the time
+  of a return trip, in nanoseconds. A threaded step hands its work and its data between the
+  cores many times. On one virtual machine here it read 62-66 ns at some moments and 234-292 ns
+  at others, minutes apart, with the capacity at 2 throughout; a W4 e=64 two-thread step took
+  about 30 % longer in the second state.
+
+A virtual machine's CPUs can move between such states from one minute to the next, which a
+one-thread row does not see and a two-thread row does. `burtorch bench` measures both before
+and after any run with a two-thread row, and the tables print them.
 
     python -m burtorch.bench.capacity [--cpus 1,0]
 """
@@ -71,8 +79,9 @@ def _run(procs: list, n: int) -> list[float]:
 
 
 def measure(cpus: list[int]) -> dict:
-    """{"cpus", "alone_s", "together_s", "capacity"}: the same number of products timed in one
-    process on cpus[0], then in two at once on cpus[0] and cpus[1]."""
+    """{"cpus", "alone_s", "together_s", "capacity", "round_trip_ns"}: the same number of products
+    timed in one process on cpus[0], then in two at once on cpus[0] and cpus[1]; then a cache
+    line's return trip between the two CPUs (None when they are one)."""
     if len(cpus) < 2:
         raise ValueError("the capacity probe needs two CPUs")
     lone, rate = _start(cpus[0])
@@ -80,8 +89,11 @@ def measure(cpus: list[int]) -> dict:
     (alone,) = _run([lone], n)
     pair = [_start(c)[0] for c in cpus[:2]]
     together = _run(pair, n)
+    from .. import _core
+
+    round_trip = _core._line_round_trip_ns(cpus[0], cpus[1], 20_000) if cpus[0] != cpus[1] else None
     return {"cpus": list(cpus[:2]), "alone_s": alone, "together_s": together,
-            "capacity": sum(alone / t for t in together)}
+            "capacity": sum(alone / t for t in together), "round_trip_ns": round_trip}
 
 
 def describe(probe: dict) -> str:
@@ -89,8 +101,10 @@ def describe(probe: dict) -> str:
     cap = probe.get("capacity")
     if cap is None:
         return f"two-core capacity: not measured ({probe.get('error', 'no probe')})"
+    rt = probe.get("round_trip_ns")
     return (f"two-core capacity {cap:.2f} (CPUs {probe['cpus'][0]} and {probe['cpus'][1]}: "
-            "2 = two whole cores, near 1 = one core's arithmetic shared)")
+            "2 = two whole cores, near 1 = one core's arithmetic shared)"
+            + (f", a cache line's round trip between them {rt:.0f} ns" if rt else ""))
 
 
 def around_runs(meta: dict | None) -> str:
@@ -101,11 +115,16 @@ def around_runs(meta: dict | None) -> str:
     parts = []
     for when in ("before", "after"):
         p = probes.get(when) or {}
-        parts.append(f"{when} the runs {p['capacity']:.2f}" if p.get("capacity") is not None else f"{when}: -")
+        if p.get("capacity") is None:
+            parts.append(f"{when}: -")
+            continue
+        rt = p.get("round_trip_ns")
+        parts.append(f"{when} the runs {p['capacity']:.2f}" + (f" and {rt:.0f} ns" if rt else ""))
     cpus = (probes.get("before") or {}).get("cpus") or (probes.get("after") or {}).get("cpus") or ["?", "?"]
-    return (f"Two-core capacity (`python -m burtorch.bench.capacity`, CPUs {cpus[0]} and {cpus[1]}): "
-            + ", ".join(parts) + ". 2 = two whole cores; near 1 = the two CPUs shared one core's arithmetic "
-            "(a two-thread row measured then gains little).")
+    return (f"Two cores (`python -m burtorch.bench.capacity`, CPUs {cpus[0]} and {cpus[1]}), capacity and a "
+            "cache line's round trip: " + ", ".join(parts) + ". Capacity 2 = two whole cores, near 1 = one "
+            "core's arithmetic shared; the longer the round trip, the more a two-thread step pays for "
+            "handing work and data between the cores.")
 
 
 def probe_or_error(cpus: list[int]) -> dict:
