@@ -54,24 +54,26 @@ struct Frame {
         fused_sgd->applied[size_t(i)] = 1;
         return true;
     }
-    const T* transposed(uint32_t w_slot) const {
-        if (transposed_weights)
-            for (const auto& [slot, wt] : *transposed_weights)
-                if (slot == w_slot) return wt;
-        return nullptr;
-    }
+    const T* transposed(uint32_t w_slot) const { return find(transposed_weights, w_slot); }
     // The values of the linear weight whose first element is at w_slot.
     const T* weight(uint32_t w_slot) const {
-        if (arena_weights)
-            for (const auto& [slot, w] : *arena_weights)
-                if (slot == w_slot) return w;
-        return v + w_slot;
+        const T* w = find(arena_weights, w_slot);
+        return w ? w : v + w_slot;
     }
     T* values() const { return v; }
     T* grads() const { return g; }
     std::vector<T>& scratch(size_t n) const {
         if (scr->size() < n) scr->resize(n);
         return *scr;
+    }
+
+private:
+    // The pointer kept for `slot` in a (slot, pointer) index (a few entries), or null.
+    static const T* find(const std::vector<std::pair<uint32_t, const T*>>* index, uint32_t slot) {
+        if (index)
+            for (const auto& [s, p] : *index)
+                if (s == slot) return p;
+        return nullptr;
     }
 };
 

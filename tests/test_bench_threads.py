@@ -83,9 +83,10 @@ def test_the_capacity_probe_times_one_process_then_two_and_never_stops_a_run():
     assert probe["round_trip_ns"] is None  # no trip from a CPU to itself
     assert probe["capacity"] == pytest.approx(sum(probe["alone_s"] / t for t in probe["together_s"]))
     assert "two-core capacity" in capacity.describe(probe)
-    bad = capacity.probe_or_error([10_000, cpu])  # no such CPU: the worker cannot pin itself
-    assert bad["capacity"] is None and bad["error"]
-    assert "not measured" in capacity.describe(bad)
+    for cpus in ([10_000, cpu], [cpu, 10_000]):  # no such CPU: that worker cannot pin itself
+        bad = capacity.probe_or_error(cpus)
+        assert bad["capacity"] is None and "cannot pin" in bad["error"]
+        assert "not measured" in capacity.describe(bad)
     with pytest.raises(ValueError):
         capacity.measure([cpu])
     meta = {"two_core_capacity": {"before": probe, "after": bad}}

@@ -63,13 +63,14 @@ def train(model, optimizer, train_set, val_samples, steps: int, batch: int, rng:
         raise ValueError(f"start_step {start_step} is outside 0..{steps}")
     if rng is None:
         rng = random.Random(next_seed())
+    n_threads = checked_threads(threads)  # once: the oracle and the step both run on this many
     history = history or History()
     ema = None
     val = history.val_loss[-1] if history.val_loss else None
     for step in range(start_step + 1, steps + 1):
         samples = train_set.batch(batch, rng)
-        loss = grad_oracle(model, samples, chunk=chunk, compile=compile, threads=threads)
-        with _thread_cap(threads):
+        loss = grad_oracle(model, samples, chunk=chunk, compile=compile, threads=n_threads)
+        with _thread_cap(n_threads):
             optimizer.step()
         ema = loss if ema is None else 0.95 * ema + 0.05 * loss
         history.steps.append(step)
@@ -88,14 +89,14 @@ def train(model, optimizer, train_set, val_samples, steps: int, batch: int, rng:
 
 
 @contextmanager
-def _thread_cap(threads: int | None):
-    """Native work in the block runs on at most `threads` threads (None: the process's count), as
+def _thread_cap(threads: int):
+    """Native work in the block runs on at most `threads` threads (a checked count), as
     grad_oracle(threads=...) caps its own. The step follows the oracle: by default the process's
     count is every core, and a step split across cores after a one-thread oracle left the next
     oracle reading half the weights back from the other core (from 3 % to a quarter of a W4 e=64
     step on a 2-vCPU VM, as moving lines between its cores was cheap or not), with a helper
     spinning on a core the run was told not to use."""
-    old = _core._swap_call_threads(checked_threads(threads))
+    old = _core._swap_call_threads(threads)
     try:
         yield
     finally:

@@ -38,7 +38,11 @@ def _worker(cpu: int) -> int:
     import numpy as np
 
     if hasattr(os, "sched_setaffinity"):
-        os.sched_setaffinity(0, {cpu})
+        try:
+            os.sched_setaffinity(0, {cpu})
+        except (OSError, ValueError) as exc:
+            print(f"cannot pin to CPU {cpu}: {exc}", flush=True)
+            return 1
     rng = np.random.default_rng(0)
     a, b = (rng.standard_normal((_SIZE, _SIZE)).astype(np.float32) for _ in range(2))
     out = np.empty_like(a)
@@ -48,7 +52,10 @@ def _worker(cpu: int) -> int:
         np.dot(a, b, out=out)
         calib += 1
     print(f"ready {calib / (time.perf_counter() - t0):.6g}", flush=True)
-    n = int(sys.stdin.readline())
+    line = sys.stdin.readline()
+    if not line.strip():  # the parent gave up (its other worker failed): nothing to time
+        return 0
+    n = int(line)
     t0 = time.perf_counter()
     for _ in range(n):
         np.dot(a, b, out=out)
@@ -61,11 +68,20 @@ def _start(cpu: int) -> tuple[subprocess.Popen, float]:
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                             env={**os.environ, **THREAD_ENV})
     assert proc.stdout is not None
-    line = proc.stdout.readline().split()
+    first = proc.stdout.readline()
+    line = first.split()
     if len(line) != 2 or line[0] != "ready":
         proc.kill()
-        raise RuntimeError("the capacity probe's worker did not start")
+        proc.wait()
+        raise RuntimeError(f"the capacity probe's worker did not start ({first.strip() or 'no output'})")
     return proc, float(line[1])
+
+
+def _release(procs: list) -> None:
+    """Ends workers waiting for a count (their stdin closes: they exit without timing)."""
+    for p in procs:
+        p.stdin.close()
+        p.wait()
 
 
 def _run(procs: list, n: int) -> list[float]:
@@ -87,7 +103,13 @@ def measure(cpus: list[int]) -> dict:
     lone, rate = _start(cpus[0])
     n = max(10, int(rate * _SECONDS))
     (alone,) = _run([lone], n)
-    pair = [_start(c)[0] for c in cpus[:2]]
+    pair: list = []
+    try:
+        for c in cpus[:2]:
+            pair.append(_start(c)[0])
+    except RuntimeError:
+        _release(pair)  # the first of the pair started: it must not wait forever
+        raise
     together = _run(pair, n)
     from .. import _core
 
