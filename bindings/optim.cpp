@@ -26,6 +26,10 @@ static void check_state(const VectorBox& p, const OptimState& st, uint32_t nbuf)
 
 using bt::threads::in_blocks;
 
+// Whether a plain SGD step split across threads writes with streaming stores (the default); off
+// only for burtorch.bench.threads, which times both side by side.
+static bool g_stream_split_steps = true;
+
 static void sgd_step(const VectorBox& p, OptimState& st, double lr, double momentum, double wd, double dampening,
                      bool nesterov) {
     check_state(p, st, momentum != 0.0 ? 1 : 0);
@@ -35,9 +39,11 @@ static void sgd_step(const VectorBox& p, OptimState& st, double lr, double momen
     dispatch(p.arena, [&](auto& A) {
         for (const Span& s : p.spans) {
             double* m = st.buf.data() + off;
+            // split across threads: the weights are likely cached on every core (sgd_update_streaming)
+            const bool stream = g_stream_split_steps && bt::threads::block_tasks(s.second) > 1;
             in_blocks(s.second, [&](size_t b, size_t k) {
                 bt::sgd_step(A.values() + s.first + b, A.grads() + s.first + b, momentum != 0.0 ? m + b : m, k, c,
-                             first);
+                             first, stream);
             });
             off += momentum != 0.0 ? s.second : 0;
         }
@@ -122,6 +128,14 @@ void init_optim(nb::module_& m) {
                 s.steps = steps;
             },
             nb::arg("buffers"), nb::arg("steps"));
+    m.def(
+        "_set_split_step_streaming",
+        [](bool on) {
+            const bool old = g_stream_split_steps;
+            g_stream_split_steps = on;
+            return old;
+        },
+        nb::arg("on"));
     m.def("sgd_step", &sgd_step, nb::arg("params"), nb::arg("state"), nb::arg("lr"), nb::arg("momentum"),
           nb::arg("weight_decay"), nb::arg("dampening"), nb::arg("nesterov"));
     m.def("sgd_fused_backward", &sgd_fused_backward, nb::arg("loss"), nb::arg("params"), nb::arg("state"),

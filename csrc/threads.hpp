@@ -279,11 +279,17 @@ inline std::pair<size_t, size_t> split(size_t n, size_t parts, size_t t, size_t 
     return {std::min(b, n), std::min(e, n)};
 }
 
+// Items from which in_blocks splits its work across threads.
+inline constexpr double kBlockElements = double(1 << 16);
+
+// How many blocks in_blocks(n, ...) runs n items in.
+inline size_t block_tasks(size_t n, double threshold = kBlockElements) { return tasks_for(double(n), threshold, n); }
+
 // Runs step(first, count) over [0, n) in blocks across the pool when n is at least
 // `threshold`: for element-wise updates (optimizer steps), where blocks give the bits of one loop.
 template <class F>
-inline void in_blocks(size_t n, F&& step, double threshold = double(1 << 16)) {
-    const size_t tasks = tasks_for(double(n), threshold, n);
+inline void in_blocks(size_t n, F&& step, double threshold = kBlockElements) {
+    const size_t tasks = block_tasks(n, threshold);
     if (tasks <= 1) return step(size_t(0), n);
     parallel_tasks(tasks, [&](size_t t) {
         const auto [b, e] = split(n, tasks, t, 64);

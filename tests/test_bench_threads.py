@@ -129,3 +129,40 @@ def test_the_round_trip_probe_refuses_what_it_cannot_time():
         _core._line_round_trip_ns(allowed[0], outside, 10)
     if len(allowed) > 1:
         assert _core._line_round_trip_ns(allowed[0], allowed[1], 1000) > 0
+
+
+def _stores_case():
+    import random
+
+    import burtorch as bt
+    from burtorch import nn
+
+    bt.manual_seed(0)
+    model = nn.MakemoreMLP(vocab=27, block=16, emb=4, hidden=8, dtype=bt.float32)
+    r = random.Random(0)
+    batches = [[([r.randrange(27) for _ in range(16)], r.randrange(27)) for _ in range(8)] for _ in range(2)]
+    return model, batches
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="this process may use one core only")
+def test_the_stores_section_times_both_stores_and_restores_the_default():
+    """python -m burtorch.bench.threads --only stores: every round times plain then streaming
+    stores after probing the CPUs' round trip, and streaming is back on afterwards, also when a
+    step fails midway."""
+    import burtorch as bt
+    from burtorch.bench.threads import _store_runs
+
+    before = bt.get_num_threads()
+    cpus = sorted(os.sched_getaffinity(0))[:2]
+    try:
+        model, batches = _stores_case()
+        runs = _store_runs(model, batches, reps=2, cpus=cpus, per_run=1)
+        assert len(runs[False]) == len(runs[True]) == 2
+        assert all(trip > 0 and ms > 0 for v in runs.values() for trip, ms in v)
+        assert bt._core._set_split_step_streaming(True) is True  # left on
+        bad = [[([99] * 16, 0)] * 8]  # ids past the vocabulary: the first step raises
+        with pytest.raises(IndexError):
+            _store_runs(model, bad, reps=1, cpus=cpus, per_run=1)
+        assert bt._core._set_split_step_streaming(True) is True
+    finally:
+        bt.set_num_threads(before)

@@ -127,6 +127,30 @@ def test_the_trainer_steps_on_the_oracles_thread_count(threads):
 
 
 @needs_two
+@pytest.mark.parametrize("dtype", [bt.float32, bt.float64])
+@pytest.mark.parametrize("wd", [0.0, 0.01])
+def test_an_sgd_step_split_across_threads_has_the_bits_of_one_thread(dtype, wd):
+    """A step large enough to split across threads writes its new values with streaming stores;
+    they are the one-thread step's, whatever the vector's alignment, up to its ragged end."""
+    from burtorch.optim import SGD
+
+    gen = np.random.default_rng(3)
+    n = 2 * 65536 + 37  # above the split size, not a multiple of any vector width
+    w, g = gen.standard_normal(n).tolist(), gen.standard_normal(n).tolist()
+    for pad in (1, 5, 16):  # values before the vector's: its start moves across a cache line
+        stepped = []
+        for threads in (1, 2):
+            bt.set_num_threads(threads)
+            bt.leaves([0.0] * pad, dtype=dtype)
+            v = bt.leaves(w, dtype=dtype)
+            v.set_grad(g)
+            SGD([v], lr=0.1, weight_decay=wd).step()
+            stepped.append(np.array(v.tolist()))
+        assert not np.array_equal(stepped[1], np.array(w, dtype=stepped[1].dtype))
+        np.testing.assert_array_equal(stepped[0], stepped[1])
+
+
+@needs_two
 @pytest.mark.parametrize("make", [_mlp, _gpt])
 @pytest.mark.parametrize("dtype", [bt.float32, bt.float64])
 def test_chunked_eager_is_bitwise_the_same_on_two_threads(make, dtype):

@@ -44,6 +44,7 @@ struct Simd<float> {
     static BT_ALWAYS_INLINE V load(const float* p, int n) { return _mm512_maskz_loadu_ps(mask(n), p); }
     static BT_ALWAYS_INLINE void store(float* p, V v) { _mm512_storeu_ps(p, v); }
     static BT_ALWAYS_INLINE void store(float* p, V v, int n) { _mm512_mask_storeu_ps(p, mask(n), v); }
+    static BT_ALWAYS_INLINE void stream(float* p, V v) { _mm512_stream_ps(p, v); }
     static BT_ALWAYS_INLINE V madd(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
     static BT_ALWAYS_INLINE V add(V a, V b) { return _mm512_add_ps(a, b); }
 };
@@ -59,6 +60,7 @@ struct Simd<double> {
     static BT_ALWAYS_INLINE V load(const double* p, int n) { return _mm512_maskz_loadu_pd(mask(n), p); }
     static BT_ALWAYS_INLINE void store(double* p, V v) { _mm512_storeu_pd(p, v); }
     static BT_ALWAYS_INLINE void store(double* p, V v, int n) { _mm512_mask_storeu_pd(p, mask(n), v); }
+    static BT_ALWAYS_INLINE void stream(double* p, V v) { _mm512_stream_pd(p, v); }
     static BT_ALWAYS_INLINE V madd(V a, V b, V c) { return _mm512_fmadd_pd(a, b, c); }
     static BT_ALWAYS_INLINE V add(V a, V b) { return _mm512_add_pd(a, b); }
 };
@@ -80,6 +82,7 @@ struct Simd<float> {
     static BT_ALWAYS_INLINE V load(const float* p, int n) { return _mm256_maskload_ps(p, mask(n)); }
     static BT_ALWAYS_INLINE void store(float* p, V v) { _mm256_storeu_ps(p, v); }
     static BT_ALWAYS_INLINE void store(float* p, V v, int n) { _mm256_maskstore_ps(p, mask(n), v); }
+    static BT_ALWAYS_INLINE void stream(float* p, V v) { _mm256_stream_ps(p, v); }
     static BT_ALWAYS_INLINE V madd(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
     static BT_ALWAYS_INLINE V add(V a, V b) { return _mm256_add_ps(a, b); }
 };
@@ -97,6 +100,7 @@ struct Simd<double> {
     static BT_ALWAYS_INLINE V load(const double* p, int n) { return _mm256_maskload_pd(p, mask(n)); }
     static BT_ALWAYS_INLINE void store(double* p, V v) { _mm256_storeu_pd(p, v); }
     static BT_ALWAYS_INLINE void store(double* p, V v, int n) { _mm256_maskstore_pd(p, mask(n), v); }
+    static BT_ALWAYS_INLINE void stream(double* p, V v) { _mm256_stream_pd(p, v); }
     static BT_ALWAYS_INLINE V madd(V a, V b, V c) { return _mm256_fmadd_pd(a, b, c); }
     static BT_ALWAYS_INLINE V add(V a, V b) { return _mm256_add_pd(a, b); }
 };
@@ -134,6 +138,7 @@ struct Simd {
     static BT_ALWAYS_INLINE void store(T* p, V a, int n) {
         for (int i = 0; i < n && i < W; ++i) p[i] = a.v[i];
     }
+    static BT_ALWAYS_INLINE void stream(T* p, V a) { store(p, a); }
     static BT_ALWAYS_INLINE V madd(V a, V b, V c) {
         V r;
         for (int i = 0; i < W; ++i) r.v[i] = madd1(a.v[i], b.v[i], c.v[i]);
@@ -145,6 +150,16 @@ struct Simd {
         return r;
     }
 };
+#endif
+
+// stream(p, v) stores a whole register to p, aligned to the register's size, with a
+// non-temporal store where the target has one: the line goes to memory without first being
+// fetched for ownership. stream_fence() orders those stores before anything that follows (a
+// thread that finishes a task after them, another that reads the values then).
+#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+inline void stream_fence() { _mm_sfence(); }
+#else
+inline void stream_fence() {}
 #endif
 
 // Whether this build's multiply-add rounds once (fused), as PyTorch's CPU kernels do with FMA.

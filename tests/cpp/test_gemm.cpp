@@ -236,9 +236,29 @@ static void check_moves() {
         }
 }
 
+// The SGD update with streaming stores (a step split across threads) against sgd_update, element
+// by element: from every start offset within a cache line, over lengths around the vector
+// width, with and without weight decay; nothing outside the span is written.
+template <typename T>
+static void check_streaming_sgd() {
+    const T sentinel = T(-12345);
+    for (size_t off = 0; off < 20; ++off)
+        for (size_t n : {0, 1, 7, 8, 15, 16, 17, 31, 33, 64, 100}) {
+            const std::vector<T> w0 = random_vec<T>(n), g = random_vec<T>(n);
+            for (T wd : {T(0), T(0.01)}) {
+                std::vector<T> buf(off + n + 20, sentinel), want(buf);
+                std::copy(w0.begin(), w0.end(), buf.begin() + off);
+                for (size_t i = 0; i < n; ++i) want[off + i] = bt::sgd_update(w0[i], g[i], T(0.1), wd);
+                bt::sgd_update_streaming(buf.data() + off, g.data(), n, T(0.1), wd);
+                CHECK(same_bits(buf, want), "sgd_update_streaming offset %zu n %zu wd %g", off, n, double(wd));
+            }
+        }
+}
+
 template <typename T>
 static void run_all() {
     check_moves<T>();
+    check_streaming_sgd<T>();
     // Every small shape exhaustively (tile tails in every dimension), then odd and wide ones
     // up to 1100 and the shapes of the workloads (W4: 1 or 64 rows, 1024 -> e -> 27; W5: rows
     // 8..512 over widths 24/72/96/65).

@@ -5,7 +5,10 @@ samples, so that each thread replays its own). Each line alternates the two coun
 medians, the speed-up and the CPU time per wall time of the two-thread runs (near 2 when both
 threads work; other processes on the machine lower it, so the header prints the load average).
 
-    python -m burtorch.bench.threads [--reps 15] [--only ops|steps]
+    python -m burtorch.bench.threads [--reps 15] [--only ops|steps|stores]
+
+The `stores` section times the two-thread W4 step with the SGD step's streaming stores against
+plain ones, split by the state of the CPUs' link (the round trip of a cache line between them).
 
 Speed figures are meaningful only on an otherwise idle machine; a spinning helper that the OS
 time-slices against another process makes a parallel region start late.
@@ -140,10 +143,76 @@ def steps(reps: int) -> None:
         print(f"{name:<34} {m1:>12.3f} {m2:>13.3f} {m1 / m2:>8.2f}x {load:>9.2f}", flush=True)
 
 
+# Round trips (ns) at or above which a run counts as made while moving data between the CPUs is
+# slow: this VM's two vCPUs measure 60-75 ns at some times and 215-310 at others.
+SLOW_ROUND_TRIP_NS = 150.0
+
+
+def _store_runs(model: Any, batches: list[Any], reps: int, cpus: list[int], per_run: int = 6) -> dict:
+    """{streaming: [(round trip ns, ms per step)]}: rounds of runs of the two-thread step (compiled
+    chunks of 32, then SGD.step()), plain then streaming stores, each round probed first."""
+    import burtorch as bt
+    from burtorch import _core
+    from burtorch.optim import SGD
+
+    opt = SGD(model.parameters(), lr=0.01)
+
+    def step(k: int) -> None:
+        bt.grad_oracle(model, batches[k % len(batches)], compile=True, chunk=32, threads=2)
+        opt.step()
+
+    runs: dict[bool, list[tuple[float, float]]] = {False: [], True: []}
+    try:
+        for i in range(reps + 2):
+            trip = _core._line_round_trip_ns(cpus[0], cpus[1], 2000)  # the state of this round
+            for streaming in (False, True):
+                _core._set_split_step_streaming(streaming)
+                step(i)  # the first step after a switch (or after the probe's threads) is not timed
+                w0 = time.perf_counter()
+                for k in range(per_run):
+                    step(i + k)
+                if i >= 2:  # the first two rounds warm up (traces, workspaces, pages)
+                    runs[streaming].append((trip, (time.perf_counter() - w0) / per_run * 1e3))
+    finally:
+        _core._set_split_step_streaming(True)
+    return runs
+
+
+def stores(reps: int) -> None:
+    """The two-thread W4 step (compiled chunks, one per thread, then SGD.step()) with the step's
+    new weights written by streaming stores (the default for a step split across threads) and by
+    plain ones, runs alternating. Each round of runs first times a cache line's round trip
+    between the two CPUs, and the medians are split by it: the plain stores wait for the other
+    core to give up its copy of every line of the weights, which costs far more in the slow state."""
+    import burtorch as bt
+    from burtorch import nn
+
+    cpus = sorted(os.sched_getaffinity(0))[:2]
+    print(f"{'W4 b=64, 2 threads, step stores':<34} {'round trip':>12} {'runs':>5} {'plain ms':>9} "
+          f"{'streaming ms':>13} {'plain/streaming':>16}")
+    r = random.Random(0)
+    bt.set_num_threads(2)
+    for e in (64, 128, 512, 1024):
+        bt.manual_seed(0)
+        model = nn.MakemoreMLP.paper(hidden=e, vocab=27, dtype=bt.float32)
+        batches = [[([r.randrange(27) for _ in range(16)], r.randrange(27)) for _ in range(64)] for _ in range(8)]
+        runs = _store_runs(model, batches, reps, cpus)
+        for slow in (False, True):
+            plain = [ms for trip, ms in runs[False] if (trip >= SLOW_ROUND_TRIP_NS) == slow]
+            stream = [ms for trip, ms in runs[True] if (trip >= SLOW_ROUND_TRIP_NS) == slow]
+            state = f"{'>=' if slow else '<'} {SLOW_ROUND_TRIP_NS:.0f} ns"
+            if not plain or not stream:
+                print(f"{f'e={e}':<34} {state:>12} {len(plain) + len(stream):>5} {'-':>9} {'-':>13} {'-':>16}")
+                continue
+            p, s = statistics.median(plain), statistics.median(stream)
+            print(f"{f'e={e}':<34} {state:>12} {len(plain) + len(stream):>5} {p:>9.3f} {s:>13.3f} {p / s:>15.2f}x",
+                  flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m burtorch.bench.threads", description=__doc__.split("\n\n")[0])
     ap.add_argument("--reps", type=int, default=15, help="alternating runs per line (median reported)")
-    ap.add_argument("--only", choices=("ops", "steps"))
+    ap.add_argument("--only", choices=("ops", "steps", "stores"))
     args = ap.parse_args(argv)
     if args.reps < 1:
         ap.error("--reps must be at least 1")
@@ -158,6 +227,8 @@ def main(argv: list[str] | None = None) -> int:
         ops(args.reps)
     if args.only in (None, "steps"):
         steps(args.reps)
+    if args.only in (None, "stores"):
+        stores(args.reps)
     print(f"# load average at the end {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     return 0
 
