@@ -26,21 +26,33 @@ static void check_state(const VectorBox& p, const OptimState& st, uint32_t nbuf)
 
 using bt::threads::in_blocks;
 
-// Whether a plain SGD step split across threads writes with streaming stores (the default); off
-// only for burtorch.bench.threads, which times both side by side.
+// Whether an optimizer step split across threads writes the new weights with streaming stores
+// (csrc/optim.hpp's write_each; the default); off only for burtorch.bench.threads, which times
+// both side by side.
 static bool g_stream_split_steps = true;
+
+// Whether this step's spans split across threads write with streaming stores: when the work
+// since the last step also ran on several threads (a threaded oracle, so the weights are cached
+// on more than one core). Read once per step, and the mark the step's own split leaves is
+// cleared after it: a step after a one-thread oracle, or after nothing, keeps ordinary stores,
+// since the next oracle then reads the weights back from this core's cache.
+static bool weights_on_several_cores() {
+    const bool shared = bt::threads::shared_work_since();
+    return g_stream_split_steps && shared;
+}
+static bool split(size_t n) { return bt::threads::block_tasks(n) > 1; }
 
 static void sgd_step(const VectorBox& p, OptimState& st, double lr, double momentum, double wd, double dampening,
                      bool nesterov) {
     check_state(p, st, momentum != 0.0 ? 1 : 0);
     const bt::SgdConfig c{lr, momentum, wd, dampening, nesterov};
     const bool first = st.steps == 0;
+    const bool shared = weights_on_several_cores();
     size_t off = 0;
     dispatch(p.arena, [&](auto& A) {
         for (const Span& s : p.spans) {
             double* m = st.buf.data() + off;
-            // split across threads: the weights are likely cached on every core (sgd_update_streaming)
-            const bool stream = g_stream_split_steps && bt::threads::block_tasks(s.second) > 1;
+            const bool stream = shared && split(s.second);
             in_blocks(s.second, [&](size_t b, size_t k) {
                 bt::sgd_step(A.values() + s.first + b, A.grads() + s.first + b, momentum != 0.0 ? m + b : m, k, c,
                              first, stream);
@@ -48,6 +60,7 @@ static void sgd_step(const VectorBox& p, OptimState& st, double lr, double momen
             off += momentum != 0.0 ? s.second : 0;
         }
     });
+    (void)bt::threads::shared_work_since();  // the mark this step's own split left
     ++st.steps;
 }
 
@@ -84,17 +97,20 @@ static void adam_step(const VectorBox& p, OptimState& st, double lr, double b1, 
     check_state(p, st, 2);
     const bt::AdamConfig c{lr, b1, b2, eps, wd, decoupled};
     ++st.steps;
+    const bool shared = weights_on_several_cores();
     size_t off = 0;
     dispatch(p.arena, [&](auto& A) {
         for (const Span& s : p.spans) {
             double* m = st.buf.data() + off;
             double* v = st.buf.data() + p.size + off;
+            const bool stream = shared && split(s.second);
             in_blocks(s.second, [&](size_t b, size_t k) {
-                bt::adam_step(A.values() + s.first + b, A.grads() + s.first + b, m + b, v + b, k, c, st.steps);
+                bt::adam_step(A.values() + s.first + b, A.grads() + s.first + b, m + b, v + b, k, c, st.steps, stream);
             });
             off += s.second;
         }
     });
+    (void)bt::threads::shared_work_since();  // the mark this step's own split left
 }
 
 static void init_fill(const VectorBox& v, const std::string& kind, double a, double b, uint64_t seed) {

@@ -28,56 +28,56 @@ template <typename T>
     return simd::madd(-lr, wd == T(0) ? g : simd::madd(wd, w, g), w);
 }
 
-// sgd_update over n parameters, the new values written with streaming stores (simd.hpp): for a
-// step split across threads after an oracle that ran on all of them. Every core then holds the
-// weights it read, so an ordinary store first waits for the line to be taken from the other
-// core's cache; on a VM whose two vCPUs are far apart (a round trip of 220-310 ns instead of
-// 65) those waits made the two-thread SGD step of W4 e=512 cost 0.49 ms instead of 0.05.
-// The same operations per element as sgd_update, so the same bits.
-template <typename T>
-inline void sgd_update_streaming(T* __restrict w, const T* __restrict g, size_t n, T lr, T wd) {
+// w[i] = next(i) for i in [0, n), next reading w[i] (and its own buffers at i) before w[i] is
+// written. stream: the new values go out through streaming stores (simd.hpp), a block at a time
+// through an aligned buffer; for a step split across threads after an oracle that ran on all of
+// them. Every core then holds the weights it read, so an ordinary store first waits for the
+// line to be taken from the other core's cache; on a VM whose two vCPUs are far apart (a round
+// trip of 220-310 ns instead of 65) those waits made a two-thread W4 step 1.2-1.34x slower.
+// Either way each element is next(i), so the bits do not depend on `stream`.
+template <typename T, class Next>
+inline void write_each(T* __restrict w, size_t n, bool stream, Next&& next) {
+    if (!stream) {
+        for (size_t i = 0; i < n; ++i) w[i] = next(i);
+        return;
+    }
     using S = simd::Simd<T>;
+    constexpr size_t B = 1024 / sizeof(T);  // a block of 1 KiB, a whole number of registers
+    alignas(64) T buf[B];
     size_t i = 0;
-    for (; i < n && reinterpret_cast<uintptr_t>(w + i) % sizeof(typename S::V) != 0; ++i)
-        w[i] = sgd_update(w[i], g[i], lr, wd);
-    const typename S::V nlr = S::set1(-lr), wdv = S::set1(wd);
-    if (wd == T(0))
-        for (; i + S::W <= n; i += S::W) S::stream(w + i, S::madd(nlr, S::load(g + i), S::load(w + i)));
-    else
-        for (; i + S::W <= n; i += S::W) {
-            const typename S::V wv = S::load(w + i);
-            S::stream(w + i, S::madd(nlr, S::madd(wdv, wv, S::load(g + i)), wv));
-        }
-    for (; i < n; ++i) w[i] = sgd_update(w[i], g[i], lr, wd);
+    for (; i < n && reinterpret_cast<uintptr_t>(w + i) % sizeof(typename S::V) != 0; ++i) w[i] = next(i);
+    for (; i + B <= n; i += B) {
+        for (size_t j = 0; j < B; ++j) buf[j] = next(i + j);
+        for (size_t j = 0; j < B; j += S::W) S::stream(w + i + j, S::load(buf + j));
+    }
+    for (; i < n; ++i) w[i] = next(i);
     simd::stream_fence();
 }
 
 // m: the momentum buffer (unused without momentum). first: the first step (m starts at d).
 // The options are tested once, outside the loops, so each loop is branch-free and vectorizes
 // (the arithmetic per element is unchanged: the same double operations in the same order).
-// stream: write plain SGD's new values with sgd_update_streaming (a step split across threads).
+// stream: write the new values with streaming stores (write_each; a step split across threads).
 template <typename T>
 inline void sgd_step(T* __restrict w, const T* __restrict g, double* __restrict m, size_t n, const SgdConfig& c,
                      bool first, bool stream = false) {
     const double lr = c.lr, wd = c.weight_decay, mu = c.momentum, damp = 1.0 - c.dampening;
     if (mu == 0.0) {
         const T lr_t = static_cast<T>(lr), wd_t = static_cast<T>(wd);
-        if (stream)
-            sgd_update_streaming(w, g, n, lr_t, wd_t);
-        else if (wd_t == T(0))
-            for (size_t i = 0; i < n; ++i) w[i] = sgd_update(w[i], g[i], lr_t, T(0));
+        if (wd_t == T(0))
+            write_each(w, n, stream, [&](size_t i) { return sgd_update(w[i], g[i], lr_t, T(0)); });
         else
-            for (size_t i = 0; i < n; ++i) w[i] = sgd_update(w[i], g[i], lr_t, wd_t);
+            write_each(w, n, stream, [&](size_t i) { return sgd_update(w[i], g[i], lr_t, wd_t); });
         return;
     }
     auto update = [&](auto nesterov, auto is_first) {
-        for (size_t i = 0; i < n; ++i) {
+        write_each(w, n, stream, [&](size_t i) {
             double d = double(g[i]) + wd * double(w[i]);
             const double mi = is_first ? d : mu * m[i] + damp * d;
             m[i] = mi;
             d = nesterov ? d + mu * mi : mi;
-            w[i] = static_cast<T>(double(w[i]) - lr * d);
-        }
+            return static_cast<T>(double(w[i]) - lr * d);
+        });
     };
     using std::false_type, std::true_type;
     if (c.nesterov)
@@ -92,12 +92,13 @@ struct AdamConfig {
 };
 
 // m, v: first and second moments; step: the 1-based step count (bias corrections).
+// stream: as sgd_step's.
 template <typename T>
 inline void adam_step(T* __restrict w, const T* __restrict g, double* __restrict m, double* __restrict v, size_t n,
-                      const AdamConfig& c, uint64_t step) {
+                      const AdamConfig& c, uint64_t step, bool stream = false) {
     const double c1 = 1.0 - std::pow(c.beta1, double(step)), c2 = 1.0 - std::pow(c.beta2, double(step));
     auto update = [&](auto decoupled) {
-        for (size_t i = 0; i < n; ++i) {
+        write_each(w, n, stream, [&](size_t i) {
             double gi = double(g[i]);
             double wi = double(w[i]);
             if constexpr (decltype(decoupled)::value)
@@ -106,8 +107,8 @@ inline void adam_step(T* __restrict w, const T* __restrict g, double* __restrict
                 gi += c.weight_decay * wi;
             m[i] = c.beta1 * m[i] + (1.0 - c.beta1) * gi;
             v[i] = c.beta2 * v[i] + (1.0 - c.beta2) * gi * gi;
-            w[i] = static_cast<T>(wi - c.lr * (m[i] / c1) / (std::sqrt(v[i] / c2) + c.eps));
-        }
+            return static_cast<T>(wi - c.lr * (m[i] / c1) / (std::sqrt(v[i] / c2) + c.eps));
+        });
     };
     if (c.decoupled)
         update(std::true_type{});

@@ -54,7 +54,14 @@ inline std::atomic<int> g_threads{0};
 inline thread_local bool t_in_task = false;
 // A per-thread cap set for one call (grad_oracle(threads=n)); 0 = none.
 inline thread_local int t_call_threads = 0;
+// Set whenever a region is handed to helper threads (see shared_work_since()).
+inline std::atomic<bool> g_helped{false};
 }  // namespace detail
+
+// Whether a parallel region has been handed to helper threads since the last call (each call
+// clears the mark): then the data that work read is likely cached on more than one core, which
+// is what an optimizer step's stores have to wait for (csrc/optim.hpp's write_each).
+inline bool shared_work_since() { return detail::g_helped.exchange(false, std::memory_order_relaxed); }
 
 inline int num_threads() {
     if (detail::t_call_threads > 0) return detail::t_call_threads;
@@ -130,6 +137,7 @@ public:
         }
         const int helpers = int(std::min<size_t>(size_t(nthreads), ntasks)) - 1;
         ensure_workers(helpers);
+        detail::g_helped.store(true, std::memory_order_relaxed);
         using Fn = std::remove_reference_t<F>;
         uint64_t seq;
         {

@@ -129,11 +129,16 @@ def test_the_trainer_steps_on_the_oracles_thread_count(threads):
 @needs_two
 @pytest.mark.parametrize("dtype", [bt.float32, bt.float64])
 @pytest.mark.parametrize("wd", [0.0, 0.01])
-def test_an_sgd_step_split_across_threads_has_the_bits_of_one_thread(dtype, wd):
-    """A step large enough to split across threads writes its new values with streaming stores;
-    they are the one-thread step's, whatever the vector's alignment, up to its ragged end."""
-    from burtorch.optim import SGD
+@pytest.mark.parametrize("opt", ["sgd", "momentum", "adam"])
+def test_a_step_split_across_threads_has_the_bits_of_one_thread(dtype, wd, opt):
+    """A step large enough to split across threads, after work that ran on both (as a threaded
+    oracle), writes its new values with streaming stores; they are the one-thread step's,
+    whatever the vector's alignment, up to its ragged end, and so are the optimizer's buffers."""
+    from burtorch.optim import SGD, Adam
 
+    make = {"sgd": lambda v: SGD([v], lr=0.1, weight_decay=wd),
+            "momentum": lambda v: SGD([v], lr=0.1, momentum=0.9, weight_decay=wd),
+            "adam": lambda v: Adam([v], lr=0.01, weight_decay=wd)}[opt]
     gen = np.random.default_rng(3)
     n = 2 * 65536 + 37  # above the split size, not a multiple of any vector width
     w, g = gen.standard_normal(n).tolist(), gen.standard_normal(n).tolist()
@@ -144,10 +149,14 @@ def test_an_sgd_step_split_across_threads_has_the_bits_of_one_thread(dtype, wd):
             bt.leaves([0.0] * pad, dtype=dtype)
             v = bt.leaves(w, dtype=dtype)
             v.set_grad(g)
-            SGD([v], lr=0.1, weight_decay=wd).step()
-            stepped.append(np.array(v.tolist()))
-        assert not np.array_equal(stepped[1], np.array(w, dtype=stepped[1].dtype))
-        np.testing.assert_array_equal(stepped[0], stepped[1])
+            o = make(v)
+            for _ in range(2):  # the second step reads the buffers the first one wrote
+                bt.leaves([0.5] * 70_000, dtype=dtype).tanh()  # a range op large enough to split
+                o.step()
+            stepped.append((np.array(v.tolist()), np.array(o.state.state())))
+        assert not np.array_equal(stepped[1][0], np.array(w, dtype=stepped[1][0].dtype))
+        np.testing.assert_array_equal(stepped[0][0], stepped[1][0])
+        np.testing.assert_array_equal(stepped[0][1], stepped[1][1])
 
 
 @needs_two

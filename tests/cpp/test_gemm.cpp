@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include "../../csrc/kernels/gemm.hpp"
@@ -236,21 +237,48 @@ static void check_moves() {
         }
 }
 
-// The SGD update with streaming stores (a step split across threads) against sgd_update, element
-// by element: from every start offset within a cache line, over lengths around the vector
-// width, with and without weight decay; nothing outside the span is written.
+// The optimizer steps with streaming stores (a step split across threads: write_each) against
+// the same steps with plain ones, element by element, for every option: from every start
+// offset within a cache line, over lengths around the vector width and the 1 KiB block; the
+// buffers (momentum, moments) alike, and nothing outside the span written.
 template <typename T>
-static void check_streaming_sgd() {
+static void check_streaming_steps() {
     const T sentinel = T(-12345);
-    for (size_t off = 0; off < 20; ++off)
-        for (size_t n : {0, 1, 7, 8, 15, 16, 17, 31, 33, 64, 100}) {
+    for (size_t off = 0; off < 17; ++off)
+        for (size_t n : {0, 1, 7, 17, 100, 255, 256, 257, 600, 1100}) {
             const std::vector<T> w0 = random_vec<T>(n), g = random_vec<T>(n);
-            for (T wd : {T(0), T(0.01)}) {
-                std::vector<T> buf(off + n + 20, sentinel), want(buf);
-                std::copy(w0.begin(), w0.end(), buf.begin() + off);
-                for (size_t i = 0; i < n; ++i) want[off + i] = bt::sgd_update(w0[i], g[i], T(0.1), wd);
-                bt::sgd_update_streaming(buf.data() + off, g.data(), n, T(0.1), wd);
-                CHECK(same_bits(buf, want), "sgd_update_streaming offset %zu n %zu wd %g", off, n, double(wd));
+            const std::vector<double> m0 = random_vec<double>(n), v0 = [&] {
+                std::vector<double> v = random_vec<double>(n);
+                for (double& e : v) e = std::abs(e);
+                return v;
+            }();
+            auto run = [&](bool stream, auto&& step) {
+                std::vector<T> w(off + n + 20, sentinel);
+                std::copy(w0.begin(), w0.end(), w.begin() + off);
+                std::vector<double> m(m0), v(v0);
+                step(w.data() + off, m.data(), v.data(), stream);
+                return std::make_tuple(w, m, v);
+            };
+            auto same = [&](const char* what, auto&& step) {
+                const auto [wa, ma, va] = run(false, step);
+                const auto [wb, mb, vb] = run(true, step);
+                CHECK(same_bits(wa, wb) && same_bits(ma, mb) && same_bits(va, vb), "%s streaming: offset %zu n %zu",
+                      what, off, n);
+            };
+            for (double mu : {0.0, 0.9})
+                for (double wd : {0.0, 0.01})
+                    for (bool nesterov : {false, true})
+                        for (bool first : {false, true}) {
+                            if (nesterov && mu == 0.0) continue;
+                            const bt::SgdConfig c{0.1, mu, wd, 0.0, nesterov};
+                            same("sgd_step", [&](T* w, double* m, double*, bool s) {
+                                bt::sgd_step(w, g.data(), m, n, c, first, s);
+                            });
+                        }
+            for (bool decoupled : {false, true}) {
+                const bt::AdamConfig c{0.01, 0.9, 0.999, 1e-8, 0.01, decoupled};
+                same("adam_step",
+                     [&](T* w, double* m, double* v, bool s) { bt::adam_step(w, g.data(), m, v, n, c, 3, s); });
             }
         }
 }
@@ -258,7 +286,7 @@ static void check_streaming_sgd() {
 template <typename T>
 static void run_all() {
     check_moves<T>();
-    check_streaming_sgd<T>();
+    check_streaming_steps<T>();
     // Every small shape exhaustively (tile tails in every dimension), then odd and wide ones
     // up to 1100 and the shapes of the workloads (W4: 1 or 64 rows, 1024 -> e -> 27; W5: rows
     // 8..512 over widths 24/72/96/65).
