@@ -28,55 +28,61 @@ template <typename T>
     return simd::madd(-lr, wd == T(0) ? g : simd::madd(wd, w, g), w);
 }
 
-// w[i] = next(i) for i in [0, n), next reading w[i] (and its own buffers at i) before w[i] is
-// written. stream: the new values go out through streaming stores (simd.hpp), a block at a time
-// through an aligned buffer; for a step split across threads after an oracle that ran on all of
-// them. Every core then holds the weights it read, so an ordinary store first waits for the
-// line to be taken from the other core's cache; on a VM whose two vCPUs are far apart (a round
-// trip of 220-310 ns instead of 65) those waits made a two-thread W4 step 1.2-1.34x slower.
-// Either way each element is next(i), so the bits do not depend on `stream`.
-template <typename T, class Next>
-inline void write_each(T* __restrict w, size_t n, bool stream, Next&& next) {
-    if (!stream) {
-        for (size_t i = 0; i < n; ++i) w[i] = next(i);
-        return;
-    }
+// Runs body(i0, i1, out) over [0, n), which writes the new values of parameters [i0, i1) to
+// out[0 .. i1 - i0), reading w[i] (and the optimizer's buffers at i) first, so that w ends up
+// holding them. Without `stream`, out is w itself. With it, the new values go out through
+// streaming stores (simd.hpp), a block at a time through an aligned buffer: for a step split
+// across threads right after an oracle that ran on them. Every core then holds the weights it
+// read, so an ordinary store first waits for the line to be taken from the other core's cache;
+// on a VM whose two vCPUs are far apart (a round trip of 220-310 ns instead of 65) those waits
+// made a two-thread W4 step 1.2-1.35x slower. Each element's arithmetic is body's either way,
+// so the bits do not depend on `stream`. (The body is a plain loop over its range, not a call
+// per element: GCC vectorized Adam's arithmetic only in that form.)
+template <typename T, class Body>
+inline void write_blocks(T* w, size_t n, bool stream, Body&& body) {
+    if (!stream) return body(size_t(0), n, w);
     using S = simd::Simd<T>;
     constexpr size_t B = 1024 / sizeof(T);  // a block of 1 KiB, a whole number of registers
     alignas(64) T buf[B];
     size_t i = 0;
-    for (; i < n && reinterpret_cast<uintptr_t>(w + i) % sizeof(typename S::V) != 0; ++i) w[i] = next(i);
+    while (i < n && reinterpret_cast<uintptr_t>(w + i) % sizeof(typename S::V) != 0) ++i;
+    body(size_t(0), i, w);
     for (; i + B <= n; i += B) {
-        for (size_t j = 0; j < B; ++j) buf[j] = next(i + j);
+        body(i, i + B, buf);
         for (size_t j = 0; j < B; j += S::W) S::stream(w + i + j, S::load(buf + j));
     }
-    for (; i < n; ++i) w[i] = next(i);
+    body(i, n, w + i);
     simd::stream_fence();
 }
 
 // m: the momentum buffer (unused without momentum). first: the first step (m starts at d).
 // The options are tested once, outside the loops, so each loop is branch-free and vectorizes
 // (the arithmetic per element is unchanged: the same double operations in the same order).
-// stream: write the new values with streaming stores (write_each; a step split across threads).
+// stream: write the new values with streaming stores (write_blocks; a step split across threads).
 template <typename T>
 inline void sgd_step(T* __restrict w, const T* __restrict g, double* __restrict m, size_t n, const SgdConfig& c,
                      bool first, bool stream = false) {
     const double lr = c.lr, wd = c.weight_decay, mu = c.momentum, damp = 1.0 - c.dampening;
     if (mu == 0.0) {
         const T lr_t = static_cast<T>(lr), wd_t = static_cast<T>(wd);
-        if (wd_t == T(0))
-            write_each(w, n, stream, [&](size_t i) { return sgd_update(w[i], g[i], lr_t, T(0)); });
-        else
-            write_each(w, n, stream, [&](size_t i) { return sgd_update(w[i], g[i], lr_t, wd_t); });
+        auto plain = [&](auto decay) {
+            const T wd_used = decay ? wd_t : T(0);
+            write_blocks(w, n, stream, [&](size_t i0, size_t i1, T* out) {
+                for (size_t i = i0; i < i1; ++i) out[i - i0] = sgd_update(w[i], g[i], lr_t, wd_used);
+            });
+        };
+        wd_t == T(0) ? plain(std::false_type{}) : plain(std::true_type{});
         return;
     }
     auto update = [&](auto nesterov, auto is_first) {
-        write_each(w, n, stream, [&](size_t i) {
-            double d = double(g[i]) + wd * double(w[i]);
-            const double mi = is_first ? d : mu * m[i] + damp * d;
-            m[i] = mi;
-            d = nesterov ? d + mu * mi : mi;
-            return static_cast<T>(double(w[i]) - lr * d);
+        write_blocks(w, n, stream, [&](size_t i0, size_t i1, T* out) {
+            for (size_t i = i0; i < i1; ++i) {
+                double d = double(g[i]) + wd * double(w[i]);
+                const double mi = is_first ? d : mu * m[i] + damp * d;
+                m[i] = mi;
+                d = nesterov ? d + mu * mi : mi;
+                out[i - i0] = static_cast<T>(double(w[i]) - lr * d);
+            }
         });
     };
     using std::false_type, std::true_type;
@@ -97,17 +103,21 @@ template <typename T>
 inline void adam_step(T* __restrict w, const T* __restrict g, double* __restrict m, double* __restrict v, size_t n,
                       const AdamConfig& c, uint64_t step, bool stream = false) {
     const double c1 = 1.0 - std::pow(c.beta1, double(step)), c2 = 1.0 - std::pow(c.beta2, double(step));
+    const double lr = c.lr, wd = c.weight_decay, b1 = c.beta1, b2 = c.beta2, eps = c.eps;
     auto update = [&](auto decoupled) {
-        write_each(w, n, stream, [&](size_t i) {
-            double gi = double(g[i]);
-            double wi = double(w[i]);
-            if constexpr (decltype(decoupled)::value)
-                wi -= c.lr * c.weight_decay * wi;
-            else
-                gi += c.weight_decay * wi;
-            m[i] = c.beta1 * m[i] + (1.0 - c.beta1) * gi;
-            v[i] = c.beta2 * v[i] + (1.0 - c.beta2) * gi * gi;
-            return static_cast<T>(wi - c.lr * (m[i] / c1) / (std::sqrt(v[i] / c2) + c.eps));
+        write_blocks(w, n, stream, [&](size_t i0, size_t i1, T* out) {
+            for (size_t i = i0; i < i1; ++i) {
+                double gi = double(g[i]);
+                double wi = double(w[i]);
+                if constexpr (decltype(decoupled)::value)
+                    wi -= lr * wd * wi;
+                else
+                    gi += wd * wi;
+                const double mi = b1 * m[i] + (1.0 - b1) * gi, vi = b2 * v[i] + (1.0 - b2) * gi * gi;
+                m[i] = mi;
+                v[i] = vi;
+                out[i - i0] = static_cast<T>(wi - lr * (mi / c1) / (std::sqrt(vi / c2) + eps));
+            }
         });
     };
     if (c.decoupled)

@@ -60,7 +60,7 @@ inline std::atomic<bool> g_helped{false};
 
 // Whether a parallel region has been handed to helper threads since the last call (each call
 // clears the mark): then the data that work read is likely cached on more than one core, which
-// is what an optimizer step's stores have to wait for (csrc/optim.hpp's write_each).
+// is what an optimizer step's stores have to wait for (csrc/optim.hpp's write_blocks).
 inline bool shared_work_since() { return detail::g_helped.exchange(false, std::memory_order_relaxed); }
 
 inline int num_threads() {

@@ -237,7 +237,7 @@ static void check_moves() {
         }
 }
 
-// The optimizer steps with streaming stores (a step split across threads: write_each) against
+// The optimizer steps with streaming stores (a step split across threads: write_blocks) against
 // the same steps with plain ones, element by element, for every option: from every start
 // offset within a cache line, over lengths around the vector width and the 1 KiB block; the
 // buffers (momentum, moments) alike, and nothing outside the span written.
