@@ -33,7 +33,8 @@ static double tolerance(size_t n) {
 
 template <typename T>
 static bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
-    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+    // (empty vectors may hold null, which memcmp must not be given even for zero bytes)
+    return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
 }
 
 template <typename T>
