@@ -301,3 +301,21 @@ def test_stress_many_short_threaded_runs_agree_bitwise():
         else:
             _, g = _oracle(model, small, chunk=6, threads=2)
             np.testing.assert_array_equal(g, ref_e)
+
+
+@needs_two
+def test_a_call_that_raises_restores_the_thread_count():
+    """grad_oracle and fused_step cap native work at their count for the call only (thread_cap):
+    the process's count is back after a call that fails midway, eager, compiled or fused."""
+    from burtorch.optim import SGD
+
+    bt.set_num_threads(2)
+    model = nn.MakemoreMLP(vocab=11, block=4, emb=5, hidden=7, dtype=bt.float32)
+    bad = [([1, 2, 3, 99], 5)] * 4  # an id past the vocabulary
+    for kw in ({}, {"chunk": 2}, {"compile": True}):
+        with pytest.raises(IndexError):
+            bt.grad_oracle(model, bad, threads=1, **kw)
+        assert bt.get_num_threads() == 2
+    with pytest.raises(IndexError):
+        SGD(model.parameters(), lr=0.1).fused_step(model, bad, chunk=4, threads=1)
+    assert bt.get_num_threads() == 2

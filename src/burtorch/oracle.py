@@ -55,14 +55,30 @@ def grad_oracle(model: Any, batch: Sequence[Any], loss_fn: LossFn | None = None,
     if compile and chunk > 1 and loss_fn is not None:
         raise ValueError("chunk > 1 needs a model with loss_batch(samples) and no custom loss_fn")
     # the count caps every native op of this call, a range op inside a replay included
-    old = _core._swap_call_threads(n_threads)
-    try:
+    with thread_cap(n_threads):
         if compile:  # each sample (or chunk) shape traced once, every one replayed natively
             from .oracle_compiled import compiled_grad_oracle
             return compiled_grad_oracle(model, batch, loss_fn, zero_grad, threads=n_threads, chunk=chunk)
         return _eager_oracle(model, batch, loss_fn, zero_grad, chunk)
-    finally:
-        _core._swap_call_threads(old)
+
+
+class thread_cap:
+    """``with thread_cap(n):`` native work in the block, on this thread, runs on at most n threads
+    (a count checked by :func:`checked_threads`), whatever ``set_num_threads`` says; the cap
+    before the block is restored after it. A class, not a generator: grad_oracle enters it every
+    step."""
+
+    __slots__ = ("threads", "_old")
+
+    def __init__(self, threads: int) -> None:
+        self.threads = threads
+        self._old = 0
+
+    def __enter__(self) -> None:
+        self._old = _core._swap_call_threads(self.threads)
+
+    def __exit__(self, *exc: object) -> None:
+        _core._swap_call_threads(self._old)
 
 
 def checked_threads(threads: int | None) -> int:

@@ -7,12 +7,10 @@ from __future__ import annotations
 
 import math
 import random
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from .. import _core
 from ..modes import no_grad
-from ..oracle import checked_threads, grad_oracle, mean_loss
+from ..oracle import checked_threads, grad_oracle, mean_loss, thread_cap
 from ..seeding import next_seed
 
 
@@ -70,7 +68,11 @@ def train(model, optimizer, train_set, val_samples, steps: int, batch: int, rng:
     for step in range(start_step + 1, steps + 1):
         samples = train_set.batch(batch, rng)
         loss = grad_oracle(model, samples, chunk=chunk, compile=compile, threads=n_threads)
-        with _thread_cap(n_threads):
+        # the step follows the oracle's count, not the process's (every core by default): a step
+        # split across cores after a one-thread oracle left the next oracle reading half the
+        # weights back from the other core (from 3 % to a quarter of a W4 e=64 step on a 2-vCPU
+        # VM), with a helper spinning on a core the run was told not to use
+        with thread_cap(n_threads):
             optimizer.step()
         ema = loss if ema is None else 0.95 * ema + 0.05 * loss
         history.steps.append(step)
@@ -86,21 +88,6 @@ def train(model, optimizer, train_set, val_samples, steps: int, batch: int, rng:
         if stop is not None and stop.signal is not None:
             break
     return history
-
-
-@contextmanager
-def _thread_cap(threads: int):
-    """Native work in the block runs on at most `threads` threads (a checked count), as
-    grad_oracle(threads=...) caps its own. The step follows the oracle: by default the process's
-    count is every core, and a step split across cores after a one-thread oracle left the next
-    oracle reading half the weights back from the other core (from 3 % to a quarter of a W4 e=64
-    step on a 2-vCPU VM, as moving lines between its cores was cheap or not), with a helper
-    spinning on a core the run was told not to use."""
-    old = _core._swap_call_threads(threads)
-    try:
-        yield
-    finally:
-        _core._swap_call_threads(old)
 
 
 def sample_text(model, tokenizer, rng: random.Random, length: int = 200, prompt_ids=None,

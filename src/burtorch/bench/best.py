@@ -77,8 +77,9 @@ def main(argv: list[str] | None = None) -> int:
     print("\n".join(table(doc)))
     from .capacity import around_runs
 
-    if around_runs(doc.get("meta")):
-        print("\n" + around_runs(doc.get("meta")))
+    probes = around_runs(doc.get("meta"))
+    if probes:
+        print("\n" + probes)
     return 0
 
 

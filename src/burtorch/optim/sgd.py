@@ -63,7 +63,7 @@ class SGD(Optimizer):
         Raises:
             As :func:`burtorch.oracle.grad_oracle`; a non-finite loss changes nothing.
         """
-        from ..oracle import checked_threads, grad_oracle
+        from ..oracle import checked_threads, grad_oracle, thread_cap
 
         n = len(batch)
         good_chunk = isinstance(chunk, int) and not isinstance(chunk, bool) and chunk >= 1
@@ -79,26 +79,25 @@ class SGD(Optimizer):
         zero = model.parameter_vector()
         arena = zero.arena
         cp = arena.checkpoint()
-        old = _core._swap_call_threads(n_threads)
-        try:
-            if n == 1:
-                sample = batch[0]
-                if loss_fn is not None:
-                    loss = loss_fn(model, sample)
-                elif hasattr(model, "loss"):
-                    loss = model.loss(*sample)
+        with thread_cap(n_threads):
+            try:
+                if n == 1:
+                    sample = batch[0]
+                    if loss_fn is not None:
+                        loss = loss_fn(model, sample)
+                    elif hasattr(model, "loss"):
+                        loss = model.loss(*sample)
+                    else:
+                        raise TypeError(f"fused_step(): a {type(model).__name__} has no loss(*sample); pass loss_fn")
                 else:
-                    raise TypeError(f"fused_step(): a {type(model).__name__} has no loss(*sample); pass loss_fn")
-            else:
-                loss = model.loss_batch(list(batch))
-            if not isinstance(loss, _core.Value):
-                raise TypeError(f"the loss must be a scalar Value, got {type(loss).__name__}")
-            v = loss.data
-            if v != v or v in (float("inf"), float("-inf")):
-                raise FloatingPointError(f"the loss is {v} for a batch; lower the learning rate or check the data")
-            self.fused_weights = _core.sgd_fused_backward(loss, self.params, self.state, 1.0, self.lr,
-                                                          self.weight_decay, True, zero)
-            return v
-        finally:
-            _core._swap_call_threads(old)
-            arena.rewind(cp)
+                    loss = model.loss_batch(list(batch))
+                if not isinstance(loss, _core.Value):
+                    raise TypeError(f"the loss must be a scalar Value, got {type(loss).__name__}")
+                v = loss.data
+                if v != v or v in (float("inf"), float("-inf")):
+                    raise FloatingPointError(f"the loss is {v} for a batch; lower the learning rate or check the data")
+                self.fused_weights = _core.sgd_fused_backward(loss, self.params, self.state, 1.0, self.lr,
+                                                              self.weight_decay, True, zero)
+                return v
+            finally:
+                arena.rewind(cp)
