@@ -154,9 +154,8 @@ def _text_table(header, body) -> str:
 def render_terminal(doc: dict) -> str:
     from .capacity import around_runs
 
-    out = []
-    if around_runs(doc.get("meta")):
-        out.append(around_runs(doc.get("meta")))
+    probes = around_runs(doc.get("meta"))
+    out = [probes] if probes else []
     for workload, ckey, rows in groups(doc["runs"]):
         spec = WORKLOADS[workload]
         header, body, notes = table_rows(rows)
@@ -185,9 +184,8 @@ def _md_table(header, body) -> str:
 def render_markdown(doc: dict, png_names: dict | None = None) -> str:
     from .capacity import around_runs
 
-    out = []
-    if around_runs(doc.get("meta")):
-        out.append(around_runs(doc.get("meta")) + "\n")
+    probes = around_runs(doc.get("meta"))
+    out = [probes + "\n"] if probes else []
     current = None
     for workload, ckey, rows in groups(doc["runs"]):
         spec = WORKLOADS[workload]
@@ -335,6 +333,7 @@ def render_readme(doc: dict, png_names: dict, png_prefix: str = "") -> str:
 
     meta = doc["meta"]
     m = meta["machine"]
+    probes = around_runs(meta)
     versions: dict[str, str] = {}
     for r in doc["runs"]:
         versions.update(r.get("versions") or {})
@@ -378,7 +377,7 @@ def render_readme(doc: dict, png_names: dict, png_prefix: str = "") -> str:
         f"- Memory: {m.get('memory_gib')} GiB; OS: {m['os']}",
         f"- Python {m['python']} ({m['python_impl']}); C++ compiler: {m['compiler']}",
         "- Versions: " + ", ".join(f"{k} {v}" for k, v in sorted(versions.items())),
-        *(["- " + around_runs(meta)] if around_runs(meta) else []),
+        *(["- " + probes] if probes else []),
         "",
         "## Results",
         render_markdown(doc, {k: png_prefix + v for k, v in png_names.items()}),
