@@ -68,6 +68,14 @@ BT_ALWAYS_INLINE int lanes(int width, int v) {
     return std::min(Simd<T>::W, width - v * Simd<T>::W);
 }
 
+// Cache lines a tile brings into L2 while it runs, one per k step for its first `lines` steps:
+// what the tiles after it will read from memory (a row block of W, say), named by the caller,
+// so that those reads overlap this tile's arithmetic instead of stalling the next one.
+struct Ahead {
+    const char* p = nullptr;
+    size_t lines = 0;
+};
+
 // acc[m][v] += sum_{k < K} A(m, k) * B(k, v-th vector), A(m, k) = a[m * am + k * ak],
 // B(k, .) = b + k * ldb, `width` valid columns (the rest load as zeros).
 // Written with fold expressions over constant indices, not loops: with loop indices GCC keeps
@@ -75,16 +83,17 @@ BT_ALWAYS_INLINE int lanes(int width, int v) {
 // anything), at a third of the speed. The lambdas that expand the folds are forced inline: left
 // to itself GCC made the outer one a call per tile, so the tile went through memory between its
 // init, its k loop and its finish (grad weight at 64 x 1024 -> 1024: 1535 -> 1390 us,
-// build/cpp/gemm_kernels).
+// build/cpp/gemm_kernels). `ahead`: lines to prefetch meanwhile.
 template <typename T, int MR, int NV>
 BT_ALWAYS_INLINE void accumulate(Vec<T> (&acc)[MR][NV], const T* a, size_t am, size_t ak, const T* b, size_t ldb,
-                                 size_t K, int width) {
+                                 size_t K, int width, Ahead ahead = {}) {
     using S = Simd<T>;
     const int last = width - (NV - 1) * S::W;
     [&]<int... E>(std::integer_sequence<int, E...>) BT_LAMBDA_INLINE {
         Vec<T> c[MR][NV];
         ((c[E / NV][E % NV] = acc[E / NV][E % NV]), ...);
         for (size_t k = 0; k < K; ++k) {
+            if (k < ahead.lines) __builtin_prefetch(ahead.p + k * 64, 0, 2);  // prefetcht1: into L2
             Vec<T> bv[NV];
             [&]<int... V>(std::integer_sequence<int, V...>) BT_LAMBDA_INLINE {
                 ((bv[V] = V + 1 < NV ? S::load(b + V * S::W) : S::load(b + V * S::W, last)), ...);
@@ -241,6 +250,33 @@ inline void pack_rows(const T* a, size_t am, size_t ak, size_t K, int mr, T* dst
         for (int m = 0; m < mr; ++m) dst[m] = a[m * am + k * ak];
 }
 
+// Share `part` of `parts` of the cache lines of rows [m0, m1) of a row-major matrix (ld elements
+// a row, rows contiguous); nothing past its last row.
+template <typename T>
+inline Ahead ahead_rows(const T* base, size_t ld, size_t m0, size_t m1, size_t part, size_t parts) {
+    if (m0 >= m1) return {};
+    const size_t lines = ((m1 - m0) * ld * sizeof(T) + 63) / 64, share = (lines + parts - 1) / parts;
+    const size_t first = std::min(lines, part * share);
+    return {reinterpret_cast<const char*>(base + m0 * ld) + first * 64, std::min(share, lines - first)};
+}
+
+// For tiles taken row block by row block (m_outer) across N columns: the next row block of a
+// row-major matrix of `rows` rows whose row m the tiles of row m read or write in place (A's rows
+// of W in the forward, the rows of gW or W a weight gradient finishes into), shared between the
+// tiles of this block.
+template <typename T>
+inline auto ahead_of_rows(const T* base, size_t ld, size_t rows, size_t N) {
+    constexpr size_t NR = kNV * Simd<T>::W;
+    const size_t panels = (N + NR - 1) / NR;
+    return [=](size_t m0, size_t n0) {
+        return ahead_rows(base, ld, m0 + kMR, std::min(rows, m0 + 2 * kMR), n0 / NR, panels);
+    };
+}
+
+struct NoAhead {
+    Ahead operator()(size_t, size_t) const { return {}; }
+};
+
 // Every MR x NR tile of an M x N result: init(acc, m0, n0, width), accumulate over K,
 // finish(acc, m0, n0, width). `m_outer` picks which operand stays in cache across tiles:
 // true keeps A's rows (B streams once per row block), false keeps a panel of B.
@@ -248,9 +284,10 @@ inline void pack_rows(const T* a, size_t am, size_t ak, size_t K, int mr, T* dst
 // is strided along k); packing moves values, never the order of the multiply-adds, so every
 // element's chain, and its bits, are unchanged.
 // `b_trans`: b holds B transposed (B(k, n) = b[n * ldb + k]); it is then always packed.
-template <typename T, class Init, class Finish>
+// `ahead_of(m0, n0)`: the lines the tile at (m0, n0) prefetches (none by default).
+template <typename T, class Init, class Finish, class AheadOf = NoAhead>
 inline void for_each_tile(size_t M, size_t N, size_t K, const T* a, size_t am, size_t ak, const T* b, size_t ldb,
-                          bool m_outer, bool b_trans, Init&& init, Finish&& finish) {
+                          bool m_outer, bool b_trans, Init&& init, Finish&& finish, AheadOf ahead_of = {}) {
     constexpr int NR = kNV * Simd<T>::W;
     auto one = [&](size_t m0, size_t n0, const T* am0, size_t am_, size_t ak_, const T* bn0, size_t ldb_) {
         const int mr = int(std::min<size_t>(kMR, M - m0));
@@ -259,7 +296,7 @@ inline void for_each_tile(size_t M, size_t N, size_t K, const T* a, size_t am, s
             constexpr int R = decltype(mr_c)::value, NV = decltype(nv_c)::value;
             Vec<T> acc[R][NV];
             init(acc, m0, n0, width);
-            accumulate<T, R, NV>(acc, am0, am_, ak_, bn0, ldb_, K, width);
+            accumulate<T, R, NV>(acc, am0, am_, ak_, bn0, ldb_, K, width, ahead_of(m0, n0));
             finish(acc, m0, n0, width);
         };
         with_rows<kMR>(mr, [&](auto mr_c) {
@@ -511,8 +548,10 @@ inline void forward(const T* x, const T* W, const T* b, T* y, size_t rows, size_
         for (int m = 0; m < R; ++m)
             for (int v = 0; v < NV; ++v) acc[m][v] = Simd<T>::set1(b ? b[o0 + m0 + m] : T(0));
     };
-    // A = W[o0:o1] (row o at o * in), B = x^T; rows of W stay in cache while x^T streams.
-    for_each_tile<T>(n_out, rows, in, W + o0 * in, in, 1, x, in, true, true, init, to_tile(scratch, rows));
+    // A = W[o0:o1] (row o at o * in), B = x^T; rows of W stay in cache while x^T streams. The
+    // next row block of W comes into L2 meanwhile, shared between the tiles of this one.
+    for_each_tile<T>(n_out, rows, in, W + o0 * in, in, 1, x, in, true, true, init, to_tile(scratch, rows),
+                     ahead_of_rows(W + o0 * in, in, n_out, rows));
     transpose(scratch, n_out, rows, rows, y + o0, out);
 }
 
@@ -547,14 +586,21 @@ inline void grad_input(const T* gy, const T* W, T* gx, size_t rows, size_t in, s
     // 5 % slower on W4's 64 x 1024 -> 1024 layer, 16 % on -> 27, build/cpp/gemm_kernels A/B).
     constexpr size_t NR = kNV * Simd<T>::W;
     const size_t kc = std::max<size_t>(kMR, kPackElements<T> / ((n + NR - 1) / NR * NR));
+    const size_t panels = (n + NR - 1) / NR, tiles = (r1 - r0 + kMR - 1) / kMR * panels;
     for (size_t k0 = 0; k0 < out; k0 += kc) {
         const size_t K = std::min(kc, out - k0);
         const T* a = gy + r0 * out + k0;
+        // While these tiles run, the next block of W's rows comes into L2, a share per tile, so
+        // that packing it reads L2, not memory. Only whole rows: then the block is one range.
+        const size_t next = n == in ? std::min(kc, out - k0 - K) : 0;
+        auto ahead = [=](size_t m0, size_t n0) {
+            return ahead_rows(W, in, k0 + K, k0 + K + next, (m0 / kMR) * panels + n0 / NR, tiles);
+        };
         if (k0 == 0 && !add)
-            for_each_tile<T>(r1 - r0, n, K, a, out, 1, W + i0, in, true, false, zero_tile<T>(), to_tile(C, in));
+            for_each_tile<T>(r1 - r0, n, K, a, out, 1, W + i0, in, true, false, zero_tile<T>(), to_tile(C, in), ahead);
         else
             for_each_tile<T>(r1 - r0, n, K, a, out, 1, W + k0 * in + i0, in, true, false, from_tile<T>(C, in),
-                             to_tile(C, in));
+                             to_tile(C, in), ahead);
     }
 }
 
@@ -612,10 +658,12 @@ inline void grad_weight(const T* gy, const T* x, T* gW, T* gb, size_t rows, size
     } else if (!sgd) {
         // A = gy^T (A(o, r) = gy[r * out + o]), B = x; gW streams through once, row block by row block.
         T* C = gW + o0 * in;
-        for_each_tile<T>(o1 - o0, in, rows, gy + o0, 1, out, x, in, true, false, from_tile<T>(C, in), to_tile(C, in));
+        for_each_tile<T>(o1 - o0, in, rows, gy + o0, 1, out, x, in, true, false, from_tile<T>(C, in), to_tile(C, in),
+                         ahead_of_rows(C, in, o1 - o0, in));
     } else {
+        T* W = sgd->W + o0 * in;
         for_each_tile<T>(o1 - o0, in, rows, gy + o0, 1, out, x, in, true, false, zero_tile<T>(),
-                         sgd_to_tile(sgd->W + o0 * in, in, sgd->lr, sgd->weight_decay));
+                         sgd_to_tile(W, in, sgd->lr, sgd->weight_decay), ahead_of_rows(W, in, o1 - o0, in));
     }
     if (gb) grad_bias(gy, gb, rows, out, o0, o1);
 }
