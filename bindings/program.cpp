@@ -7,6 +7,7 @@
 #include <frameobject.h>
 #include <cmath>
 #include <cstring>
+#include <exception>
 #include <map>
 #include <memory>
 #include <type_traits>
@@ -397,6 +398,27 @@ static std::vector<size_t> run_replay_threads(ProgramBox& box, const bt::Program
     return std::move(res.failed);
 }
 
+// Points the linear weights that a replay reads in the arena (Program::arena_weights) at their
+// grads in the arena too, zeroed, when each lies inside one wrt span: the replay then adds their
+// gradients there, in the order it would add them in its frame, and nothing is copied out. Returns
+// those weights' frame spans, ascending. Their frame grads stay zero: no other record reads them.
+template <typename T>
+static std::vector<bt::Span> grads_in_place(const ProgramBox& box, const bt::Program<T>& P, bt::Workspace<T>& W,
+                                            T* ag) {
+    std::vector<bt::Span> direct;
+    W.wg_index.clear();
+    for (const bt::Span& w : P.arena_weights)
+        for (size_t i = 0; i < P.wrt.size(); ++i)
+            if (w.first >= P.wrt[i].first && w.first + w.second <= P.wrt[i].first + P.wrt[i].second) {
+                T* g = ag + box.wrt_arena[i].first + (w.first - P.wrt[i].first);
+                std::fill(g, g + w.second, T(0));
+                W.wg_index.emplace_back(w.first, g);
+                direct.push_back(w);
+                break;
+            }
+    return direct;  // arena_weights are sorted and disjoint
+}
+
 // The replay itself, shared by both entry points: n samples whose inputs are converted and checked.
 // mode: "values" (forward only), "rows" (each sample's wrt grads into row s of out), "sum" (added
 // into out, float64), "arena" (accumulated across samples on top of the wrt nodes' grads in the
@@ -416,6 +438,21 @@ static std::vector<size_t> run_replay(ProgramBox& box, bt::Program<T>& P, bt::Wo
         for (size_t i = 0; i < P.wrt.size(); ++i)
             std::copy(ag + box.wrt_arena[i].first, ag + box.wrt_arena[i].first + P.wrt[i].second,
                       W.g.begin() + P.wrt[i].first);
+    // Starting from zero, the weights read in place accumulate their grads in place too.
+    const std::vector<bt::Span> direct = to_arena && zero ? grads_in_place(box, P, W, ag) : std::vector<bt::Span>{};
+    // Afterwards the frame is itself again; a replay that throws leaves those grads zeroed, as a
+    // failed call that starts from zero leaves every grad.
+    struct Undirect {
+        bt::Workspace<T>& W;
+        const std::vector<bt::Span>& direct;  // W.wg_index's weights, in its order
+        int unwinding = std::uncaught_exceptions();
+        ~Undirect() {
+            if (std::uncaught_exceptions() > unwinding)
+                for (size_t i = 0; i < direct.size(); ++i)
+                    std::fill(W.wg_index[i].second, W.wg_index[i].second + direct[i].second, T(0));
+            W.wg_index.clear();
+        }
+    } undirect{W, direct};
     bt::ReplayResult res = bt::replay(P, W, in, reduce, static_cast<T>(seed), values, rows, sum, to_arena, stream);
     if (to_arena) {
         if (res.non_finite >= 0) {
@@ -429,9 +466,21 @@ static std::vector<size_t> run_replay(ProgramBox& box, bt::Program<T>& P, bt::Wo
             throw nb::python_error();
         }
         for (size_t i = 0; i < P.wrt.size(); ++i) {  // zeroed as they are read: the next call need not
-            const auto g = W.g.begin() + P.wrt[i].first;
-            std::copy(g, g + P.wrt[i].second, ag + box.wrt_arena[i].first);
-            std::fill(g, g + P.wrt[i].second, T(0));
+            // the parts of the span between the weights whose grads are already in the arena
+            uint32_t at = P.wrt[i].first;
+            const uint32_t end = at + P.wrt[i].second;
+            auto take = [&](uint32_t stop) {
+                if (stop <= at) return;
+                const auto g = W.g.begin() + at;
+                std::copy(g, g + (stop - at), ag + box.wrt_arena[i].first + (at - P.wrt[i].first));
+                std::fill(g, g + (stop - at), T(0));
+            };
+            for (const bt::Span& d : direct)
+                if (d.first >= at && d.first < end) {
+                    take(d.first);
+                    at = d.first + d.second;
+                }
+            take(end);
         }
         W.wrt_grads_zero = true;
         box.arena->mark_grads_written();

@@ -46,6 +46,11 @@ struct Frame {
     // by the frame slot of their first element (Program::arena_weights). Null: none.
     const std::vector<std::pair<uint32_t, const T*>>* arena_weights = nullptr;
 
+    // Where the gradients of such weights go instead of the frame, by the same slots: a
+    // one-thread replay that starts the parameter grads from zero adds into the arena's own
+    // (the same additions in the same order), so they need no copy out afterwards. Null: none.
+    const std::vector<std::pair<uint32_t, T*>>* arena_weight_grads = nullptr;
+
     // Whether the record reading the weight at w_slot applies its SGD step (and marks it applied).
     bool applies_sgd(uint32_t w_slot) const {
         if (!fused_sgd) return false;
@@ -59,6 +64,13 @@ struct Frame {
     const T* weight(uint32_t w_slot) const {
         const T* w = find(arena_weights, w_slot);
         return w ? w : v + w_slot;
+    }
+    // Where the gradient of the linear weight whose first element is at w_slot accumulates.
+    T* weight_grad(uint32_t w_slot) const {
+        if (arena_weight_grads)
+            for (const auto& [s, p] : *arena_weight_grads)
+                if (s == w_slot) return p;
+        return g + w_slot;
     }
     T* values() const { return v; }
     T* grads() const { return g; }

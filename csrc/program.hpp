@@ -162,15 +162,20 @@ struct Workspace {
     std::vector<T> wt;                                    // the program's transposed weights, back to back
     std::vector<std::pair<uint32_t, const T*>> wt_index;  // (W's frame slot, its transposed copy in wt)
     std::vector<std::pair<uint32_t, const T*>> w_index;   // (W's frame slot, W in the arena): arena_weights
+    std::vector<std::pair<uint32_t, T*>> wg_index;        // (W's frame slot, its grad in the arena), or empty
     const Program<T>* laid_out_for = nullptr;
     // Whether every external wrt grad is zero: set by the passes that read those grads out and
     // zero them as they go (take_wrt_grads, the threaded sum), cleared by prepare(). prepare()
     // then zeroes only the other external grads instead of one more pass over every parameter's.
     bool wrt_grads_zero = false;
     Frame<T> frame() {
-        return Frame<T>{v.data(), g.data(),
-                        &scratch, wt_index.empty() ? nullptr : &wt_index,
-                        nullptr,  w_index.empty() ? nullptr : &w_index};
+        return Frame<T>{v.data(),
+                        g.data(),
+                        &scratch,
+                        wt_index.empty() ? nullptr : &wt_index,
+                        nullptr,
+                        w_index.empty() ? nullptr : &w_index,
+                        wg_index.empty() ? nullptr : &wg_index};
     }
 };
 

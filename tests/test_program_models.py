@@ -430,3 +430,28 @@ def test_replays_read_linear_weights_in_place_unless_another_op_reads_them(dtype
         shape = ((4, 0),) * chunk
         prog = _cached_program(model, ("chunk",) + shape if chunk > 1 else shape[0])
         assert prog.weights_read_in_place == in_place, cls.__name__
+
+
+@pytest.mark.parametrize("chunk", [1, 4])
+def test_a_one_thread_replay_whose_last_sample_is_non_finite_keeps_or_zeroes_the_grads(chunk):
+    """A one-thread replay that starts the grads from zero adds the linear weights' gradients
+    straight into the arena. A non-finite loss in the last sample, after the others have added
+    theirs, still leaves every grad zeroed; continuing from existing grads (zero_grad=False), it
+    leaves them as they were."""
+    bt.manual_seed(3)
+    model = MakemoreMLP(vocab=11, block=4, emb=5, hidden=7, dtype=bt.float64)
+    r = random.Random(4)
+    batch = [([r.randrange(10) for _ in range(4)], r.randrange(11)) for _ in range(7)] + [([10, 1, 2, 3], 0)]
+    pv = model.parameter_vector()
+    bt.grad_oracle(model, batch, compile=True, threads=1, chunk=chunk)  # traced while every loss is finite
+    before = pv.numpy("grads").copy()
+    assert np.abs(np.array(model.fc1.weight.tolist("grads"))).max() > 0
+    table = model.embed.weight.tolist()
+    table[10 * 5] = float("nan")  # token 10 appears in the last sample only
+    model.embed.weight.set_data(table)
+    with pytest.raises(FloatingPointError, match="sample"):
+        bt.grad_oracle(model, batch, compile=True, threads=1, chunk=chunk, zero_grad=False)
+    np.testing.assert_array_equal(pv.numpy("grads"), before)
+    with pytest.raises(FloatingPointError, match="sample"):
+        bt.grad_oracle(model, batch, compile=True, threads=1, chunk=chunk)
+    assert not pv.numpy("grads").any()
