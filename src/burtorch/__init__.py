@@ -106,17 +106,19 @@ def __getattr__(name: str) -> Any:
 
     if name in _LAZY_MODULES:
         return importlib.import_module(f".{name}", __name__)
-    if name in ("numpy_view", "load_array"):
-        return getattr(importlib.import_module(".views", __name__), name)
-    if name == "memory_report":
-        return importlib.import_module(".introspect", __name__).memory_report
-    if name == "grad_oracle":
-        return importlib.import_module(".oracle", __name__).grad_oracle
-    if name in ("value_and_grad", "grad", "trace", "Program", "TraceError"):
-        return getattr(importlib.import_module(".program", __name__), name)
-    if name == "per_sample_grads":
-        return importlib.import_module(".oracle_compiled", __name__).per_sample_grads
-    raise AttributeError(f"module 'burtorch' has no attribute {name!r}")
+    home = _LAZY_NAMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'burtorch' has no attribute {name!r}")
+    value = getattr(importlib.import_module(home, __name__), name)
+    # kept as a module attribute, so later lookups (bt.grad_oracle in a training loop) skip this
+    globals()[name] = value
+    return value
+
+
+# Names the package hands out from its lazy modules: name -> module.
+_LAZY_NAMES = {"numpy_view": ".views", "load_array": ".views", "memory_report": ".introspect",
+               "grad_oracle": ".oracle", "per_sample_grads": ".oracle_compiled",
+               **dict.fromkeys(("value_and_grad", "grad", "trace", "Program", "TraceError"), ".program")}
 build_info = getattr(_core, "build_info", "unknown")
 
 
