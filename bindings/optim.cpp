@@ -31,36 +31,44 @@ using bt::threads::in_blocks;
 // both side by side.
 static bool g_stream_split_steps = true;
 
-// Whether this step's spans split across threads write with streaming stores: when the work
-// since the last step also ran on several threads (a threaded oracle, so the weights are cached
-// on more than one core). Read once per step, and the mark the step's own split leaves is
-// cleared after it: a step after a one-thread oracle, or after nothing, keeps ordinary stores,
-// since the next oracle then reads the weights back from this core's cache.
-static bool weights_on_several_cores() {
-    const bool shared = bt::threads::shared_work_since();
-    return g_stream_split_steps && shared;
-}
-static bool split(size_t n) { return bt::threads::block_tasks(n) > 1; }
+// How a step splits its spans. When the work since the last step also ran on several threads (a
+// threaded oracle), the weights are cached on more than one core: a span splits from
+// kBlockElements on, and the split writes its new values with streaming stores. Otherwise they
+// sit in this core's cache, where the next oracle reads them back: a split would hand half of
+// them to another core and back (a one-row W4 step, 137K weights, took 1.5-2x as long split on
+// two threads), so it splits only where they no longer fit one core's cache, with ordinary stores.
+// Read once per step; the mark the step's own split leaves is cleared after it.
+static constexpr double kUnsharedSplitElements = double(1 << 20);
+struct StepSplit {
+    bool shared = bt::threads::shared_work_since();
+    double threshold() const { return shared ? bt::threads::kBlockElements : kUnsharedSplitElements; }
+    bool stream(size_t n) const {
+        return g_stream_split_steps && shared && bt::threads::block_tasks(n, threshold()) > 1;
+    }
+    ~StepSplit() { (void)bt::threads::shared_work_since(); }
+};
 
 static void sgd_step(const VectorBox& p, OptimState& st, double lr, double momentum, double wd, double dampening,
                      bool nesterov) {
     check_state(p, st, momentum != 0.0 ? 1 : 0);
     const bt::SgdConfig c{lr, momentum, wd, dampening, nesterov};
     const bool first = st.steps == 0;
-    const bool shared = weights_on_several_cores();
+    const StepSplit how;
     size_t off = 0;
     dispatch(p.arena, [&](auto& A) {
         for (const Span& s : p.spans) {
             double* m = st.buf.data() + off;
-            const bool stream = shared && split(s.second);
-            in_blocks(s.second, [&](size_t b, size_t k) {
-                bt::sgd_step(A.values() + s.first + b, A.grads() + s.first + b, momentum != 0.0 ? m + b : m, k, c,
-                             first, stream);
-            });
+            const bool stream = how.stream(s.second);
+            in_blocks(
+                s.second,
+                [&](size_t b, size_t k) {
+                    bt::sgd_step(A.values() + s.first + b, A.grads() + s.first + b, momentum != 0.0 ? m + b : m, k, c,
+                                 first, stream);
+                },
+                how.threshold());
             off += momentum != 0.0 ? s.second : 0;
         }
     });
-    (void)bt::threads::shared_work_since();  // the mark this step's own split left
     ++st.steps;
 }
 
@@ -97,20 +105,23 @@ static void adam_step(const VectorBox& p, OptimState& st, double lr, double b1, 
     check_state(p, st, 2);
     const bt::AdamConfig c{lr, b1, b2, eps, wd, decoupled};
     ++st.steps;
-    const bool shared = weights_on_several_cores();
+    const StepSplit how;
     size_t off = 0;
     dispatch(p.arena, [&](auto& A) {
         for (const Span& s : p.spans) {
             double* m = st.buf.data() + off;
             double* v = st.buf.data() + p.size + off;
-            const bool stream = shared && split(s.second);
-            in_blocks(s.second, [&](size_t b, size_t k) {
-                bt::adam_step(A.values() + s.first + b, A.grads() + s.first + b, m + b, v + b, k, c, st.steps, stream);
-            });
+            const bool stream = how.stream(s.second);
+            in_blocks(
+                s.second,
+                [&](size_t b, size_t k) {
+                    bt::adam_step(A.values() + s.first + b, A.grads() + s.first + b, m + b, v + b, k, c, st.steps,
+                                  stream);
+                },
+                how.threshold());
             off += s.second;
         }
     });
-    (void)bt::threads::shared_work_since();  // the mark this step's own split left
 }
 
 static void init_fill(const VectorBox& v, const std::string& kind, double a, double b, uint64_t seed) {

@@ -91,6 +91,19 @@ static void test_linear_split() {
     CHECK(gx1 == gx2 && gW1 == gW2 && gb1 == gb2, "backward split differs");
 }
 
+// Which layers split on two threads: by multiply-adds from a few rows on, by weights below
+// gemm::kAxpyRows rows, where a split hands W between the cores every step and pays only for a W
+// beyond one core's cache.
+static void test_which_layers_split() {
+    if (th::num_threads() < 2) return;
+    CHECK(bt::linear_tasks(64, 1024, 64) == 2, "a 64-row layer of 64K weights splits");
+    CHECK(bt::linear_tasks(4, 1024, 128) == 2, "a 4-row layer of 128K weights splits");
+    CHECK(bt::linear_tasks(1, 1024, 128) == 1, "a one-row layer of 128K weights stays on one thread");
+    CHECK(bt::linear_tasks(3, 1024, 512) == 1, "a 3-row layer of 512K weights stays on one thread");
+    CHECK(bt::linear_tasks(1, 1024, 1024) == 2, "a one-row layer of 1M weights splits");
+    CHECK(bt::linear_tasks(64, 24, 4) == 1, "a small layer stays on one thread");
+}
+
 // f(a, b) = tanh(a * w + b) * (a - 2), w a parameter: the threaded oracle over 101 samples equals
 // the serial loop within rounding, repeats bitwise, and one task is the serial loop exactly.
 static void test_threaded_replay() {
@@ -162,6 +175,7 @@ int main() {
     test_thread_counts();
     test_linear_split<float>();
     test_linear_split<double>();
+    test_which_layers_split();
     test_threaded_replay();
     test_fork_child_has_a_working_pool();
     std::printf("test_threads: %d failures\n", failures);
