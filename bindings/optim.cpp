@@ -35,8 +35,8 @@ static bool g_stream_split_steps = true;
 // threaded oracle), the weights are cached on more than one core: a span splits from
 // kBlockElements on, and the split writes its new values with streaming stores. Otherwise they
 // sit in this core's cache, where the next oracle reads them back: a split would hand half of
-// them to another core and back (a one-row W4 step, 137K weights, took 1.5-2x as long split on
-// two threads), so it splits only where they no longer fit one core's cache, with ordinary stores.
+// them to another core and back, so it splits only where they no longer fit one core's cache,
+// with ordinary stores.
 // Read once per step; the mark the step's own split leaves is cleared after it.
 static constexpr double kUnsharedSplitElements = double(1 << 20);
 struct StepSplit {

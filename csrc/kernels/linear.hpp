@@ -33,9 +33,9 @@ inline constexpr size_t kColumnSplitWidth = 64;
 // moves it between the cores every step: the forward splits by output units (rows of W), the
 // input gradient by input columns (W's columns), each the only split that keeps every element
 // one chain, so each core then reads the quarter of W the other one wrote. That pays only when W
-// does not fit one core's cache (4 MB in float; measured at one row, two threads against one:
-// 1024 x 128 and 1024 x 512 took twice as long, 1024 x 1024 1.1x (Sapphire Rapids) and 1.4x (Zen
-// 4) as fast).
+// does not fit one core's cache (4 MB in float). Measured on one-row W4 steps, two threads
+// against one: 1024 -> 128 and 1024 -> 512 took 1.9-2.5x as long; 1024 -> 1024 ran 0.9-1.1x as
+// fast on a Sapphire Rapids host and 1.4x on a Zen 4 one.
 inline constexpr double kFewRowsParallelWeights = 1 << 20;
 
 // The work a layer's split is measured by, against kLinearParallelWork: its multiply-adds, or for
