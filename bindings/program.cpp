@@ -399,9 +399,11 @@ static std::vector<size_t> run_replay_threads(ProgramBox& box, const bt::Program
 }
 
 // Points the linear weights that a replay reads in the arena (Program::arena_weights) at their
-// grads in the arena too, zeroed, when each lies inside one wrt span: the replay then adds their
-// gradients there, in the order it would add them in its frame, and nothing is copied out. Returns
-// those weights' frame spans, ascending. Their frame grads stay zero: no other record reads them.
+// grads in the arena too, when each lies inside one wrt span: the replay then adds their
+// gradients there, in the order it would add them in its frame, and nothing is copied out. They
+// start at zero: the first record to reach one writes it instead of adding (the same bits), so
+// it is neither zeroed first nor read. Returns those weights' frame spans, ascending. Their frame
+// grads stay zero: no other record reads them.
 template <typename T>
 static std::vector<bt::Span> grads_in_place(const ProgramBox& box, const bt::Program<T>& P, bt::Workspace<T>& W,
                                             T* ag) {
@@ -411,12 +413,19 @@ static std::vector<bt::Span> grads_in_place(const ProgramBox& box, const bt::Pro
         for (size_t i = 0; i < P.wrt.size(); ++i)
             if (w.first >= P.wrt[i].first && w.first + w.second <= P.wrt[i].first + P.wrt[i].second) {
                 T* g = ag + box.wrt_arena[i].first + (w.first - P.wrt[i].first);
-                std::fill(g, g + w.second, T(0));
-                W.wg_index.emplace_back(w.first, g);
+                W.wg_index.push_back(bt::WeightGrad<T>{w.first, g, w.second, true});
                 direct.push_back(w);
                 break;
             }
     return direct;  // arena_weights are sorted and disjoint
+}
+
+// The in-place grads no record wrote (a sweep that skipped their record) or that a failed
+// replay left partly written: zeroed, as a call that starts from zero leaves them.
+template <typename T>
+static void zero_grads_in_place(const bt::Workspace<T>& W, bool all) {
+    for (const bt::WeightGrad<T>& w : W.wg_index)
+        if (all || w.unwritten) std::fill(w.grad, w.grad + w.len, T(0));
 }
 
 // The replay itself, shared by both entry points: n samples whose inputs are converted and checked.
@@ -444,15 +453,12 @@ static std::vector<size_t> run_replay(ProgramBox& box, bt::Program<T>& P, bt::Wo
     // failed call that starts from zero leaves every grad.
     struct Undirect {
         bt::Workspace<T>& W;
-        const std::vector<bt::Span>& direct;  // W.wg_index's weights, in its order
         int unwinding = std::uncaught_exceptions();
         ~Undirect() {
-            if (std::uncaught_exceptions() > unwinding)
-                for (size_t i = 0; i < direct.size(); ++i)
-                    std::fill(W.wg_index[i].second, W.wg_index[i].second + direct[i].second, T(0));
+            zero_grads_in_place(W, std::uncaught_exceptions() > unwinding);
             W.wg_index.clear();
         }
-    } undirect{W, direct};
+    } undirect{W};
     bt::ReplayResult res = bt::replay(P, W, in, reduce, static_cast<T>(seed), values, rows, sum, to_arena, stream);
     if (to_arena) {
         if (res.non_finite >= 0) {

@@ -29,6 +29,15 @@ struct FusedSgd {
     }
 };
 
+// A weight's gradient kept outside the frame (Frame::arena_weight_grads).
+template <typename T>
+struct WeightGrad {
+    uint32_t slot;                   // the weight's first frame slot
+    T* grad;                         // where its gradient goes
+    uint32_t len;                    // its elements
+    mutable bool unwritten = false;  // it starts at zero and nothing has written it yet
+};
+
 template <typename T>
 struct Frame {
     T* v;
@@ -49,7 +58,7 @@ struct Frame {
     // Where the gradients of such weights go instead of the frame, by the same slots: a
     // one-thread replay that starts the parameter grads from zero adds into the arena's own
     // (the same additions in the same order), so they need no copy out afterwards. Null: none.
-    const std::vector<std::pair<uint32_t, T*>>* arena_weight_grads = nullptr;
+    const std::vector<WeightGrad<T>>* arena_weight_grads = nullptr;
 
     // Whether the record reading the weight at w_slot applies its SGD step (and marks it applied).
     bool applies_sgd(uint32_t w_slot) const {
@@ -65,11 +74,18 @@ struct Frame {
         const T* w = find(arena_weights, w_slot);
         return w ? w : v + w_slot;
     }
-    // Where the gradient of the linear weight whose first element is at w_slot accumulates.
-    T* weight_grad(uint32_t w_slot) const {
+    // Where the gradient of the linear weight whose first element is at w_slot accumulates, and
+    // in `add` whether it adds to what is there (false: the first write of a grad that starts the
+    // call at zero, which then writes instead, and the next one adds).
+    T* weight_grad(uint32_t w_slot, bool& add) const {
+        add = true;
         if (arena_weight_grads)
-            for (const auto& [s, p] : *arena_weight_grads)
-                if (s == w_slot) return p;
+            for (const WeightGrad<T>& w : *arena_weight_grads)
+                if (w.slot == w_slot) {
+                    add = !w.unwritten;
+                    w.unwritten = false;
+                    return w.grad;
+                }
         return g + w_slot;
     }
     T* values() const { return v; }

@@ -162,7 +162,7 @@ struct Workspace {
     std::vector<T> wt;                                    // the program's transposed weights, back to back
     std::vector<std::pair<uint32_t, const T*>> wt_index;  // (W's frame slot, its transposed copy in wt)
     std::vector<std::pair<uint32_t, const T*>> w_index;   // (W's frame slot, W in the arena): arena_weights
-    std::vector<std::pair<uint32_t, T*>> wg_index;        // (W's frame slot, its grad in the arena), or empty
+    std::vector<WeightGrad<T>> wg_index;                  // W's grad in the arena, by W's frame slot; or empty
     const Program<T>* laid_out_for = nullptr;
     // Whether every external wrt grad is zero: set by the passes that read those grads out and
     // zero them as they go (take_wrt_grads, the threaded sum), cleared by prepare(). prepare()

@@ -455,3 +455,36 @@ def test_a_one_thread_replay_whose_last_sample_is_non_finite_keeps_or_zeroes_the
     with pytest.raises(FloatingPointError, match="sample"):
         bt.grad_oracle(model, batch, compile=True, threads=1, chunk=chunk)
     assert not pv.numpy("grads").any()
+
+
+class _DeadRelu(MakemoreMLP):
+    """fc1 followed by a ReLU: with a very negative bias every unit is off, so the sweep skips
+    fc1's record (its outputs carry no gradient)."""
+
+    def loss_batch(self, samples):
+        ids = [i for ctx, _ in samples for i in ctx]
+        x = self.embed(ids).reshape(len(samples), self.block * self.emb_dim)
+        return bt._core.cross_entropy(self.fc2(self.fc1(x).relu()), [t for _, t in samples])
+
+
+@pytest.mark.parametrize("dtype", [bt.float32, bt.float64])
+def test_a_weight_whose_record_the_replay_skips_gets_a_zero_grad(dtype):
+    """A one-thread replay writes the in-place weights' grads with their first contribution
+    (nothing zeroes them first): a weight whose record the sweep skips must still come out
+    zero, not with the grads an earlier call left."""
+    bt.manual_seed(11)
+    model = _DeadRelu(vocab=11, block=4, emb=5, hidden=7, dtype=dtype)
+    r = random.Random(12)
+    batch = [([r.randrange(11) for _ in range(4)], r.randrange(11)) for _ in range(8)]
+    pv = model.parameter_vector()
+    live = model.fc1.bias.tolist()
+    model.fc1.bias.set_data([-1e3] * 7)  # every unit off
+    eager_loss = bt.grad_oracle(model, batch, chunk=8)
+    eager = pv.numpy("grads").copy()
+    assert not np.array(model.fc1.weight.tolist("grads")).any() and np.abs(eager).max() > 0
+    model.fc1.bias.set_data(live)
+    bt.grad_oracle(model, batch, chunk=8, compile=True, threads=1)  # traced; leaves fc1's grads nonzero
+    assert np.abs(np.array(model.fc1.weight.tolist("grads"))).max() > 0
+    model.fc1.bias.set_data([-1e3] * 7)
+    assert bt.grad_oracle(model, batch, chunk=8, compile=True, threads=1) == eager_loss
+    np.testing.assert_array_equal(pv.numpy("grads"), eager)

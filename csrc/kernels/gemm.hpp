@@ -627,10 +627,13 @@ inline constexpr size_t kSgdBlock = 256;
 
 // gW[o, i] += sum_r gy[r, o] x[r, i] and gb[o] += sum_r gy[r, o] (gb may be null) for o in
 // [o0, o1). With `sgd`, W's rows [o0, o1) take the SGD step instead and gW is not touched.
+// gw_add = false: those rows of gW are written, with the bits the sum into zeroed rows would
+// have (each chain starts from zero either way), and their old contents are never read.
 template <typename T>
 inline void grad_weight(const T* gy, const T* x, T* gW, T* gb, size_t rows, size_t in, size_t out, size_t o0, size_t o1,
-                        const SgdSink<T>* sgd = nullptr) {
+                        const SgdSink<T>* sgd = nullptr, bool gw_add = true) {
     if (o0 >= o1) return;
+    if (!gw_add && !sgd && rows < kAxpyRows) std::fill(gW + o0 * in, gW + o1 * in, T(0));  // a few rows: chains add
     if (rows < kAxpyRows) {
         auto chain = [&](T* y, const T* g, const T* xs, size_t n) {
             switch (rows) {
@@ -658,8 +661,12 @@ inline void grad_weight(const T* gy, const T* x, T* gW, T* gb, size_t rows, size
     } else if (!sgd) {
         // A = gy^T (A(o, r) = gy[r * out + o]), B = x; gW streams through once, row block by row block.
         T* C = gW + o0 * in;
-        for_each_tile<T>(o1 - o0, in, rows, gy + o0, 1, out, x, in, true, false, from_tile<T>(C, in), to_tile(C, in),
-                         ahead_of_rows(C, in, o1 - o0, in));
+        if (gw_add)
+            for_each_tile<T>(o1 - o0, in, rows, gy + o0, 1, out, x, in, true, false, from_tile<T>(C, in),
+                             to_tile(C, in), ahead_of_rows(C, in, o1 - o0, in));
+        else
+            for_each_tile<T>(o1 - o0, in, rows, gy + o0, 1, out, x, in, true, false, zero_tile<T>(), to_tile(C, in),
+                             ahead_of_rows(C, in, o1 - o0, in));
     } else {
         T* W = sgd->W + o0 * in;
         for_each_tile<T>(o1 - o0, in, rows, gy + o0, 1, out, x, in, true, false, zero_tile<T>(),

@@ -93,10 +93,10 @@ inline void linear_fwd(const T* x, const T* W, const T* b, T* y, uint32_t rows, 
 // With `sgd`, W takes a plain SGD step in place of accumulating gW (gW unused): every task of
 // the input gradient, which reads the old W, finishes before any row of W changes.
 // gx_add = false: gx is written, not added to (the tasks start their own blocks from zero, so the
-// caller need not zero it first on one thread).
+// caller need not zero it first on one thread); gw_add = false: the same for gW.
 template <typename T>
 inline void linear_bwd(const T* x, const T* W, const T* gy, T* gx, T* gW, T* gb, uint32_t rows, uint32_t in,
-                       uint32_t out, const gemm::SgdSink<T>* sgd = nullptr, bool gx_add = true) {
+                       uint32_t out, const gemm::SgdSink<T>* sgd = nullptr, bool gx_add = true, bool gw_add = true) {
     if (sgd && rows < gemm::kAxpyRows) {
         if (!gx_add) std::fill(gx, gx + size_t(rows) * in, T(0));  // a few rows
         // One pass over W for both products; tasks own columns of gx and W alike.
@@ -115,7 +115,7 @@ inline void linear_bwd(const T* x, const T* W, const T* gy, T* gx, T* gW, T* gb,
     const size_t tw = linear_tasks(rows, in, out);
     if (tw <= 1) {
         gemm::grad_input(gy, W, gx, rows, in, out, 0, rows, 0, size_t(-1), gx_add);
-        gemm::grad_weight(gy, x, gW, gb, rows, in, out, 0, out, sgd);
+        gemm::grad_weight(gy, x, gW, gb, rows, in, out, 0, out, sgd, gw_add);
         return;
     }
     // A wide gx splits by columns, so each task reads (and packs) only its columns of W; a
@@ -134,7 +134,7 @@ inline void linear_bwd(const T* x, const T* W, const T* gy, T* gx, T* gW, T* gb,
     };
     auto weight_task = [&](size_t t) {
         const auto [o0, o1] = threads::split(out, tw, t, kLinearAlign);
-        gemm::grad_weight(gy, x, gW, gb, rows, in, out, o0, o1, sgd);
+        gemm::grad_weight(gy, x, gW, gb, rows, in, out, o0, o1, sgd, gw_add);
     };
     if (sgd) {
         threads::parallel_tasks(ti, input_task);

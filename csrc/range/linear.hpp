@@ -45,8 +45,10 @@ inline void linear_backward(const Frame<T>& A, const Record& r, const Operands& 
     const uint32_t w = o.v[1].first(0);
     const FusedSgd* f = A.applies_sgd(w) ? A.fused_sgd : nullptr;
     const gemm::SgdSink<T> sgd{A.values() + w, T(f ? f->lr : 0.0), T(f ? f->weight_decay : 0.0)};
-    linear_bwd(xs, A.weight(w), g + r.out, gx, A.weight_grad(w), has_b ? g + o.v[2].first(0) : nullptr, rows, nin, nout,
-               f ? &sgd : nullptr, false);
+    bool gw_add = true;
+    T* gW = A.weight_grad(w, gw_add);
+    linear_bwd(xs, A.weight(w), g + r.out, gx, gW, has_b ? g + o.v[2].first(0) : nullptr, rows, nin, nout,
+               f ? &sgd : nullptr, false, gw_add);
     scatter_add(g, o.v[0], gx);
 }
 

@@ -186,6 +186,15 @@ static void check_fused_sgd(size_t rows, size_t in, size_t out, T wd) {
     gemm::grad_input(gy.data(), W.data(), gx_ref.data(), rows, in, out, 0, rows);
     gemm::grad_weight(gy.data(), x.data(), gW.data(), static_cast<T*>(nullptr), rows, in, out, 0, out);
     for (size_t k = 0; k < W.size(); ++k) W_ref[k] = bt::sgd_update(W[k], gW[k], lr, wd);
+    // written rather than added (gw_add = false), over stale contents, in two row ranges: the
+    // sums into a zeroed gW
+    std::vector<T> gW_w(out * in, T(-3));
+    const size_t cut = std::min(out, size_t(16));
+    gemm::grad_weight(gy.data(), x.data(), gW_w.data(), static_cast<T*>(nullptr), rows, in, out, 0, cut,
+                      static_cast<const gemm::SgdSink<T>*>(nullptr), false);
+    gemm::grad_weight(gy.data(), x.data(), gW_w.data(), static_cast<T*>(nullptr), rows, in, out, cut, out,
+                      static_cast<const gemm::SgdSink<T>*>(nullptr), false);
+    CHECK(same_bits(gW_w, gW), "%s grad_weight written %zux%zux%zu differs from the sum into zeros", tn, rows, in, out);
     auto W_a = W;
     const gemm::SgdSink<T> sink_a{W_a.data(), lr, wd};
     const size_t mid = std::min(out, size_t(16));
