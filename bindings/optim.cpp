@@ -1,11 +1,14 @@
 // Optimizer steps and parameter initialisers over Vectors: the loops are in csrc/optim.hpp and
 // csrc/rng.hpp; here only state bookkeeping and checks.
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
 
+#include "../csrc/fused_sgd.hpp"
 #include "../csrc/threads.hpp"
 #include "vector.hpp"
 
@@ -100,6 +103,38 @@ static size_t sgd_fused_backward(nb::handle loss, const VectorBox& p, OptimState
     return fused;
 }
 
+// The rest of SGD.fused_step(compile=True) after the replay (Program._fused_sgd_chunk): every
+// parameter but the fused weights steps on its gradient, and a fused weight the sweep did not
+// reach steps on a zero gradient. weights: the fused weights' spans, each inside `p`.
+static void sgd_step_around_fused(const VectorBox& p, OptimState& st, double lr, double wd,
+                                  const std::vector<std::pair<uint32_t, uint32_t>>& weights,
+                                  const std::vector<bool>& applied) {
+    check_state(p, st, 0);
+    if (!std::isfinite(lr) || !std::isfinite(wd)) throw nb::value_error("lr and weight_decay must be finite");
+    if (applied.size() != weights.size()) throw nb::value_error("one applied flag per weight");
+    std::vector<Span> w;
+    for (const auto& [first, len] : weights) {
+        bool inside = false;
+        for (const Span& s : p.spans) inside |= first >= s.first && size_t(first) + len <= size_t(s.first) + s.second;
+        if (!inside || len == 0) throw nb::value_error("a fused weight must lie inside the parameters");
+        w.emplace_back(first, len);
+    }
+    std::vector<size_t> order(w.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return w[a].first < w[b].first; });
+    std::vector<Span> sorted;
+    std::vector<uint8_t> done;
+    for (size_t i : order) {
+        if (!sorted.empty() && w[i].first < sorted.back().first + sorted.back().second)
+            throw nb::value_error("fused weights must not overlap");
+        sorted.push_back(w[i]);
+        done.push_back(applied[i] ? 1 : 0);
+    }
+    dispatch(p.arena,
+             [&](auto& A) { bt::sgd_step_around_fused(A, bt::subtract_spans(p.spans, sorted), sorted, done, lr, wd); });
+    ++st.steps;
+}
+
 static void adam_step(const VectorBox& p, OptimState& st, double lr, double b1, double b2, double eps, double wd,
                       bool decoupled) {
     check_state(p, st, 2);
@@ -165,6 +200,10 @@ void init_optim(nb::module_& m) {
         nb::arg("on"));
     m.def("sgd_step", &sgd_step, nb::arg("params"), nb::arg("state"), nb::arg("lr"), nb::arg("momentum"),
           nb::arg("weight_decay"), nb::arg("dampening"), nb::arg("nesterov"));
+    m.def("sgd_step_around_fused", &sgd_step_around_fused, nb::arg("params"), nb::arg("state"), nb::arg("lr"),
+          nb::arg("weight_decay"), nb::arg("weights"), nb::arg("applied"),
+          "The rest of a compiled fused SGD step: every parameter but the fused weights steps on its gradient; "
+          "a fused weight its sweep did not reach steps on a zero gradient.");
     m.def("sgd_fused_backward", &sgd_fused_backward, nb::arg("loss"), nb::arg("params"), nb::arg("state"),
           nb::arg("seed"), nb::arg("lr"), nb::arg("weight_decay"), nb::arg("fuse"), nb::arg("zero"),
           nb::sig("def sgd_fused_backward(loss: Value, params: Vector, state: OptimState, seed: float, lr: float, "

@@ -13,6 +13,7 @@
 #include <type_traits>
 #include <variant>
 
+#include "../csrc/fused_sgd.hpp"
 #include "../csrc/replay_threads.hpp"
 #include "common.hpp"
 #include "vector.hpp"
@@ -420,6 +421,31 @@ static std::vector<bt::Span> grads_in_place(const ProgramBox& box, const bt::Pro
     return direct;  // arena_weights are sorted and disjoint
 }
 
+// The wrt grads of the frame into the arena (at ag), zeroing them as they are read (the next call
+// need not), but for the frame spans `skip` (sorted; their grads are elsewhere or stay as they
+// were).
+template <typename T>
+static void take_wrt_grads_but(const ProgramBox& box, const bt::Program<T>& P, bt::Workspace<T>& W, T* ag,
+                               const std::vector<bt::Span>& skip) {
+    for (size_t i = 0; i < P.wrt.size(); ++i) {
+        uint32_t at = P.wrt[i].first;
+        const uint32_t end = at + P.wrt[i].second;
+        auto take = [&](uint32_t stop) {
+            if (stop <= at) return;
+            const auto g = W.g.begin() + at;
+            std::copy(g, g + (stop - at), ag + box.wrt_arena[i].first + (at - P.wrt[i].first));
+            std::fill(g, g + (stop - at), T(0));
+        };
+        for (const bt::Span& d : skip)
+            if (d.first >= at && d.first < end) {
+                take(d.first);
+                at = d.first + d.second;
+            }
+        take(end);
+    }
+    W.wrt_grads_zero = true;
+}
+
 // The in-place grads no record wrote (a sweep that skipped their record) or that a failed
 // replay left partly written: zeroed, as a call that starts from zero leaves them.
 template <typename T>
@@ -471,24 +497,7 @@ static std::vector<size_t> run_replay(ProgramBox& box, bt::Program<T>& P, bt::Wo
                          std::isnan(y) ? "nan" : "inf", res.non_finite);
             throw nb::python_error();
         }
-        for (size_t i = 0; i < P.wrt.size(); ++i) {  // zeroed as they are read: the next call need not
-            // the parts of the span between the weights whose grads are already in the arena
-            uint32_t at = P.wrt[i].first;
-            const uint32_t end = at + P.wrt[i].second;
-            auto take = [&](uint32_t stop) {
-                if (stop <= at) return;
-                const auto g = W.g.begin() + at;
-                std::copy(g, g + (stop - at), ag + box.wrt_arena[i].first + (at - P.wrt[i].first));
-                std::fill(g, g + (stop - at), T(0));
-            };
-            for (const bt::Span& d : direct)
-                if (d.first >= at && d.first < end) {
-                    take(d.first);
-                    at = d.first + d.second;
-                }
-            take(end);
-        }
-        W.wrt_grads_zero = true;
+        take_wrt_grads_but(box, P, W, ag, direct);
         box.arena->mark_grads_written();
     }
     return std::move(res.failed);
@@ -656,17 +665,12 @@ static nb::tuple replay_samples_typed(ProgramBox& box, bt::Program<T>& P, bt::Wo
     return nb::make_tuple(stop, to_list(failed, start));
 }
 
-// _replay_chunks(batch, start, k, count, shape, seed, values, zero, threads) -> (stop, failed):
-// the oracle's accumulation ("arena" mode) over chunks of k consecutive samples from `start`, up
-// to `count` of them, each chunk one sample of a program traced over a chunk (the compound
-// sample: part q of every sample of the chunk, concatenated in order). The ids are packed here,
-// so a chunked step runs no Python per sample. Replays chunks [0, stop), up to the first chunk
-// with a sample of another shape (stop = 0: the first one has; nothing was replayed); values
-// (count entries) receives each chunk's loss; failed holds chunk indices.
+// The ids of chunks [0, stop) of k consecutive samples from `start` (up to `count` chunks), each
+// chunk packed as the program's compound sample: part q of every sample of the chunk, in order.
+// stop: the first chunk with a sample of another shape (0: the first one has).
 template <typename T>
-static nb::tuple replay_chunks_typed(ProgramBox& box, bt::Program<T>& P, bt::Workspace<T>& W, nb::handle batch_h,
-                                     size_t start, size_t k, size_t count, const std::vector<int64_t>& shape,
-                                     double seed, nb::handle values_h, bool zero, int threads) {
+static size_t chunk_ids(const bt::Program<T>& P, nb::handle batch_h, size_t start, size_t k, size_t count,
+                        const std::vector<int64_t>& shape, std::vector<uint32_t>& ids) {
     if (!PyList_Check(batch_h.ptr())) throw nb::type_error("batch must be a list of samples");
     const size_t N = size_t(PyList_GET_SIZE(batch_h.ptr()));
     if (k == 0 || count == 0) throw nb::value_error("k and count must be positive");
@@ -681,11 +685,11 @@ static nb::tuple replay_chunks_typed(ProgramBox& box, bt::Program<T>& P, bt::Wor
         block_at[q] = at;
         at += k * width[q];
     }
-    std::vector<uint32_t> ids(count * P.num_ids);
+    ids.assign(count * P.num_ids, 0);
     std::vector<int64_t> one;
     size_t stop = 0;
     for (; stop < count; ++stop) {
-        uint32_t* chunk_ids = ids.data() + stop * P.num_ids;
+        uint32_t* dst = ids.data() + stop * P.num_ids;
         bool fits = true;
         for (size_t j = 0; fits && j < k; ++j) {
             const size_t s = start + stop * k + j;
@@ -697,12 +701,28 @@ static nb::tuple replay_chunks_typed(ProgramBox& box, bt::Program<T>& P, bt::Wor
                 for (size_t t = 0; t < width[q]; ++t, ++i) {
                     const size_t pos = block_at[q] + j * width[q] + t;
                     check_id(one[i], P.id_bound[pos], s, pos);
-                    chunk_ids[pos] = uint32_t(one[i]);
+                    dst[pos] = uint32_t(one[i]);
                 }
         }
         if (!fits) break;
     }
     if (size_t(PyList_GET_SIZE(batch_h.ptr())) != N) throw nb::value_error("the batch changed during the replay");
+    return stop;
+}
+
+// _replay_chunks(batch, start, k, count, shape, seed, values, zero, threads) -> (stop, failed):
+// the oracle's accumulation ("arena" mode) over chunks of k consecutive samples from `start`, up
+// to `count` of them, each chunk one sample of a program traced over a chunk (the compound
+// sample: part q of every sample of the chunk, concatenated in order). The ids are packed here,
+// so a chunked step runs no Python per sample. Replays chunks [0, stop), up to the first chunk
+// with a sample of another shape (stop = 0: the first one has; nothing was replayed); values
+// (count entries) receives each chunk's loss; failed holds chunk indices.
+template <typename T>
+static nb::tuple replay_chunks_typed(ProgramBox& box, bt::Program<T>& P, bt::Workspace<T>& W, nb::handle batch_h,
+                                     size_t start, size_t k, size_t count, const std::vector<int64_t>& shape,
+                                     double seed, nb::handle values_h, bool zero, int threads) {
+    std::vector<uint32_t> ids;
+    const size_t stop = chunk_ids(P, batch_h, start, k, count, shape, ids);
     if (stop == 0) return nb::make_tuple(0, nb::list());
     bt::Samples in;
     in.n = stop;
@@ -711,6 +731,88 @@ static nb::tuple replay_chunks_typed(ProgramBox& box, bt::Program<T>& P, bt::Wor
     const std::vector<size_t> failed = run_replay(box, P, W, in, bt::Reduce::accumulate, true, zero, seed, values.data,
                                                   static_cast<T*>(nullptr), nullptr, false, threads);
     return nb::make_tuple(stop, to_list(failed, 0));
+}
+
+// SGD.fused_step(model, batch, chunk >= len(batch), compile=True): the whole batch (k samples of
+// `shape`) replayed once as one chunk of this program, every linear weight that it reads in
+// place, that one record alone reads and that lies inside `params` updated inside the sweep
+// (csrc/fused_sgd.hpp), as the eager fused step updates it. The other wrt grads (the model's
+// parameters, `zero`'s spans) are written with the batch's gradient; the fused weights' grads
+// are left as they were. Returns (replayed, loss, weights, applied): replayed is false, with
+// nothing changed, when a sample has another shape or a guard comes out differently (the
+// caller steps eagerly); weights are the fused weights' arena spans and applied which of them
+// the sweep reached (sgd_step_around_fused steps the rest). A non-finite loss changes nothing.
+template <typename T>
+static nb::tuple fused_sgd_chunk_typed(ProgramBox& box, bt::Program<T>& P, bt::Workspace<T>& W, nb::handle batch_h,
+                                       const std::vector<int64_t>& shape, const VectorBox& params, double lr,
+                                       double wd) {
+    box.check_alive();
+    params.check();
+    if (params.arena != box.arena) throw nb::value_error("the parameters and the program live in different arenas");
+    if (!PyList_Check(batch_h.ptr())) throw nb::type_error("batch must be a list of samples");
+    const size_t n = size_t(PyList_GET_SIZE(batch_h.ptr()));
+    std::vector<uint32_t> ids;
+    auto nothing = [] { return nb::make_tuple(false, 0.0, nb::list(), nb::list()); };
+    if (chunk_ids(P, batch_h, 0, n, 1, shape, ids) == 0) return nothing();
+    bt::Arena<T>& A = typed<T>(box.arena);
+    // the weights to fuse, as frame spans and as arena spans
+    std::vector<bt::Span> frame_w, arena_w;
+    if (!bt::anomaly_enabled())
+        for (const bt::Span& w : P.arena_weights) {
+            size_t readers = 0;
+            for (const bt::Record& r : P.recs)
+                if (r.op == bt::Op::linear && bt::decode_operands(P.args.data() + r.a).v[1].first(0) == w.first)
+                    ++readers;
+            if (readers != 1) continue;
+            for (size_t i = 0; i < P.wrt.size(); ++i)
+                if (w.first >= P.wrt[i].first && w.first + w.second <= P.wrt[i].first + P.wrt[i].second) {
+                    const bt::Span a{box.wrt_arena[i].first + (w.first - P.wrt[i].first), w.second};
+                    bool inside = false;
+                    for (const bt::Span& p : params.spans)
+                        inside |= a.first >= p.first && a.first + a.second <= p.first + p.second;
+                    if (inside) {
+                        frame_w.push_back(w);
+                        arena_w.push_back(a);
+                    }
+                    break;
+                }
+        }
+    bt::FusedSgd fused{lr, wd, {}, std::vector<uint8_t>(frame_w.size(), 0)};
+    for (const bt::Span& w : frame_w) fused.weight_slots.push_back(w.first);
+    bt::prepare(P, W, A.values(), 1);
+    struct Unfuse {
+        bt::Workspace<T>& W;
+        ~Unfuse() { W.fused_sgd = nullptr; }
+    } unfuse{W};
+    W.fused_sgd = frame_w.empty() ? nullptr : &fused;
+    bt::Samples in;
+    in.n = 1;
+    in.ids = ids.data();
+    double loss = 0.0;
+    const bt::ReplayResult res =
+        bt::replay(P, W, in, bt::Reduce::accumulate, T(1), &loss, static_cast<T*>(nullptr), nullptr, true);
+    if (!res.failed.empty()) return nothing();  // its guard failed: nothing was swept
+    if (res.non_finite >= 0) {
+        PyErr_Format(PyExc_FloatingPointError, "the loss is %s for a batch; lower the learning rate or check the data",
+                     std::isnan(loss) ? "nan" : "inf");
+        throw nb::python_error();
+    }
+    // the batch's grads into the arena, but for the fused weights' (their frame grads are zero)
+    take_wrt_grads_but(box, P, W, A.grads(), frame_w);
+    box.arena->mark_grads_written();
+    nb::list spans, applied;
+    for (size_t i = 0; i < arena_w.size(); ++i) {
+        spans.append(nb::make_tuple(arena_w[i].first, arena_w[i].second));
+        applied.append(bool(fused.applied[i]));
+    }
+    return nb::make_tuple(true, loss, spans, applied);
+}
+
+static nb::tuple fused_sgd_chunk(ProgramBox& box, nb::handle batch, const std::vector<int64_t>& shape,
+                                 const VectorBox& params, double lr, double weight_decay) {
+    if (!std::isfinite(lr) || !std::isfinite(weight_decay)) throw nb::value_error("lr and weight_decay must be finite");
+    return box.visit(
+        [&](auto& P, auto& W) { return fused_sgd_chunk_typed(box, P, W, batch, shape, params, lr, weight_decay); });
 }
 
 static nb::list replay(ProgramBox& box, nb::handle X, nb::handle ids, const std::string& mode, double seed,
@@ -854,7 +956,9 @@ void init_program(nb::module_& m) {
              nb::arg("zero") = false, nb::arg("stream") = false, nb::arg("threads") = 1)
         .def("_replay_chunks", &replay_chunks, nb::arg("batch"), nb::arg("start"), nb::arg("k"), nb::arg("count"),
              nb::arg("shape"), nb::arg("seed"), nb::arg("values").none() = nb::none(), nb::arg("zero") = false,
-             nb::arg("threads") = 1);
+             nb::arg("threads") = 1)
+        .def("_fused_sgd_chunk", &fused_sgd_chunk, nb::arg("batch"), nb::arg("shape"), nb::arg("params"), nb::arg("lr"),
+             nb::arg("weight_decay"));
 }
 
 }  // namespace btpy

@@ -88,6 +88,26 @@ inline std::vector<Span> subtract_spans(const std::vector<Span>& params, const s
     return out;
 }
 
+// The rest of a fused step: the parameters `rest` (params minus the fused weights) step on their
+// gradients, and a fused weight whose record the sweep skipped (applied[i] = 0) steps on a zero
+// gradient, as the unfused step would.
+template <typename T>
+void sgd_step_around_fused(Arena<T>& A, const std::vector<Span>& rest, const std::vector<Span>& weights,
+                           const std::vector<uint8_t>& applied, double lr, double weight_decay) {
+    T* g = A.grads();
+    T* v = A.values();
+    auto step = [&](const Span& s, bool zero_grad) {
+        threads::in_blocks(s.second, [&](size_t b, size_t n) {
+            T* w = v + s.first + b;
+            const T* gw = g + s.first + b;
+            for (size_t i = 0; i < n; ++i) w[i] = sgd_update(w[i], zero_grad ? T(0) : gw[i], T(lr), T(weight_decay));
+        });
+    };
+    for (const Span& s : rest) step(s, false);
+    for (size_t i = 0; i < weights.size(); ++i)
+        if (!applied[i]) step(weights[i], true);
+}
+
 // One plain SGD step of `params` on the mean loss whose graph ends at `root` (seed: d mean /
 // d root): the gradients of `zero` (the model's parameters) are zeroed and filled by the sweep,
 // except those of fused weights, which are left as they were; then every parameter moves.
@@ -103,19 +123,9 @@ size_t sgd_fused_backward(Arena<T>& A, uint32_t root, T seed, const std::vector<
     for (const Span& w : weights) fused.weight_slots.push_back(w.first);
     const std::vector<Span> rest = subtract_spans(params, weights);
     T* g = A.grads();
-    T* v = A.values();
     for (const Span& s : subtract_spans(zero, weights)) std::fill(g + s.first, g + s.first + s.second, T(0));
     A.backward(root, seed, 0, weights.empty() ? nullptr : &fused);
-    auto step = [&](const Span& s, bool zero_grad) {
-        threads::in_blocks(s.second, [&](size_t b, size_t n) {
-            T* w = v + s.first + b;
-            const T* gw = g + s.first + b;
-            for (size_t i = 0; i < n; ++i) w[i] = sgd_update(w[i], zero_grad ? T(0) : gw[i], T(lr), T(weight_decay));
-        });
-    };
-    for (const Span& s : rest) step(s, false);
-    for (size_t i = 0; i < weights.size(); ++i)
-        if (!fused.applied[i]) step(weights[i], true);
+    sgd_step_around_fused(A, rest, weights, fused.applied, lr, weight_decay);
     return weights.size();
 }
 

@@ -163,6 +163,7 @@ struct Workspace {
     std::vector<std::pair<uint32_t, const T*>> wt_index;  // (W's frame slot, its transposed copy in wt)
     std::vector<std::pair<uint32_t, const T*>> w_index;   // (W's frame slot, W in the arena): arena_weights
     std::vector<WeightGrad<T>> wg_index;                  // W's grad in the arena, by W's frame slot; or empty
+    const FusedSgd* fused_sgd = nullptr;                  // weights a replay steps inside its sweep; or none
     const Program<T>* laid_out_for = nullptr;
     // Whether every external wrt grad is zero: set by the passes that read those grads out and
     // zero them as they go (take_wrt_grads, the threaded sum), cleared by prepare(). prepare()
@@ -173,7 +174,7 @@ struct Workspace {
                         g.data(),
                         &scratch,
                         wt_index.empty() ? nullptr : &wt_index,
-                        nullptr,
+                        fused_sgd,
                         w_index.empty() ? nullptr : &w_index,
                         wg_index.empty() ? nullptr : &wg_index};
     }

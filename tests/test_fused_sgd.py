@@ -69,7 +69,8 @@ def test_fused_step_is_bitwise_the_unfused_step_mlp(dtype, b, wd, rng):
 
 @pytest.mark.parametrize("dtype", [bt.float32, bt.float64])
 @pytest.mark.parametrize("wd", [0.0, 0.01])
-def test_fused_step_is_bitwise_the_unfused_step_at_ragged_widths(dtype, wd, rng):
+@pytest.mark.parametrize("compiled", [False, True])
+def test_fused_step_is_bitwise_the_unfused_step_at_ragged_widths(dtype, wd, compiled, rng):
     # Layer widths that are no multiple of a vector (21 and 37 inputs), and output counts that are
     # no multiple of a register tile's rows: the SGD update of a tile's partial vectors and rows.
     make = lambda: nn.MakemoreMLP(vocab=27, block=7, emb=3, hidden=37, dtype=dtype)  # noqa: E731
@@ -78,21 +79,27 @@ def test_fused_step_is_bitwise_the_unfused_step_at_ragged_widths(dtype, wd, rng)
     for batch in _mlp_batches(rng, 9, 3, block=7):
         l1 = grad_oracle(m1, batch, chunk=9)
         o1.step()
-        assert o2.fused_step(m2, batch, chunk=9) == l1
+        assert o2.fused_step(m2, batch, chunk=9, compile=compiled) == l1
         assert o2.fused_weights == 2
     _assert_same_params(m1, m2)
     assert not np.array_equal(_params(m1)["fc2.weight"], _params(_twins(make)[0])["fc2.weight"])
+    # every other gradient is the batch's; the fused weights' are left as they were (zero here)
+    s1, s2 = m1.state_dict(), m2.state_dict()
+    for k in s1:
+        want = [0.0] * s1[k].size if k.endswith("c1.weight") or k.endswith("c2.weight") else s1[k].tolist("grads")
+        assert s2[k].tolist("grads") == want, k
 
 
 @pytest.mark.parametrize("b", [1, 3])
-def test_fused_step_is_bitwise_the_unfused_step_gpt(b, rng):
+@pytest.mark.parametrize("compiled", [False, True])
+def test_fused_step_is_bitwise_the_unfused_step_gpt(b, compiled, rng):
     bt.manual_seed(3)
     m1, m2 = _twins(lambda: nn.MiniGPT.paper(vocab=65, dtype=bt.float32))
     o1, o2 = SGD(m1.parameters(), lr=0.05), SGD(m2.parameters(), lr=0.05)
     for batch in _gpt_batches(rng, b, 2):
         l1 = grad_oracle(m1, batch, chunk=b)
         o1.step()
-        assert o2.fused_step(m2, batch, chunk=b) == l1
+        assert o2.fused_step(m2, batch, chunk=b, compile=compiled) == l1
         assert o2.fused_weights == _linears(m2) == 25
     _assert_same_params(m1, m2)
 
@@ -221,3 +228,92 @@ def test_fp32_sgd_step_matches_pytorch_bit_for_bit():
         else:  # a portable build multiplies, then adds: one more rounding, of the product
             assert np.all(np.abs(ours - theirs) <= 2 * np.spacing(np.abs(w) + np.abs(theirs)))
             assert not np.array_equal(ours, w)
+
+
+# ---- fused_step(compile=True): the same step replayed from a recorded program ----
+
+def test_compiled_fused_step_on_two_threads_has_the_bits_of_one(rng):
+    if _core._allowed_cores() < 2:
+        pytest.skip("needs two cores")
+    # 64 x 1024 -> 256: the replay splits the fused layer's products across the two threads
+    m1, m2 = _twins(lambda: nn.MakemoreMLP.paper(hidden=256, dtype=bt.float32))
+    o1, o2 = SGD(m1.parameters(), lr=0.1), SGD(m2.parameters(), lr=0.1)
+    for batch in _mlp_batches(rng, 64, 3):
+        o1.fused_step(m1, batch, chunk=64, threads=1, compile=True)
+        o2.fused_step(m2, batch, chunk=64, threads=2, compile=True)
+    _assert_same_params(m1, m2)
+
+
+def test_compiled_fused_step_skips_shared_weights_and_steps_dead_ones(rng):
+    """A weight two records read (an L2 term on fc1's weight) is stepped after the sweep, as the
+    eager step does; and a layer whose units are all off (its record skipped) still decays."""
+
+    class Tied(nn.MakemoreMLP):
+        def loss_batch(self, samples):
+            w = self.fc1.weight
+            return super().loss_batch(samples) + (w * w).sum() * 0.01
+
+    make = lambda: Tied(vocab=11, block=4, emb=5, hidden=7)  # noqa: E731
+    m1, m2 = _twins(make)
+    o1, o2 = SGD(m1.parameters(), lr=0.1, weight_decay=0.05), SGD(m2.parameters(), lr=0.1, weight_decay=0.05)
+    r = random.Random(4)
+    for _ in range(3):
+        batch = [([r.randrange(11) for _ in range(4)], r.randrange(11)) for _ in range(6)]
+        assert o2.fused_step(m2, batch, chunk=6, compile=True) == o1.fused_step(m1, batch, chunk=6)
+        assert o2.fused_weights == o1.fused_weights == 1  # fc2 only
+    _assert_same_params(m1, m2)
+
+
+def test_compiled_fused_step_refuses_a_non_finite_loss_and_changes_nothing(rng):
+    m = nn.MakemoreMLP(vocab=27, block=2, emb=4, hidden=8)
+    opt = SGD(m.parameters(), lr=0.1)
+    batch = [([1, 2], 0), ([3, 4], 1), ([5, 6], 2)]
+    opt.fused_step(m, batch, chunk=3, compile=True)  # traced while finite
+    m.fc2.bias.set_data([float("inf")] + [0.0] * 26)
+    before = _params(m)
+    grads = m.parameter_vector().numpy("grads").copy()
+    with pytest.raises(FloatingPointError):
+        opt.fused_step(m, batch, chunk=3, compile=True)
+    after = _params(m)
+    for k in before:
+        assert np.array_equal(before[k], after[k], equal_nan=True), k
+    assert np.array_equal(m.parameter_vector().numpy("grads"), grads)
+
+
+def test_compiled_fused_step_steps_eagerly_where_it_cannot_replay(rng):
+    """Mixed sample shapes, and a batch whose guard comes out differently from the trace, step
+    eagerly with the same result; so does a chunk smaller than the batch (several graphs)."""
+
+    class Branchy(nn.MakemoreMLP):
+        def loss_batch(self, samples):
+            loss = super().loss_batch(samples)
+            return loss * 0.5 if loss > 2.4 else loss * 2.0  # ln 11 = 2.40: batches fall on both sides
+
+    m1, m2 = _twins(lambda: Branchy(vocab=11, block=4, emb=5, hidden=7, dtype=bt.float64))
+    o1, o2 = SGD(m1.parameters(), lr=0.3), SGD(m2.parameters(), lr=0.3)
+    r = random.Random(5)
+    branches = set()
+    for _ in range(8):
+        batch = [([r.randrange(11) for _ in range(4)], r.randrange(11)) for _ in range(5)]
+        l1 = o1.fused_step(m1, batch, chunk=5)
+        branches.add(l1 < 2.0)  # the halved branch
+        assert o2.fused_step(m2, batch, chunk=5, compile=True) == l1
+    mixed = [([1, 2, 3, 4], 0), ([1, 2, 3], 1)]
+    with pytest.raises(ValueError):  # the eager model refuses a short context, compiled or not
+        o2.fused_step(m2, mixed, chunk=2, compile=True)
+    assert o2.fused_weights == o1.fused_weights
+    _assert_same_params(m1, m2)
+    assert branches == {True, False}, "the batches should take both branches"
+
+
+def test_sgd_step_around_fused_checks_its_spans():
+    m = nn.MakemoreMLP(vocab=27, block=2, emb=4, hidden=8, dtype=bt.float64)
+    opt = SGD(m.parameters(), lr=0.1)
+    first = m.parameter_vector().numpy().size
+    with pytest.raises(ValueError, match="inside the parameters"):
+        _core.sgd_step_around_fused(opt.params, opt.state, 0.1, 0.0, [(10**9, 4)], [True])
+    with pytest.raises(ValueError, match="one applied flag"):
+        _core.sgd_step_around_fused(opt.params, opt.state, 0.1, 0.0, [(0, 4)], [])
+    with pytest.raises(ValueError, match="finite"):
+        _core.sgd_step_around_fused(opt.params, opt.state, float("nan"), 0.0, [], [])
+    assert first > 0

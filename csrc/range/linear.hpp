@@ -44,7 +44,8 @@ inline void linear_backward(const Frame<T>& A, const Record& r, const Operands& 
     T* g = A.grads();
     const uint32_t w = o.v[1].first(0);
     const FusedSgd* f = A.applies_sgd(w) ? A.fused_sgd : nullptr;
-    const gemm::SgdSink<T> sgd{A.values() + w, T(f ? f->lr : 0.0), T(f ? f->weight_decay : 0.0)};
+    // the weight's values where the record reads them (a replay reads fused weights in the arena)
+    const gemm::SgdSink<T> sgd{const_cast<T*>(A.weight(w)), T(f ? f->lr : 0.0), T(f ? f->weight_decay : 0.0)};
     bool gw_add = true;
     T* gW = A.weight_grad(w, gw_add);
     linear_bwd(xs, A.weight(w), g + r.out, gx, gW, has_b ? g + o.v[2].first(0) : nullptr, rows, nin, nout,

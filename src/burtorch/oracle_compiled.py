@@ -224,6 +224,29 @@ def _chunked_oracle(model, batch, zero_grad, threads, chunk) -> float:
     return total / n
 
 
+def compiled_fused_step(opt, model, batch: list):
+    """SGD.fused_step(model, batch, chunk >= len(batch), compile=True): the batch replayed once as
+    one chunk of its program (model.loss_batch over len(batch) samples of one shape, traced on
+    first use), the linear weights it reads in place updated inside the sweep, then every other
+    parameter stepped. Returns the mean loss, or None, with nothing changed, when the batch
+    cannot replay (mixed shapes, a guard that comes out differently): then the caller steps
+    eagerly. A non-finite loss raises FloatingPointError and changes nothing."""
+    n = len(batch)
+    shape = _shape(batch[0])
+    uniform = (shape,) * n
+    prog = _cached_program(model, ("chunk",) + uniform)
+    if prog is None:
+        if _chunk_shapes(batch) != uniform:
+            return None
+        prog = _program(model, _compound(batch, uniform), ("chunk",) + uniform, _ChunkLoss(uniform), None)
+    replayed, loss, weights, applied = prog._fused_sgd_chunk(batch, list(shape), opt.params, opt.lr, opt.weight_decay)
+    if not replayed:
+        return None
+    _core.sgd_step_around_fused(opt.params, opt.state, opt.lr, opt.weight_decay, weights, applied)
+    opt.fused_weights = len(weights)
+    return loss
+
+
 def _eager_sample(model, sample, loss_fn, arena, seed):
     cp = arena.checkpoint()
     try:

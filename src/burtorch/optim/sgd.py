@@ -41,7 +41,7 @@ class SGD(Optimizer):
                        self.nesterov)
 
     def fused_step(self, model: Any, batch: Sequence[Any], loss_fn: Any = None, chunk: int = 1,
-                   threads: int | None = None) -> float:
+                   threads: int | None = None, compile: bool = False) -> float:
         """One step on the mean loss over ``batch``, each linear weight updated inside the backward.
 
         The same step as ``grad_oracle(model, batch, loss_fn, chunk=chunk); self.step()``, with the
@@ -54,8 +54,15 @@ class SGD(Optimizer):
         many weights the last call fused; their ``.grad`` is left as it was, every other
         gradient is the batch's.
 
+        With ``compile=True`` and the whole batch as one chunk of samples of one shape, the step
+        replays a recorded program of ``model.loss_batch`` (traced on first use, as
+        ``grad_oracle(..., compile=True, chunk=k)`` traces it) instead of building the graph in
+        Python: the same values to the bit. A batch it cannot replay (mixed shapes, a guard
+        that comes out differently) steps eagerly.
+
         Args:
             model, batch, loss_fn, chunk, threads: as :func:`burtorch.oracle.grad_oracle`.
+            compile: replay the step from a recorded program when the batch allows it.
 
         Returns:
             The mean loss over ``batch`` before the step.
@@ -76,6 +83,13 @@ class SGD(Optimizer):
             self.step()
             return loss
         n_threads = checked_threads(threads)
+        if compile and n > 1 and type(batch) is list:
+            from ..oracle_compiled import compiled_fused_step
+
+            with thread_cap(n_threads):
+                replayed = compiled_fused_step(self, model, batch)
+            if replayed is not None:
+                return replayed
         zero = model.parameter_vector()
         arena = zero.arena
         cp = arena.checkpoint()

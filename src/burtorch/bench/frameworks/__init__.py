@@ -27,6 +27,8 @@ ENTRIES = (
     Entry("burtorch", "impl_burtorch", "eager", ("burtorch",), "pip install burtorch", _ALL),
     Entry("burtorch-chunk", "impl_burtorch", "chunked", ("burtorch",), "pip install burtorch", ("mlp", "gpt")),
     Entry("burtorch-fused", "impl_burtorch", "fused", ("burtorch",), "pip install burtorch", ("mlp", "gpt")),
+    Entry("burtorch-compiled-fused", "impl_burtorch", "compiled-fused", ("burtorch",), "pip install burtorch",
+          ("mlp", "gpt")),
     Entry("burtorch-compiled", "impl_burtorch_compiled", "compiled", ("burtorch",), "pip install burtorch",
           ("tiny", "small", "mlp", "gpt")),
     Entry("burtorch-compiled-chunk", "impl_burtorch_compiled", "compiled-chunked", ("burtorch",),

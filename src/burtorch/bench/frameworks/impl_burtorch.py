@@ -122,15 +122,20 @@ class BurtorchTrainRunner(TrainRunner):
 
     fused_region = ("SGD.fused_step(model, batch, chunk=min(b, 64)): one graph over the batch, the "
                     "linear weights' SGD update applied inside the backward sweep")
+    compiled_fused_region = ("SGD.fused_step(model, batch, chunk=min(b, 64), compile=True): the batch replayed "
+                             "natively as one chunk of a recorded program (traced at the first step), the linear "
+                             "weights' SGD update applied inside the sweep")
 
-    def __init__(self, workload, config, hooks, chunk: int = 1, fused: bool = False):
+    def __init__(self, workload, config, hooks, chunk: int = 1, fused: bool = False, compiled: bool = False):
         self._nn, self._oracle, sgd = hooks
         self._chunk = chunk
         self._fused = fused
+        self._compiled = compiled
         self._threads = int(config.get("threads", 1))
         bt.set_num_threads(self._threads)
         if chunk > 1:
-            self.timed_region = self.fused_region if fused else self.chunked_region
+            self.timed_region = (self.compiled_fused_region if compiled else self.fused_region) if fused \
+                else self.chunked_region
         super().__init__(workload, config)
         self._opt = sgd(self.model.parameters(), lr=MLP_LR if workload == "mlp" else GPT_LR)
 
@@ -174,7 +179,7 @@ class BurtorchTrainRunner(TrainRunner):
     def step(self, params, batch):
         if self._fused:
             return params, self._opt.fused_step(self.model, batch, chunk=min(self._chunk, len(batch)),
-                                                threads=self._threads)
+                                                threads=self._threads, compile=self._compiled)
         loss = self._oracle(self.model, batch, chunk=min(self._chunk, len(batch)), threads=self._threads)
         self._opt.step()
         return params, loss
@@ -192,5 +197,5 @@ def make_runner(workload: str, variant: str, config: dict):
         return SaveLoadRunner(config.get("dir"))
     if workload in ("mlp", "gpt"):
         return BurtorchTrainRunner(workload, config, _models(), chunk=1 if variant == "eager" else 64,
-                                   fused=variant == "fused")
+                                   fused=variant in ("fused", "compiled-fused"), compiled=variant == "compiled-fused")
     raise ValueError(f"burtorch does not implement workload {workload!r}")
