@@ -41,9 +41,15 @@ python -m pip install -q --no-deps --target "$site" "$here" \
   -Ccmake.define.BURTORCH_STUBS=OFF
 # A developer's editable install registers an import hook that would shadow the sanitized build on
 # PYTHONPATH (child processes too); this sitecustomize drops it. Then make sure it worked.
+# It also makes subprocess fork rather than vfork: a child started with vfork runs on its parent's
+# memory until it execs, and under the preloaded sanitizer runtimes, with other threads of the
+# parent running, one such exec failed with EFAULT (test_api_fuzz starts its children from a
+# thread pool; seen once in a sanitized run here). Plain fork gives the child its own copy.
 cat > "$site/sitecustomize.py" <<'PY'
+import subprocess
 import sys
 sys.meta_path[:] = [f for f in sys.meta_path if not type(f).__module__.startswith("_editable_")]
+subprocess._USE_VFORK = False
 PY
 asan_rt="$("${CXX:-g++}" -print-file-name=libasan.so)"
 ubsan_rt="$("${CXX:-g++}" -print-file-name=libubsan.so)"
