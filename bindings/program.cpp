@@ -5,6 +5,7 @@
 #include <nanobind/stl/vector.h>
 
 #include <frameobject.h>
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <exception>
@@ -757,13 +758,18 @@ static nb::tuple fused_sgd_chunk_typed(ProgramBox& box, bt::Program<T>& P, bt::W
     bt::Arena<T>& A = typed<T>(box.arena);
     // the weights to fuse, as frame spans and as arena spans
     std::vector<bt::Span> frame_w, arena_w;
+    // linear records reading each in-place weight (arena_weights: sorted, disjoint), in one pass
+    std::vector<uint32_t> readers(P.arena_weights.size(), 0);
+    for (const bt::Record& r : P.recs) {
+        if (r.op != bt::Op::linear) continue;
+        const uint32_t first = bt::decode_operands(P.args.data() + r.a).v[1].first(0);
+        const auto it = std::lower_bound(P.arena_weights.begin(), P.arena_weights.end(), bt::Span{first, 0});
+        if (it != P.arena_weights.end() && it->first == first) ++readers[size_t(it - P.arena_weights.begin())];
+    }
     if (!bt::anomaly_enabled())
-        for (const bt::Span& w : P.arena_weights) {
-            size_t readers = 0;
-            for (const bt::Record& r : P.recs)
-                if (r.op == bt::Op::linear && bt::decode_operands(P.args.data() + r.a).v[1].first(0) == w.first)
-                    ++readers;
-            if (readers != 1) continue;
+        for (size_t k = 0; k < P.arena_weights.size(); ++k) {
+            const bt::Span& w = P.arena_weights[k];
+            if (readers[k] != 1) continue;
             for (size_t i = 0; i < P.wrt.size(); ++i)
                 if (w.first >= P.wrt[i].first && w.first + w.second <= P.wrt[i].first + P.wrt[i].second) {
                     const bt::Span a{box.wrt_arena[i].first + (w.first - P.wrt[i].first), w.second};
