@@ -166,3 +166,16 @@ def test_the_stores_section_times_both_stores_and_restores_the_default():
         assert bt._core._set_split_step_streaming(True) is True
     finally:
         bt.set_num_threads(before)
+
+
+def test_step_paths_prints_a_positive_time_for_each_path():
+    import contextlib
+    import io
+
+    from burtorch.bench import step_paths
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert step_paths.main(["--embed", "8", "--reps", "1"]) == 0
+    row = out.getvalue().splitlines()[1].split()
+    assert row[0] == "e=8" and len(row) == 4 and all(float(x) > 0 for x in row[1:])
