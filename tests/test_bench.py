@@ -190,6 +190,37 @@ def test_end_to_end_subprocess_run_report_and_compare(tmp_path):
     assert rows and all(abs(r[6] - 1.0) < 1e-12 for r in rows)
 
 
+def test_rows_pool_their_processes():
+    ok = {"status": "ok", "workload": "mlp", "config": {"e": 4, "b": 1}, "n": {"step": 1}}
+    runs = [{**ok, "times": {"step": [1.0, 2.0, 3.0]}, "peak_rss": 10, "init_s": 0.5},
+            {**ok, "times": {"step": [7.0, 8.0, 9.0]}, "peak_rss": 30, "init_s": 0.9},
+            {**ok, "times": {"step": [4.0, 5.0, 6.0]}, "peak_rss": 20, "init_s": 0.7}]
+    row = harness.merge_processes(runs)
+    assert sorted(row["times"]["step"]) == [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0]
+    assert row["process_medians"]["step"] == [2.0, 8.0, 5.0]
+    assert row["peak_rss"] == 30 and row["init_s"] == 0.7 and row["processes"] == 3
+    assert runs[0]["times"]["step"] == [1.0, 2.0, 3.0]  # the per-process runs are left as they were
+    assert report.scaled(row, "step") == (5000.0, 1000.0, 9000.0)  # ms per step, over all nine samples
+    failed = {"status": "error", "message": "child exited 1"}
+    assert harness.merge_processes([runs[0], failed, runs[1]])["status"] == "error"
+    assert harness.merge_processes([runs[0]]) is runs[0]
+    with pytest.raises(ValueError):
+        harness.run_all([], processes=0)
+    assert "3 fresh processes" in report.processes_line({"processes": 3})
+    assert report.processes_line({"processes": 1}) == "" and report.processes_line(None) == ""
+
+
+def test_each_round_of_processes_runs_every_row():
+    overrides = {"iters": 20, "reps": 2, "warmup": 2}
+    jobs, _ = harness.plan(["tiny"], [fw.BY_NAME["burtorch"]], "quick", overrides)
+    seen = []
+    runs = harness.run_all(jobs, cpu=harness.default_cpu(), timeout=120, processes=2, progress=seen.append)
+    assert len(runs) == len(jobs) == 1 and runs[0]["status"] == "ok", runs[0].get("message")
+    assert runs[0]["processes"] == 2 and len(runs[0]["times"]["run"]) == 4
+    assert len(runs[0]["process_medians"]["run"]) == 2
+    assert [s.endswith(f"(process {p}/2)") for p, s in zip((1, 2), seen)] == [True, True]
+
+
 def test_cli_rejects_bad_input():
     from burtorch.bench import cli
     with pytest.raises(SystemExit):

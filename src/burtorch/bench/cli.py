@@ -90,6 +90,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default="bench-results",
                    help="directory for results.json, results.md and PNG charts")
     p.add_argument("--timeout", type=positive_float, default=900.0, help="seconds before a run is killed")
+    p.add_argument("--processes", type=positive_int, default=1,
+                   help="fresh processes per row, run in rounds over all rows; a row's samples are "
+                        "pooled (a process's speed depends on where its memory landed)")
     p.add_argument("--readme", help="report: write the benchmarks README page here")
 
 
@@ -175,7 +178,7 @@ def run_suite(args) -> int:
     if len(pair) > 1:
         probes["before"] = capacity.probe_or_error(pair)
         print(capacity.describe(probes["before"]) + ", before the runs", file=sys.stderr, flush=True)
-    runs = harness.run_all(jobs, cpu=cpu, timeout=args.timeout,
+    runs = harness.run_all(jobs, cpu=cpu, timeout=args.timeout, processes=args.processes,
                            progress=lambda s: print(s, file=sys.stderr, flush=True))
     if probes:
         probes["after"] = capacity.probe_or_error(pair)
@@ -184,7 +187,7 @@ def run_suite(args) -> int:
         "schema": report.SCHEMA,
         "meta": {"command": _command_line(args),
                  "preset": args.preset, "started": started,
-                 "elapsed_s": time.perf_counter() - t0, "cpu": cpu,
+                 "elapsed_s": time.perf_counter() - t0, "cpu": cpu, "processes": args.processes,
                  "machine": machine.describe(), "workloads": list(workloads),
                  **({"two_core_capacity": probes} if probes else {})},
         "missing": missing, "runs": runs,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -197,13 +198,41 @@ def default_cpu():
     return max(os.sched_getaffinity(0))
 
 
-def run_all(jobs, cpu=None, timeout=900.0, progress=None) -> list:
-    results = []
-    for i, job in enumerate(jobs, 1):
-        if progress:
-            progress(f"[{i}/{len(jobs)}] {job.workload} {job.name} {describe_config(job.config)}")
-        results.append(run_job(job, cpu=cpu, timeout=timeout))
-    return results
+def run_all(jobs, cpu=None, timeout=900.0, progress=None, processes: int = 1) -> list:
+    """One result per job. With ``processes`` > 1 every job runs that many times, each in a fresh
+    process, in rounds over all the jobs (so that the machine's drift weighs on every row alike),
+    and its runs are merged into one row (merge_processes)."""
+    if processes < 1:
+        raise ValueError("processes must be at least 1")
+    per_job: list[list[dict]] = [[] for _ in jobs]
+    for p in range(processes):
+        for i, job in enumerate(jobs):
+            if progress:
+                round_ = f" (process {p + 1}/{processes})" if processes > 1 else ""
+                progress(f"[{i + 1}/{len(jobs)}] {job.workload} {job.name} {describe_config(job.config)}{round_}")
+            per_job[i].append(run_job(job, cpu=cpu, timeout=timeout))
+    return [merge_processes(runs) for runs in per_job]
+
+
+def merge_processes(runs: list) -> dict:
+    """One row from the runs of one job in separate processes. A process's timings depend on where
+    its memory landed (on a shared virtual machine the same step swings about 10 % from one process
+    to the next), so a row's samples are pooled over its processes and their median is the row's;
+    each process's own median is kept beside them. Peak RSS is the largest, init the median. The
+    first run that did not succeed stands for the whole row."""
+    if len(runs) == 1:
+        return runs[0]
+    failed = next((r for r in runs if r.get("status") != "ok"), None)
+    if failed is not None:
+        return {**failed, "processes": len(runs)}
+    row = dict(runs[0])
+    row["times"] = {ph: [t for r in runs for t in r["times"][ph]] for ph in runs[0]["times"]}
+    row["process_medians"] = {ph: [statistics.median(r["times"][ph]) for r in runs] for ph in runs[0]["times"]}
+    row["peak_rss"] = max(r["peak_rss"] for r in runs)
+    inits = [r["init_s"] for r in runs if r.get("init_s") is not None]
+    row["init_s"] = statistics.median(inits) if inits else None
+    row["processes"] = len(runs)
+    return row
 
 
 def describe_config(config: dict) -> str:

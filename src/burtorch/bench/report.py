@@ -151,11 +151,20 @@ def _text_table(header, body) -> str:
     return "\n".join(out)
 
 
+def processes_line(meta: dict | None) -> str:
+    """How many processes each row pooled, when more than one."""
+    n = int((meta or {}).get("processes", 1))
+    if n <= 1:
+        return ""
+    return (f"Each row ran in {n} fresh processes, in rounds over all the rows; its median, min and "
+            "max are over the samples of all of them (per-process medians: `process_medians` in the JSON).")
+
+
 def render_terminal(doc: dict) -> str:
     from .capacity import around_runs
 
     probes = around_runs(doc.get("meta"))
-    out = [probes] if probes else []
+    out = [line for line in (probes, processes_line(doc.get("meta"))) if line]
     for workload, ckey, rows in groups(doc["runs"]):
         spec = WORKLOADS[workload]
         header, body, notes = table_rows(rows)
@@ -185,7 +194,7 @@ def render_markdown(doc: dict, png_names: dict | None = None) -> str:
     from .capacity import around_runs
 
     probes = around_runs(doc.get("meta"))
-    out = [probes + "\n"] if probes else []
+    out = [line + "\n" for line in (probes, processes_line(doc.get("meta"))) if line]
     current = None
     for workload, ckey, rows in groups(doc["runs"]):
         spec = WORKLOADS[workload]
