@@ -440,8 +440,8 @@ public:
     Frame<T> frame() { return Frame<T>{val_, grad_, &scratch_}; }
 
     // Scratch space reused across calls (no allocation in the steady state).
-    std::vector<T>& scratch(size_t n) {
-        if (scratch_.size() < n) scratch_.resize(n);
+    HugeBuffer<T>& scratch(size_t n) {
+        scratch_.resize(n);
         return scratch_;
     }
 
@@ -477,7 +477,7 @@ private:
     Column<T> grad_col_;
     T* val_;
     T* grad_;
-    std::vector<T> scratch_;
+    HugeBuffer<T> scratch_;
     std::vector<uint32_t> args_scratch_;
 };
 

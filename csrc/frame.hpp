@@ -9,6 +9,8 @@
 #include <utility>
 #include <vector>
 
+#include "huge_buffer.hpp"
+
 namespace bt {
 
 // Linear weights whose plain SGD step (no momentum) is applied inside a sweep (fused_sgd.hpp):
@@ -42,7 +44,7 @@ template <typename T>
 struct Frame {
     T* v;
     T* g;
-    std::vector<T>* scr;
+    HugeBuffer<T>* scr;
     // Weights that stay constant while the frame is in use, already transposed, by the slot of
     // their first element: a program replaying many samples transposes each linear layer's W
     // once per call instead of once per sample. Empty (null) for the arena's own frame.
@@ -90,8 +92,8 @@ struct Frame {
     }
     T* values() const { return v; }
     T* grads() const { return g; }
-    std::vector<T>& scratch(size_t n) const {
-        if (scr->size() < n) scr->resize(n);
+    HugeBuffer<T>& scratch(size_t n) const {
+        scr->resize(n);
         return *scr;
     }
 

@@ -157,7 +157,8 @@ public:
 // constants, args) and reused by every later call with that program.
 template <typename T>
 struct Workspace {
-    std::vector<T> v, g, scratch;
+    std::vector<T> v, g;
+    HugeBuffer<T> scratch;
     std::vector<uint32_t> args;
     std::vector<T> wt;                                    // the program's transposed weights, back to back
     std::vector<std::pair<uint32_t, const T*>> wt_index;  // (W's frame slot, its transposed copy in wt)

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "huge_buffer.hpp"
 #include "ops.hpp"
 
 namespace bt {
@@ -73,7 +74,7 @@ void nary_forward(Op op, const T* v, const uint32_t* idx, size_t n, T* y) {
 // Backward: adds the op's contribution to the argument grads. y are the outputs, g their grads.
 template <typename T>
 void nary_backward(Op op, const T* v, T* gr, const uint32_t* idx, size_t n, const T* y, const T* g,
-                   std::vector<T>& scratch) {
+                   HugeBuffer<T>& scratch) {
     const T g0 = g[0];
     switch (op) {
         case Op::reduce_sum:

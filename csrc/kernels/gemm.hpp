@@ -32,6 +32,7 @@
 #include <utility>
 #include <vector>
 
+#include "../huge_buffer.hpp"
 #include "../optim.hpp"
 #include "simd.hpp"
 
@@ -124,8 +125,8 @@ inline constexpr size_t kPackElements = (size_t(512) << 10) / sizeof(T);
 // in a training loop's steady state). Each pool worker packs into its own.
 template <typename T, int Which>
 inline T* pack_buffer(size_t n) {
-    thread_local std::vector<T> buf;
-    if (buf.size() < n) buf.resize(n);
+    thread_local HugeBuffer<T> buf;
+    buf.resize(n);
     return buf.data();
 }
 

@@ -134,7 +134,37 @@ static void test_copy_range_op() {
     CHECK(args.size() == 2 && args[0].first == c && args[1].second == 2, "range args decode");
 }
 
+// The kernels' working buffers: growing keeps the contents and zero-fills the rest, as a
+// vector's resize does, on the heap below kHugeBufferFrom and in 2 MiB-aligned mappings above.
+static void test_huge_buffer() {
+    bt::HugeBuffer<float> b;
+    CHECK(b.data() == nullptr && b.size() == 0, "an empty buffer owns nothing");
+    b.resize(1000);  // heap
+    for (size_t i = 0; i < 1000; ++i) b[i] = float(i);
+    const size_t big = bt::kHugeBufferFrom / sizeof(float) * 3 + 5;  // mapped, not a page multiple
+    b.resize(big);
+    CHECK(b.size() == big, "grown to the size asked");
+    CHECK(reinterpret_cast<uintptr_t>(b.data()) % bt::kHugePage == 0, "a large buffer starts on a 2 MiB boundary");
+    bool kept = true, zero = true;
+    for (size_t i = 0; i < 1000; ++i) kept &= b[i] == float(i);
+    for (size_t i = 1000; i < big; ++i) zero &= b[i] == 0.f;
+    CHECK(kept && zero, "growing keeps the contents and zero-fills the rest");
+    b[big - 1] = 7.f;  // the last element is writable (ASan sees any overrun of the heap case)
+    float* const at = b.data();
+    b.resize(10);
+    CHECK(b.data() == at && b.size() == big, "it never shrinks");
+    b.resize(2 * big);  // mapped -> mapped
+    CHECK(b[big - 1] == 7.f && b[2 * big - 1] == 0.f, "a mapped buffer grows like a heap one");
+    bt::HugeBuffer<float> moved(std::move(b));
+    CHECK(b.data() == nullptr && moved.size() == 2 * big && moved[big - 1] == 7.f, "moving hands the memory over");
+    bt::HugeBuffer<float> other;
+    other.resize(3);
+    other = std::move(moved);
+    CHECK(moved.data() == nullptr && other.size() == 2 * big && other[big - 1] == 7.f, "move-assigning too");
+}
+
 int main() {
+    test_huge_buffer();
     test_all_ops();
     test_checkpoint_rewind_and_generations();
     test_capacity_is_all_or_nothing();
