@@ -163,8 +163,36 @@ static void test_huge_buffer() {
     CHECK(moved.data() == nullptr && other.size() == 2 * big && other[big - 1] == 7.f, "move-assigning too");
 }
 
+// y = x W^T with x = W itself (y = W W^T): x's grads are W's, and this record's gx lands on
+// them after W's own gradient, so each grad is fl(gW + gx), gW and gx being the kernels' chains
+// of fused multiply-adds in index order (rebuilt here with std::fma). Guards the order against
+// a change that would add gx inside the products' tasks (moved ahead of gW, 1,261 of the 1,600
+// grads differ).
+static void test_linear_of_its_own_weight() {
+    const uint32_t n = 40;
+    Arena<float> A;
+    const uint32_t w = A.new_slots(n * n), c = A.new_slots(n * n);
+    std::mt19937 rng(3);
+    std::uniform_real_distribution<float> u(-1.f, 1.f);
+    for (uint32_t i = 0; i < 2 * n * n; ++i) A.values()[w + i] = u(rng);  // W, then c
+    const uint32_t y = bt::append_linear(A, bt::Spans{{w, n * n}}, bt::Spans{{w, n * n}}, nullptr, n, n, n);
+    A.backward(bt::append_dot(A, bt::Spans{{y, n * n}}, bt::Spans{{c, n * n}}), 1.0f, 0);  // gy = c
+    const float* W = A.values() + w;
+    const float* gy = A.values() + c;
+    int wrong = 0;
+    for (uint32_t o = 0; o < n; ++o)
+        for (uint32_t i = 0; i < n; ++i) {
+            float gw = 0.f, gx = 0.f;  // gW[o, i] = sum_r gy[r, o] x[r, i]; gx[o, i] = sum_k gy[o, k] W[k, i]
+            for (uint32_t r = 0; r < n; ++r) gw = std::fma(gy[r * n + o], W[r * n + i], gw);
+            for (uint32_t k = 0; k < n; ++k) gx = std::fma(gy[o * n + k], W[k * n + i], gx);
+            wrong += A.grads()[w + o * n + i] != gw + gx;
+        }
+    CHECK(wrong == 0, "linear(W, W): %d of %u grads differ from gW + gx in that order", wrong, n * n);
+}
+
 int main() {
     test_huge_buffer();
+    test_linear_of_its_own_weight();
     test_all_ops();
     test_checkpoint_rewind_and_generations();
     test_capacity_is_all_or_nothing();
