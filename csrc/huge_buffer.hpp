@@ -12,9 +12,9 @@
 // Large buffers are mapped 2 MiB-aligned and marked MADV_HUGEPAGE; where the kernel has no
 // transparent huge pages the mark is refused and they stay ordinary pages. Only touched pages
 // take memory, so the rounding costs nothing without huge pages and at most the rest of one
-// 2 MiB page with them. Small buffers stay on the heap. Growing keeps the contents (and, as a
-// std::vector's resize, the new elements start at zero); it never shrinks, so a training loop's
-// steady state allocates nothing.
+// 2 MiB page with them. Small buffers stay on the heap (and, in sanitized builds, all of them).
+// Growing keeps the contents (and, as a std::vector's resize, the new elements start at zero);
+// it never shrinks, so a training loop's steady state allocates nothing.
 #pragma once
 #include <sys/mman.h>
 
@@ -30,7 +30,12 @@ namespace bt {
 
 // Bytes from which a buffer is mapped in huge pages: below it, rounding up to 2 MiB would be
 // most of a touched page (the memory goals count every byte of a small model's process).
+// Sanitized builds keep every buffer on the heap, where AddressSanitizer sees an overrun.
+#if defined(BT_SANITIZED)
+inline constexpr size_t kHugeBufferFrom = SIZE_MAX;
+#else
 inline constexpr size_t kHugeBufferFrom = size_t(256) << 10;
+#endif
 inline constexpr size_t kHugePage = size_t(2) << 20;
 
 template <typename T>
