@@ -68,6 +68,10 @@ public:
     // At least n elements; the first size() keep their values.
     void resize(size_t n) {
         if (n <= size_) return;
+        if (mapped_ && n <= mapped_ / sizeof(T)) {  // the mapping's rest was never written: zeros
+            size_ = n;
+            return;
+        }
         const size_t bytes = n * sizeof(T);
         if (n > SIZE_MAX / sizeof(T)) throw std::bad_alloc();
         T* fresh;

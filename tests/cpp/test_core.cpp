@@ -155,14 +155,23 @@ static void test_huge_buffer() {
     float* const at = b.data();
     b.resize(10);
     CHECK(b.data() == at && b.size() == big, "it never shrinks");
-    b.resize(2 * big);  // mapped -> mapped
-    CHECK(b[big - 1] == 7.f && b[2 * big - 1] == 0.f, "a mapped buffer grows like a heap one");
+    b.resize(big + 1000);  // within the 2 MiB the mapping was rounded up to (sanitized: on the heap)
+    CHECK(b.size() == big + 1000 && b[big - 1] == 7.f && b[big + 999] == 0.f, "growing within the mapping");
+#if !defined(BT_SANITIZED)
+    CHECK(b.data() == at, "growing within the mapping keeps it");
+#endif
+    b[big + 999] = 5.f;
+    b.resize(4 * big);  // past the mapping: a new one, the contents copied over
+    CHECK(b[big - 1] == 7.f && b[big + 999] == 5.f && b[4 * big - 1] == 0.f, "a mapped buffer grows like a heap one");
+#if !defined(BT_SANITIZED)
+    CHECK(b.data() != at && reinterpret_cast<uintptr_t>(b.data()) % bt::kHugePage == 0, "past the mapping: a new one");
+#endif
     bt::HugeBuffer<float> moved(std::move(b));
-    CHECK(b.data() == nullptr && moved.size() == 2 * big && moved[big - 1] == 7.f, "moving hands the memory over");
+    CHECK(b.data() == nullptr && moved.size() == 4 * big && moved[big - 1] == 7.f, "moving hands the memory over");
     bt::HugeBuffer<float> other;
     other.resize(3);
     other = std::move(moved);
-    CHECK(moved.data() == nullptr && other.size() == 2 * big && other[big - 1] == 7.f, "move-assigning too");
+    CHECK(moved.data() == nullptr && other.size() == 4 * big && other[big - 1] == 7.f, "move-assigning too");
 }
 
 // y = x W^T with x = W itself (y = W W^T): x's grads are W's, and this record's gx lands on
