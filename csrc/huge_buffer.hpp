@@ -72,8 +72,8 @@ public:
             size_ = n;
             return;
         }
+        if (n > (SIZE_MAX - 2 * kHugePage) / sizeof(T)) throw std::bad_alloc();
         const size_t bytes = n * sizeof(T);
-        if (n > SIZE_MAX / sizeof(T)) throw std::bad_alloc();
         T* fresh;
         size_t mapped = 0;
         if (bytes >= kHugeBufferFrom) {
