@@ -176,7 +176,8 @@ static void test_huge_buffer() {
 
 // y = x W^T with x = W itself (y = W W^T): x's grads are W's, and this record's gx lands on
 // them after W's own gradient, so each grad is fl(gW + gx), gW and gx being the kernels' chains
-// of fused multiply-adds in index order (rebuilt here with std::fma). Guards the order against
+// of multiply-adds in index order (rebuilt here with the build's own scalar madd: fused where the
+// kernels fuse). Guards the order against
 // a change that would add gx inside the products' tasks (moved ahead of gW, 1,261 of the 1,600
 // grads differ).
 static void test_linear_of_its_own_weight() {
@@ -194,8 +195,8 @@ static void test_linear_of_its_own_weight() {
     for (uint32_t o = 0; o < n; ++o)
         for (uint32_t i = 0; i < n; ++i) {
             float gw = 0.f, gx = 0.f;  // gW[o, i] = sum_r gy[r, o] x[r, i]; gx[o, i] = sum_k gy[o, k] W[k, i]
-            for (uint32_t r = 0; r < n; ++r) gw = std::fma(gy[r * n + o], W[r * n + i], gw);
-            for (uint32_t k = 0; k < n; ++k) gx = std::fma(gy[o * n + k], W[k * n + i], gx);
+            for (uint32_t r = 0; r < n; ++r) gw = bt::simd::madd(gy[r * n + o], W[r * n + i], gw);
+            for (uint32_t k = 0; k < n; ++k) gx = bt::simd::madd(gy[o * n + k], W[k * n + i], gx);
             wrong += A.grads()[w + o * n + i] != gw + gx;
         }
     CHECK(wrong == 0, "linear(W, W): %d of %u grads differ from gW + gx in that order", wrong, n * n);
