@@ -18,7 +18,6 @@
 #pragma once
 #include <sys/mman.h>
 
-#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>

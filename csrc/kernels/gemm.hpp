@@ -30,7 +30,6 @@
 #include <cstddef>
 #include <type_traits>
 #include <utility>
-#include <vector>
 
 #include "../huge_buffer.hpp"
 #include "../optim.hpp"

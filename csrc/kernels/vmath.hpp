@@ -62,5 +62,6 @@ inline float tanh_float(float xf) {
 BT_WIDE_LOOP inline void tanh_floats(const float* __restrict x, float* __restrict y, size_t n) {
     for (size_t i = 0; i < n; ++i) y[i] = tanh_float(x[i]);
 }
+#undef BT_WIDE_LOOP
 
 }  // namespace bt::kernels
