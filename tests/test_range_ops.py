@@ -73,6 +73,28 @@ def test_elementwise_maps(arena, rng):
     fd_check(lambda: (x ** 2.0).mean() + (1.0 - x).sum() + (3.0 / (x * x + 1.0)).sum(), [x], rng)
 
 
+@pytest.mark.parametrize("dtype", [bt.float32, bt.float64])
+def test_a_unary_maps_grads_have_the_same_bits_from_one_span_or_many(rng, dtype):
+    """A map over one span adds its grads into the input's in place, task by task; over many it
+    goes through scratch and a scatter-add. Both must add the same values in the same order, on
+    top of what another op already added (here x * x, swept before the map)."""
+    n = 3000
+    vals = [rng.uniform(-2, 2) for _ in range(n)]
+    with bt.Arena(dtype):
+        one = bt.leaves(vals)
+        table = bt.leaves([v for x in vals for v in (x, 0.5)], shape=(n, 2))
+        many = table.columns(0, 1).flatten()
+        assert len(one.spans) == 1 and len(many.spans) == n
+        w = bt.leaves([rng.uniform(-1, 1) for _ in range(n)])
+        grads = []
+        for x in (one, many):
+            loss = x.tanh().dot(w) + (x * x).sum()
+            loss.backward()
+            grads.append(x.grad)
+        assert grads[0] == grads[1]
+        assert table.grad[0::2] == grads[0] and set(table.grad[1::2]) == {0.0}
+
+
 def test_linear_vector_and_matrix_inputs(arena, rng):
     W = rand_leaves(rng, 12, shape=(3, 4))
     b = rand_leaves(rng, 3)

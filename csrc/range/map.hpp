@@ -88,11 +88,28 @@ inline void map_unary_forward(const Frame<T>& A, const Record& r, const Operands
 template <typename T>
 inline void map_unary_backward(const Frame<T>& A, const Record& r, const Operands& o) {
     const size_t n = r.nout;
+    const T* ys = A.values() + r.out;
+    const T* gy = A.grads() + r.out;
+    if (o.v[0].n == 1) {
+        // x in one span (a layer's output): each task adds its block's grads into x's in pieces
+        // that stay in L1, rather than one thread adding all of them in after the tasks. The same
+        // products, then the same additions, so the same bits as through scratch.
+        const T* xs = A.values() + o.v[0].first(0);
+        T* gx = A.grads() + o.v[0].first(0);
+        for_item_blocks(n, 4, [&](size_t b, size_t e) {
+            constexpr size_t kPiece = 256;
+            T piece[kPiece];
+            for (size_t p = b; p < e; p += kPiece) {
+                const size_t m = std::min(kPiece, e - p);
+                map_unary_grad_kernel<T>(static_cast<Op>(r.c), xs + p, ys + p, gy + p, piece, m, static_cast<T>(r.imm));
+                for (size_t i = 0; i < m; ++i) gx[p + i] += piece[i];
+            }
+        });
+        return;
+    }
     T* buf = A.scratch(2 * n).data();
     const T* xs = contiguous(A.values(), o.v[0], buf);
     T* gx = buf + n;
-    const T* ys = A.values() + r.out;
-    const T* gy = A.grads() + r.out;
     for_item_blocks(n, 4, [&](size_t b, size_t e) {
         map_unary_grad_kernel<T>(static_cast<Op>(r.c), xs + b, ys + b, gy + b, gx + b, e - b, static_cast<T>(r.imm));
     });
