@@ -187,7 +187,7 @@ def test_large_gathers_and_slot_fills_split_with_the_same_bits(dtype):
         opt = bt.optim.SGD(model.parameters(), lr=0.1)
         opt.fused_step(model, batch, chunk=40, threads=threads)
         eager = model.parameter_vector().numpy().copy()
-        for _ in range(2):  # the first traces the program, the second replays it
+        for _ in range(2):  # the first also traces the program; the second starts from what it wrote
             opt.fused_step(model, batch, chunk=40, threads=threads, compile=True)
         return loss, grads, eager, model.parameter_vector().numpy().copy()
 

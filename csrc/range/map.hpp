@@ -84,7 +84,7 @@ inline void map_unary_forward(const Frame<T>& A, const Record& r, const Operands
         map_unary_kernel<T>(static_cast<Op>(r.c), xs + b, ys + b, e - b, static_cast<T>(r.imm));
     });
 }
-// Scratch: [x gathered (n) | gx (n)].
+// Scratch, for x in several spans: [x gathered (n) | gx (n)].
 template <typename T>
 inline void map_unary_backward(const Frame<T>& A, const Record& r, const Operands& o) {
     const size_t n = r.nout;
