@@ -179,3 +179,16 @@ def test_step_paths_prints_a_positive_time_for_each_path():
         assert step_paths.main(["--embed", "8", "--reps", "1"]) == 0
     row = out.getvalue().splitlines()[1].split()
     assert row[0] == "e=8" and len(row) == 4 and all(float(x) > 0 for x in row[1:])
+
+
+@pytest.mark.parametrize("argv", [["--reps", "0"], ["--embed", "x"], ["--embed", "0"], ["--embed", ","]])
+def test_the_side_by_side_benches_refuse_bad_counts_before_running(argv, capsys):
+    from burtorch.bench import step_paths, threads
+
+    with pytest.raises(SystemExit) as e:
+        step_paths.main(argv)
+    assert e.value.code == 2 and "error: argument" in capsys.readouterr().err
+    if argv[0] == "--reps":
+        with pytest.raises(SystemExit) as e:
+            threads.main(argv)
+        assert e.value.code == 2

@@ -14,6 +14,8 @@ import statistics
 import sys
 import time
 
+from ..app.arguments import int_list, positive_int
+
 
 def measure(e: int, reps: int) -> dict[str, float]:
     import burtorch as bt
@@ -50,10 +52,10 @@ def measure(e: int, reps: int) -> dict[str, float]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m burtorch.bench.step_paths", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--embed", default="64,128,512,1024", help="W4 hidden widths, comma-separated")
-    ap.add_argument("--reps", type=int, default=25, help="alternating runs of 8 steps per path")
+    ap.add_argument("--embed", type=int_list, default=[64, 128, 512, 1024], help="W4 hidden widths, comma-separated")
+    ap.add_argument("--reps", type=positive_int, default=25, help="alternating runs of 8 steps per path")
     args = ap.parse_args(argv)
-    widths = [int(x) for x in args.embed.split(",") if x]
+    widths = args.embed
     print(f"{'W4 b=64, 1 thread':<20} {'fused ms':>10} {'compiled-chunk + step ms':>26} {'compiled-fused ms':>19}")
     for e in widths:
         m = measure(e, args.reps)

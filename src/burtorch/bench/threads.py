@@ -26,6 +26,8 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
+from ..app.arguments import positive_int
+
 
 def _cpu() -> float:
     r = resource.getrusage(resource.RUSAGE_SELF)
@@ -211,7 +213,7 @@ def stores(reps: int) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m burtorch.bench.threads", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--reps", type=int, default=15, help="alternating runs per line (median reported)")
+    ap.add_argument("--reps", type=positive_int, default=15, help="alternating runs per line (median reported)")
     ap.add_argument("--only", choices=("ops", "steps", "stores"))
     args = ap.parse_args(argv)
     if args.reps < 1:
