@@ -62,6 +62,11 @@ struct Frame {
     // (the same additions in the same order), so they need no copy out afterwards. Null: none.
     const std::vector<WeightGrad<T>>* arena_weight_grads = nullptr;
 
+    // Set for a record that is the first to reach the grads of its first operand in a program's
+    // sweep, which left them unzeroed (Program::first_write): it writes 0 + its contribution
+    // there instead of adding it.
+    bool first_write = false;
+
     // Whether the record reading the weight at w_slot applies its SGD step (and marks it applied).
     bool applies_sgd(uint32_t w_slot) const {
         if (!fused_sgd) return false;

@@ -124,6 +124,10 @@ public:
     // Local grad spans (merged) that the sweep reads or adds into: zeroed before each sample's
     // sweep. Every other local grad is never read, so a partial program zeroes only its own few.
     std::vector<Span> sweep_grads;
+    // Per record (indexed like recs): 1 if the reverse sweep reaches it before any other record
+    // adds into the grads of its first operand (writes_first_operand), which it then writes
+    // instead (0 + its contribution: the bits of an add into zero), so sweep_grads leaves them out.
+    std::vector<uint8_t> first_write;
     // Linear layers whose forward transposes an external W (constant during a call): (W's frame
     // slot, rows of W, columns), each W once. prepare() transposes them once per call of two
     // samples or more.
@@ -180,6 +184,74 @@ struct Workspace {
                         wg_index.empty() ? nullptr : &wg_index};
     }
 };
+
+// Range ops whose backward adds only into the grads of their first operand's spans (besides
+// external parameters, such as a linear layer's W and b), each of them once, with one kernel
+// pass that can write instead (Frame::first_write).
+inline bool writes_first_operand(Op op) {
+    return op == Op::linear || op == Op::map_unary || op == Op::softmax || op == Op::cross_entropy;
+}
+
+// sweep_grads from the merged spans the sweep touches: all of them but the first operands of
+// first writers. Walks the sweep in its own (reverse) order, marking each grad slot once a record
+// has added into it (the root's, by the seed, from the start); a record of writes_first_operand
+// whose first operand is local, its spans disjoint, no slot of them marked, and no other operand
+// of it overlapping them, becomes their first writer (P.first_write). Every grad such a record
+// writes is then complete before anything reads it; if the sweep skips the record (its outputs'
+// grads are all zero), run_backward zeroes those spans in its place.
+template <typename T>
+inline std::vector<Span> grads_to_zero(Program<T>& P, const std::vector<Span>& touched, uint32_t root) {
+    P.first_write.assign(P.recs.size(), 0);
+    std::vector<char> added(P.frame_size(), 0), zero(P.frame_size(), 0);
+    for (const Span& t : touched) std::fill(zero.begin() + t.first, zero.begin() + t.first + t.second, char(1));
+    added[root] = 1;
+    for (size_t i = P.sweep.size(); i-- > 0;) {
+        const Record& r = P.recs[P.sweep[i]];
+        const uint32_t* a = P.args.data() + r.a;
+        bool first = op_info(r.op).kind == OpKind::range && writes_first_operand(r.op);
+        if (first) {
+            // operand 0's spans: local, each slot once, none added into yet
+            const Operands o = decode_operands(a);
+            std::vector<char> mine;  // slots of operand 0, relative to its lowest
+            uint32_t lo = UINT32_MAX, hi = 0;
+            for (uint32_t k = 0; k < o.v[0].n; ++k) {
+                lo = std::min(lo, o.v[0].first(k));
+                hi = std::max(hi, o.v[0].first(k) + o.v[0].len(k));
+            }
+            first = o.v[0].n > 0 && lo >= P.n_ext;
+            if (first) mine.assign(hi - lo, 0);
+            for (uint32_t k = 0; first && k < o.v[0].n; ++k)
+                for (uint32_t j = o.v[0].first(k); first && j < o.v[0].first(k) + o.v[0].len(k); ++j) {
+                    first = !added[j] && !mine[j - lo];
+                    mine[j - lo] = 1;
+                }
+            // the other operands (W, b, ...) stay clear of it
+            for (uint32_t q = 1; first && q < o.k && q < 4; ++q)
+                for (uint32_t k = 0; first && k < o.v[q].n; ++k)
+                    for (uint32_t j = o.v[q].first(k); first && j < o.v[q].first(k) + o.v[q].len(k); ++j)
+                        first = j < lo || j >= hi || !mine[j - lo];
+            first = first && o.k <= 4;
+            if (first) {
+                P.first_write[P.sweep[i]] = 1;
+                for (uint32_t k = 0; k < o.v[0].n; ++k)
+                    std::fill(zero.begin() + o.v[0].first(k), zero.begin() + o.v[0].first(k) + o.v[0].len(k), char(0));
+            }
+        }
+        for_each_arg_span(
+            r, a, [&](uint32_t f, uint32_t len) { std::fill(added.begin() + f, added.begin() + f + len, char(1)); });
+    }
+    std::vector<Span> out;
+    for (uint32_t j = 0; j < P.frame_size();) {
+        if (!zero[j]) {
+            ++j;
+            continue;
+        }
+        const uint32_t b = j;
+        while (j < P.frame_size() && zero[j]) ++j;
+        out.emplace_back(b, j - b);
+    }
+    return out;
+}
 
 // Sorts and merges spans (overlapping or adjacent ones become one).
 inline std::vector<Span> merged(std::vector<Span> spans) {
@@ -426,7 +498,7 @@ Program<T> Program<T>::build(const Arena<T>& A, const TraceSpec& s) {
         P.num_wrt += w.second;
         if (P.wrt.back().first >= P.n_ext) touched.push_back(P.wrt.back());
     }
-    P.sweep_grads = merged(std::move(touched));
+    P.sweep_grads = grads_to_zero(P, merged(std::move(touched)), map(s.root));
     std::vector<Span> ext_wrt;
     for (const Span& w : P.wrt)
         if (w.first < P.n_ext) ext_wrt.push_back(w);
@@ -535,11 +607,17 @@ inline void run_backward(const Program<T>& P, Workspace<T>& W, T seed) {
     const Frame<T> f = W.frame();
     const uint32_t* args = W.args.data();
     const T* g = W.g.data();
+    Frame<T> first = f;
+    first.first_write = true;
     for (size_t i = P.sweep.size(); i-- > 0;) {
         const Record& r = P.recs[P.sweep[i]];
         bool live = g[r.out] != T(0);
         for (uint32_t j = 1; !live && j < r.nout; ++j) live = g[r.out + j] != T(0);
-        if (live) backward_record(f, r, args);
+        const bool writes = P.first_write[P.sweep[i]] != 0;
+        if (live)
+            backward_record(writes ? first : f, r, args);
+        else if (writes)  // the grads it would have written, as sweep_grads would have left them
+            zero_spans(W.g.data(), decode_operands(args + r.a).v[0]);
     }
 }
 

@@ -107,6 +107,57 @@ def _range_cases():
     return cases
 
 
+# ---------------------------------------------------------------- first writers
+# A replay zeroes the grads its sweep adds into before each sample, except where a range record
+# (linear, unary map, softmax, cross-entropy) is the first to reach its input's grads: that one
+# writes them. These graphs put such a record first, skipped or not, and then something adding
+# after it, or give it an input it reads twice (which must keep adding).
+_W = bt.leaves(np.random.default_rng(4).normal(size=(3, 4)).tolist())
+
+
+def _first_writer_cases():
+    # In each, the records that add into x's grads are built first, so that the reverse sweep
+    # reaches the candidate first writer (built last) before them.
+    def vec(a, b, c):
+        return bt.vector([a, b, c, a * b])
+
+    def tanh_then_product(a, b, c):
+        x = vec(a, b, c)
+        u = bt.vsum(x * vec(c, b, a))
+        return bt.vsum(x.tanh()) + u  # tanh writes x's grads, then the product adds
+
+    def skipped_tanh(a, b, c):
+        x = vec(a, b, c)
+        u = bt.vsum(x * x)
+        return bt.vsum(x.tanh()) * 0.0 + u  # the tanh's output grads are zero: the sweep skips it
+
+    def skipped_linear_then_softmax(a, b, c):
+        x = vec(a, b, c)
+        s = bt.dot(bt.softmax(x.reshape(2, 2)), x)
+        return bt.vsum(bt.linear(x, _W)) * 0.0 + s
+
+    def softmax_first(a, b, c):
+        x = vec(a, b, c)
+        u = bt.vsum(x.exp())
+        y = bt.vector([a * c, b * c, a * a, c * c])  # new slots, built before the softmax
+        return bt.dot(bt.softmax(x.reshape(2, 2)), y) + u
+
+    def linear_over_x_twice(a, b, c):
+        x = vec(a, b, c)
+        u = bt.vsum(x.sigmoid())
+        # the linear's input lists x's slots twice: it must add both halves, not write them
+        return bt.cross_entropy(bt.linear(bt.cat([x, x]).reshape(2, 4), _W), [2, 0]) + u
+
+    return {f.__name__: f for f in (tanh_then_product, skipped_tanh, skipped_linear_then_softmax, softmax_first,
+                                    linear_over_x_twice)}
+
+
+@pytest.mark.parametrize("case", sorted(_first_writer_cases()))
+def test_first_writers_replay_eager_bitwise(case):
+    rng = np.random.default_rng(9)
+    assert_replays_eager(_first_writer_cases()[case], rng.uniform(-2, 2, size=(6, 3)))
+
+
 @pytest.mark.parametrize("case", sorted(_range_cases()))
 def test_range_ops_bitwise_with_parameters(case):
     build, params = _range_cases()[case]

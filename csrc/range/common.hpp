@@ -104,12 +104,46 @@ inline void gather(const T* src, const SpanList& s, T* dst) {
         copy(uint32_t(i0), uint32_t(i1), dst + at);
     });
 }
+// dst's spans = 0 + src (scatter_add into zeroed spans, without reading them), split like it.
+template <typename T>
+inline void scatter_first(T* dst, const SpanList& s, const T* src) {
+    auto write = [&](size_t d0, size_t d1) {
+        const T* from = src;
+        for (uint32_t i = 0; i < s.n; ++i) {
+            const size_t f = s.first(i), end = f + s.len(i);
+            for (size_t j = std::max(f, d0); j < std::min(end, d1); ++j) dst[j] = from[j - f] + T(0);
+            from += s.len(i);
+        }
+    };
+    size_t lo = SIZE_MAX, hi = 0;
+    for (uint32_t i = 0; i < s.n; ++i) {
+        lo = std::min<size_t>(lo, s.first(i));
+        hi = std::max<size_t>(hi, size_t(s.first(i)) + s.len(i));
+    }
+    if (s.n == 0) return;
+    const size_t tasks = span_tasks(s);
+    if (tasks <= 1) return write(lo, hi);
+    threads::parallel_tasks(tasks, [&](size_t t) {
+        const auto [b, e] = threads::split(hi - lo, tasks, t, 16);
+        write(lo + b, lo + e);
+    });
+}
+
+// Zeroes the grads of spans s (what sweep_grads would have zeroed for a first writer the sweep skips).
+template <typename T>
+inline void zero_spans(T* g, const SpanList& s) {
+    for (uint32_t i = 0; i < s.n; ++i) std::fill(g + s.first(i), g + s.first(i) + s.len(i), T(0));
+}
+
 // dst[s] += src, span by span in order. A large one splits the destination slots into ranges,
 // each task adding, span by span in the same order, only what lands in its range: every slot
 // gets its additions in the order one thread would make them, whatever the spans' overlaps
 // (the rows of an embedding table that a chunk's ids repeat).
+// first: dst's spans were never zeroed and nothing has added into them (Frame::first_write): each
+// slot is written 0 + src instead (the bits of the add into a zeroed slot; + 0 turns a -0 into 0).
 template <typename T>
-inline void scatter_add(T* dst, const SpanList& s, const T* src) {
+inline void scatter_add(T* dst, const SpanList& s, const T* src, bool first = false) {
+    if (first) return scatter_first(dst, s, src);
     const size_t tasks = span_tasks(s);
     if (tasks <= 1) {
         for (uint32_t i = 0; i < s.n; ++i) {

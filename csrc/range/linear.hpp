@@ -50,7 +50,7 @@ inline void linear_backward(const Frame<T>& A, const Record& r, const Operands& 
     T* gW = A.weight_grad(w, gw_add);
     linear_bwd(xs, A.weight(w), g + r.out, gx, gW, has_b ? g + o.v[2].first(0) : nullptr, rows, nin, nout,
                f ? &sgd : nullptr, false, gw_add);
-    scatter_add(g, o.v[0], gx);
+    scatter_add(g, o.v[0], gx, A.first_write);
 }
 
 }  // namespace bt

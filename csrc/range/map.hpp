@@ -96,13 +96,17 @@ inline void map_unary_backward(const Frame<T>& A, const Record& r, const Operand
         // products, then the same additions, so the same bits as through scratch.
         const T* xs = A.values() + o.v[0].first(0);
         T* gx = A.grads() + o.v[0].first(0);
+        const bool first = A.first_write;  // x's grads unzeroed: 0 + piece, as scatter_add writes
         for_item_blocks(n, 4, [&](size_t b, size_t e) {
             constexpr size_t kPiece = 256;
             T piece[kPiece];
             for (size_t p = b; p < e; p += kPiece) {
                 const size_t m = std::min(kPiece, e - p);
                 map_unary_grad_kernel<T>(static_cast<Op>(r.c), xs + p, ys + p, gy + p, piece, m, static_cast<T>(r.imm));
-                for (size_t i = 0; i < m; ++i) gx[p + i] += piece[i];
+                if (first)
+                    for (size_t i = 0; i < m; ++i) gx[p + i] = piece[i] + T(0);
+                else
+                    for (size_t i = 0; i < m; ++i) gx[p + i] += piece[i];
             }
         });
         return;
@@ -113,7 +117,7 @@ inline void map_unary_backward(const Frame<T>& A, const Record& r, const Operand
     for_item_blocks(n, 4, [&](size_t b, size_t e) {
         map_unary_grad_kernel<T>(static_cast<Op>(r.c), xs + b, ys + b, gy + b, gx + b, e - b, static_cast<T>(r.imm));
     });
-    scatter_add(A.grads(), o.v[0], gx);
+    scatter_add(A.grads(), o.v[0], gx, A.first_write);
 }
 
 // ---------------------------------------------------------------- binary maps

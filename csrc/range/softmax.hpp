@@ -65,7 +65,7 @@ inline void softmax_backward(const Frame<T>& A, const Record& r, const Operands&
             for (uint32_t j = 0; j < n; ++j) gx[i * n + j] = yr[j] * (gr[j] - s);
         }
     });
-    scatter_add(A.grads(), o.v[0], gx);
+    scatter_add(A.grads(), o.v[0], gx, A.first_write);
 }
 
 // ---------------------------------------------------------------- cross-entropy
@@ -126,7 +126,7 @@ inline void cross_entropy_backward(const Frame<T>& A, const Record& r, const Ope
             gz[i * V + targets[i]] -= d;
         }
     });
-    scatter_add(A.grads(), o.v[0], gz);
+    scatter_add(A.grads(), o.v[0], gz, A.first_write);
 }
 
 }  // namespace bt
