@@ -643,9 +643,27 @@ inline constexpr size_t kSgdBlock = 256;
 // [o0, o1). With `sgd`, W's rows [o0, o1) take the SGD step instead and gW is not touched.
 // gw_add = false: those rows of gW are written, with the bits the sum into zeroed rows would
 // have (each chain starts from zero either way), and their old contents are never read.
+// [i0, i1): only those columns of gW (or W), for a chunk of rows (rows >= kAxpyRows); gb whole.
 template <typename T>
 inline void grad_weight(const T* gy, const T* x, T* gW, T* gb, size_t rows, size_t in, size_t out, size_t o0, size_t o1,
-                        const SgdSink<T>* sgd = nullptr, bool gw_add = true) {
+                        const SgdSink<T>* sgd = nullptr, bool gw_add = true, size_t i0 = 0, size_t i1 = size_t(-1)) {
+    i1 = std::min(i1, in);
+    if (i0 > 0 || i1 < in) {  // a block of columns: tiles over it, in W's (or gW's) rows
+        if (o0 >= o1 || i0 >= i1) return;
+        const size_t n = i1 - i0;
+        T* C = (sgd ? sgd->W : gW) + o0 * in + i0;
+        if (sgd)
+            for_each_tile<T>(o1 - o0, n, rows, gy + o0, 1, out, x + i0, in, true, false, zero_tile<T>(),
+                             sgd_to_tile(C, in, sgd->lr, sgd->weight_decay));
+        else if (gw_add)
+            for_each_tile<T>(o1 - o0, n, rows, gy + o0, 1, out, x + i0, in, true, false, from_tile<T>(C, in),
+                             to_tile(C, in));
+        else
+            for_each_tile<T>(o1 - o0, n, rows, gy + o0, 1, out, x + i0, in, true, false, zero_tile<T>(),
+                             to_tile(C, in));
+        if (gb) grad_bias(gy, gb, rows, out, o0, o1);
+        return;
+    }
     if (o0 >= o1) return;
     if (!gw_add && !sgd && rows < kAxpyRows) std::fill(gW + o0 * in, gW + o1 * in, T(0));  // a few rows: chains add
     if (rows < kAxpyRows) {

@@ -38,6 +38,17 @@ inline constexpr size_t kColumnSplitWidth = 64;
 // fast on a Sapphire Rapids host and 1.4x on a Zen 4 one.
 inline constexpr double kFewRowsParallelWeights = 1 << 20;
 
+// A layer with fewer outputs than two aligned blocks a task (W4's 27 logits) splits otherwise:
+// by units the tasks came out uneven (16 and 11 of 27) and short, and on two threads both of its
+// products took as long as on one or longer. Its forward splits by rows (each task all of W, a
+// few rows of x), its weight gradient by input columns; each element is still one chain. A row
+// task keeps at least kFewOutputsMinRows rows, so that its forward takes the path (tiles or dot
+// products) that all the rows take.
+inline constexpr size_t kFewOutputsMinRows = 8;
+inline bool few_outputs(uint32_t rows, uint32_t out, size_t tasks) {
+    return size_t(out) < 2 * kLinearAlign * tasks && rows >= 2 * kFewOutputsMinRows;
+}
+
 // The work a layer's split is measured by, against kLinearParallelWork: its multiply-adds, or for
 // a few rows its weights, scaled to the same threshold.
 inline double linear_work(uint32_t rows, uint32_t in, uint32_t out) {
@@ -47,8 +58,11 @@ inline double linear_work(uint32_t rows, uint32_t in, uint32_t out) {
 
 // Tasks the forward (and the weight gradient) of this layer splits into.
 inline size_t linear_tasks(uint32_t rows, uint32_t in, uint32_t out) {
-    return threads::tasks_for(linear_work(rows, in, out), kLinearParallelWork,
-                              (size_t(out) + kLinearAlign - 1) / kLinearAlign);
+    const size_t units = (size_t(out) + kLinearAlign - 1) / kLinearAlign;
+    const size_t by_units = threads::tasks_for(linear_work(rows, in, out), kLinearParallelWork, units);
+    if (by_units > 1 && few_outputs(rows, out, by_units))
+        return threads::tasks_for(linear_work(rows, in, out), kLinearParallelWork, rows / kFewOutputsMinRows);
+    return by_units;
 }
 
 // Whether the forward's tiles read W transposed (in x out). A caller that keeps W^T across many
@@ -64,13 +78,27 @@ inline size_t linear_task_scratch(uint32_t rows, uint32_t in, uint32_t out, size
     return gemm::forward_scratch(rows, in, out, o0, o1);
 }
 
+// Whether `tasks` tasks of this layer's forward (and weight gradient) split it by rows (and input
+// columns) rather than by output units.
+inline bool linear_splits_by_rows(uint32_t rows, uint32_t out, size_t tasks) {
+    return tasks > 1 && few_outputs(rows, out, tasks);
+}
+
+// Scratch (elements) task t of `tasks` of the forward needs.
+inline size_t linear_forward_task_scratch(uint32_t rows, uint32_t in, uint32_t out, bool have_wt, size_t tasks,
+                                          size_t t) {
+    if (linear_splits_by_rows(rows, out, tasks)) {
+        const auto [r0, r1] = threads::split(rows, tasks, t);
+        return linear_task_scratch(uint32_t(r1 - r0), in, out, 0, out, have_wt);
+    }
+    const auto [o0, o1] = threads::split(out, tasks, t, kLinearAlign);
+    return linear_task_scratch(rows, in, out, o0, o1, have_wt);
+}
+
 // Scratch (elements) the forward needs over `tasks` tasks, each its own.
 inline size_t linear_forward_scratch(uint32_t rows, uint32_t in, uint32_t out, bool have_wt = false, size_t tasks = 1) {
     size_t n = 0;
-    for (size_t t = 0; t < tasks; ++t) {
-        const auto [o0, o1] = threads::split(out, tasks, t, kLinearAlign);
-        n += linear_task_scratch(rows, in, out, o0, o1, have_wt);
-    }
+    for (size_t t = 0; t < tasks; ++t) n += linear_forward_task_scratch(rows, in, out, have_wt, tasks, t);
     return n;
 }
 
@@ -80,13 +108,18 @@ inline void linear_fwd(const T* x, const T* W, const T* b, T* y, uint32_t rows, 
                        const T* wt = nullptr, size_t tasks = 1) {
     if (tasks <= 1) return gemm::forward(x, W, b, y, rows, in, out, 0, out, scratch, wt);
     std::vector<size_t> at(tasks, 0);
-    for (size_t t = 1; t < tasks; ++t) {
-        const auto [o0, o1] = threads::split(out, tasks, t - 1, kLinearAlign);
-        at[t] = at[t - 1] + linear_task_scratch(rows, in, out, o0, o1, wt != nullptr);
-    }
+    for (size_t t = 1; t < tasks; ++t)
+        at[t] = at[t - 1] + linear_forward_task_scratch(rows, in, out, wt != nullptr, tasks, t - 1);
+    const bool by_rows = linear_splits_by_rows(rows, out, tasks);
     threads::parallel_tasks(tasks, [&](size_t t) {
-        const auto [o0, o1] = threads::split(out, tasks, t, kLinearAlign);
-        gemm::forward(x, W, b, y, rows, in, out, o0, o1, scratch ? scratch + at[t] : nullptr, wt);
+        T* const sc = scratch ? scratch + at[t] : nullptr;
+        if (by_rows) {
+            const auto [r0, r1] = threads::split(rows, tasks, t);
+            gemm::forward(x + r0 * in, W, b, y + r0 * out, uint32_t(r1 - r0), in, out, 0, out, sc, wt);
+        } else {
+            const auto [o0, o1] = threads::split(out, tasks, t, kLinearAlign);
+            gemm::forward(x, W, b, y, rows, in, out, o0, o1, sc, wt);
+        }
     });
 }
 
@@ -132,9 +165,15 @@ inline void linear_bwd(const T* x, const T* W, const T* gy, T* gx, T* gW, T* gb,
             gemm::grad_input(gy, W, gx, rows, in, out, r0, r1, 0, size_t(-1), gx_add);
         }
     };
+    const bool w_by_columns = linear_splits_by_rows(rows, out, tw);
     auto weight_task = [&](size_t t) {
-        const auto [o0, o1] = threads::split(out, tw, t, kLinearAlign);
-        gemm::grad_weight(gy, x, gW, gb, rows, in, out, o0, o1, sgd, gw_add);
+        if (w_by_columns) {
+            const auto [i0, i1] = threads::split(in, tw, t, kLinearAlign);
+            gemm::grad_weight(gy, x, gW, t == 0 ? gb : nullptr, rows, in, out, 0, out, sgd, gw_add, i0, i1);
+        } else {
+            const auto [o0, o1] = threads::split(out, tw, t, kLinearAlign);
+            gemm::grad_weight(gy, x, gW, gb, rows, in, out, o0, o1, sgd, gw_add);
+        }
     };
     if (sgd) {
         threads::parallel_tasks(ti, input_task);
