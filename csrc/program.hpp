@@ -202,9 +202,10 @@ inline bool writes_first_operand(Op op) {
 template <typename T>
 inline std::vector<Span> grads_to_zero(Program<T>& P, const std::vector<Span>& touched, uint32_t root) {
     P.first_write.assign(P.recs.size(), 0);
-    std::vector<char> added(P.frame_size(), 0), zero(P.frame_size(), 0);
-    for (const Span& t : touched) std::fill(zero.begin() + t.first, zero.begin() + t.first + t.second, char(1));
-    added[root] = 1;
+    // one bit a slot (a frame of a large chunk holds millions: bytes would raise the peak memory)
+    std::vector<bool> added(P.frame_size(), false), zero(P.frame_size(), false);
+    for (const Span& t : touched) std::fill(zero.begin() + t.first, zero.begin() + t.first + t.second, true);
+    added[root] = true;
     for (size_t i = P.sweep.size(); i-- > 0;) {
         const Record& r = P.recs[P.sweep[i]];
         const uint32_t* a = P.args.data() + r.a;
@@ -212,18 +213,18 @@ inline std::vector<Span> grads_to_zero(Program<T>& P, const std::vector<Span>& t
         if (first) {
             // operand 0's spans: local, each slot once, none added into yet
             const Operands o = decode_operands(a);
-            std::vector<char> mine;  // slots of operand 0, relative to its lowest
+            std::vector<bool> mine;  // slots of operand 0, relative to its lowest
             uint32_t lo = UINT32_MAX, hi = 0;
             for (uint32_t k = 0; k < o.v[0].n; ++k) {
                 lo = std::min(lo, o.v[0].first(k));
                 hi = std::max(hi, o.v[0].first(k) + o.v[0].len(k));
             }
             first = o.v[0].n > 0 && lo >= P.n_ext;
-            if (first) mine.assign(hi - lo, 0);
+            if (first) mine.assign(hi - lo, false);
             for (uint32_t k = 0; first && k < o.v[0].n; ++k)
                 for (uint32_t j = o.v[0].first(k); first && j < o.v[0].first(k) + o.v[0].len(k); ++j) {
                     first = !added[j] && !mine[j - lo];
-                    mine[j - lo] = 1;
+                    mine[j - lo] = true;
                 }
             // the other operands (W, b, ...) stay clear of it
             for (uint32_t q = 1; first && q < o.k && q < 4; ++q)
@@ -234,11 +235,11 @@ inline std::vector<Span> grads_to_zero(Program<T>& P, const std::vector<Span>& t
             if (first) {
                 P.first_write[P.sweep[i]] = 1;
                 for (uint32_t k = 0; k < o.v[0].n; ++k)
-                    std::fill(zero.begin() + o.v[0].first(k), zero.begin() + o.v[0].first(k) + o.v[0].len(k), char(0));
+                    std::fill(zero.begin() + o.v[0].first(k), zero.begin() + o.v[0].first(k) + o.v[0].len(k), false);
             }
         }
         for_each_arg_span(
-            r, a, [&](uint32_t f, uint32_t len) { std::fill(added.begin() + f, added.begin() + f + len, char(1)); });
+            r, a, [&](uint32_t f, uint32_t len) { std::fill(added.begin() + f, added.begin() + f + len, true); });
     }
     std::vector<Span> out;
     for (uint32_t j = 0; j < P.frame_size();) {
