@@ -84,9 +84,12 @@ BT_ALWAYS_INLINE void store_lanes(T* p, Vec<T> v, int n) {
 // Cache lines a tile brings into L2 while it runs, one per k step for its first `lines` steps:
 // what the tiles after it will read from memory (a row block of W, say), named by the caller,
 // so that those reads overlap this tile's arithmetic instead of stalling the next one.
+// The lines come in pairs `stride` bytes apart: 128 (one contiguous run), or a row of a wider
+// matrix, for a block one panel wide (NR elements, 128 bytes).
 struct Ahead {
     const char* p = nullptr;
     size_t lines = 0;
+    size_t stride = 128;
 };
 
 // acc[m][v] += sum_{k < K} A(m, k) * B(k, v-th vector), A(m, k) = a[m * am + k * ak],
@@ -107,7 +110,8 @@ BT_ALWAYS_INLINE void accumulate(Vec<T> (&acc)[MR][NV], const T* a, size_t am, s
         Vec<T> c[MR][NV];
         ((c[E / NV][E % NV] = acc[E / NV][E % NV]), ...);
         for (size_t k = 0; k < K; ++k) {
-            if (k < ahead.lines) __builtin_prefetch(ahead.p + k * 64, 0, 2);  // prefetcht1: into L2
+            if (k < ahead.lines)  // prefetcht1: into L2
+                __builtin_prefetch(ahead.p + (k >> 1) * ahead.stride + (k & 1) * 64, 0, 2);
             Vec<T> bv[NV];
             [&]<int... V>(std::integer_sequence<int, V...>) BT_LAMBDA_INLINE {
                 ((bv[V] = V + 1 < NV || full ? S::load(b + V * S::W) : S::load(b + V * S::W, last)), ...);
@@ -291,26 +295,20 @@ struct NoAhead {
     Ahead operator()(size_t, size_t) const { return {}; }
 };
 
-// Every MR x NR tile of an M x N result: init(acc, m0, n0, width), accumulate over K,
-// finish(acc, m0, n0, width). `m_outer` picks which operand stays in cache across tiles:
-// true keeps A's rows (B streams once per row block), false keeps a panel of B.
-// Operands read by more than one tile are packed first (B's panels, and A's row blocks when A
-// is strided along k); packing moves values, never the order of the multiply-adds, so every
-// element's chain, and its bits, are unchanged.
-// `b_trans`: b holds B transposed (B(k, n) = b[n * ldb + k]); it is then always packed.
-// `ahead_of(m0, n0)`: the lines the tile at (m0, n0) prefetches (none by default).
-template <typename T, class Init, class Finish, class AheadOf = NoAhead>
-inline void for_each_tile(size_t M, size_t N, size_t K, const T* a, size_t am, size_t ak, const T* b, size_t ldb,
-                          bool m_outer, bool b_trans, Init&& init, Finish&& finish, AheadOf ahead_of = {}) {
+// The tiles of an M x N result over B's columns as b_at(n0) gives them (rows ldb apart); see
+// for_each_tile.
+template <typename T, class Init, class Finish, class AheadOf, class BAt>
+inline void run_tiles(size_t M, size_t N, size_t K, const T* a, size_t am, size_t ak, BAt b_at, size_t ldb,
+                      bool m_outer, Init& init, Finish& finish, AheadOf& ahead_of) {
     constexpr int NR = kNV * Simd<T>::W;
-    auto one = [&](size_t m0, size_t n0, const T* am0, size_t am_, size_t ak_, const T* bn0, size_t ldb_) {
+    auto one = [&](size_t m0, size_t n0, const T* am0, size_t am_, size_t ak_, const T* bn0) {
         const int mr = int(std::min<size_t>(kMR, M - m0));
         const int width = int(std::min<size_t>(NR, N - n0));
         auto run = [&](auto mr_c, auto nv_c) {
             constexpr int R = decltype(mr_c)::value, NV = decltype(nv_c)::value;
             Vec<T> acc[R][NV];
             init(acc, m0, n0, width);
-            accumulate<T, R, NV>(acc, am0, am_, ak_, bn0, ldb_, K, width, ahead_of(m0, n0));
+            accumulate<T, R, NV>(acc, am0, am_, ak_, bn0, ldb, K, width, ahead_of(m0, n0));
             finish(acc, m0, n0, width);
         };
         with_rows<kMR>(mr, [&](auto mr_c) {
@@ -320,18 +318,6 @@ inline void for_each_tile(size_t M, size_t N, size_t K, const T* a, size_t am, s
                 run(mr_c, std::integral_constant<int, 1>{});
         });
     };
-    // B is packed when more than one row block reads it and it fits the packing budget (callers
-    // with a long K block it: grad_input).
-    const size_t panels = (N + NR - 1) / NR;
-    const bool pack_b =
-        b_trans || (M > size_t(kMR) && ldb != size_t(NR) && K > 1 && panels * K * NR <= kPackElements<T>);
-    T* bp = pack_b ? pack_buffer<T, 0>(panels * panel_stride<T>(K)) : nullptr;
-    if (b_trans)
-        pack_panels_transposed(b, ldb, K, N, bp);
-    else if (bp)
-        pack_panels(b, ldb, K, N, bp);
-    auto b_at = [&](size_t n0) { return bp ? bp + (n0 / NR) * panel_stride<T>(K) : b + n0; };
-    const size_t ldb_ = bp ? size_t(NR) : ldb;
     if (m_outer) {
         // A's row block is packed once per block when it is strided along k and read by
         // several panels.
@@ -344,12 +330,52 @@ inline void for_each_tile(size_t M, size_t N, size_t K, const T* a, size_t am, s
                 pack_rows(am0, am, ak, K, int(std::min<size_t>(kMR, M - m0)), ap);
                 am0 = ap, am_ = 1, ak_ = kMR;
             }
-            for (size_t n0 = 0; n0 < N; n0 += NR) one(m0, n0, am0, am_, ak_, b_at(n0), ldb_);
+            for (size_t n0 = 0; n0 < N; n0 += NR) one(m0, n0, am0, am_, ak_, b_at(n0));
         }
     } else {
         for (size_t n0 = 0; n0 < N; n0 += NR)
-            for (size_t m0 = 0; m0 < M; m0 += kMR) one(m0, n0, a + m0 * am, am, ak, b_at(n0), ldb_);
+            for (size_t m0 = 0; m0 < M; m0 += kMR) one(m0, n0, a + m0 * am, am, ak, b_at(n0));
     }
+}
+
+// Every MR x NR tile of an M x N result: init(acc, m0, n0, width), accumulate over K,
+// finish(acc, m0, n0, width). `m_outer` picks which operand stays in cache across tiles:
+// true keeps A's rows (B streams once per row block), false keeps a panel of B.
+// Operands read by more than one tile are packed first (B's panels, and A's row blocks when A
+// is strided along k); packing moves values, never the order of the multiply-adds, so every
+// element's chain, and its bits, are unchanged.
+// `b_trans`: b holds B transposed (B(k, n) = b[n * ldb + k]); it is then always packed.
+// `ahead_of(m0, n0)`: the lines the tile at (m0, n0) prefetches (none by default).
+template <typename T, class Init, class Finish, class AheadOf = NoAhead>
+inline void for_each_tile(size_t M, size_t N, size_t K, const T* a, size_t am, size_t ak, const T* b, size_t ldb,
+                          bool m_outer, bool b_trans, Init&& init, Finish&& finish, AheadOf ahead_of = {}) {
+    constexpr int NR = kNV * Simd<T>::W;
+    // B is packed when more than one row block reads it and it fits the packing budget (callers
+    // with a long K block it: grad_input).
+    const size_t panels = (N + NR - 1) / NR;
+    const bool pack_b =
+        b_trans || (M > size_t(kMR) && ldb != size_t(NR) && K > 1 && panels * K * NR <= kPackElements<T>);
+    T* bp = pack_b ? pack_buffer<T, 0>(panels * panel_stride<T>(K)) : nullptr;
+    if (b_trans)
+        pack_panels_transposed(b, ldb, K, N, bp);
+    else if (bp)
+        pack_panels(b, ldb, K, N, bp);
+    if (bp)
+        run_tiles<T>(
+            M, N, K, a, am, ak, [=](size_t n0) { return bp + (n0 / NR) * panel_stride<T>(K); }, size_t(NR), m_outer,
+            init, finish, ahead_of);
+    else
+        run_tiles<T>(M, N, K, a, am, ak, [=](size_t n0) { return b + n0; }, ldb, m_outer, init, finish, ahead_of);
+}
+
+// The same over a B already packed by pack_panels (K rows, panel_stride(K) apart).
+template <typename T, class Init, class Finish, class AheadOf = NoAhead>
+inline void for_each_packed_tile(size_t M, size_t N, size_t K, const T* a, size_t am, size_t ak, const T* packed,
+                                 bool m_outer, Init&& init, Finish&& finish, AheadOf ahead_of = {}) {
+    constexpr int NR = kNV * Simd<T>::W;
+    run_tiles<T>(
+        M, N, K, a, am, ak, [=](size_t n0) { return packed + (n0 / NR) * panel_stride<T>(K); }, size_t(NR), m_outer,
+        init, finish, ahead_of);
 }
 
 // ---- tile initialisers and finishers -----------------------------------------------------
@@ -569,6 +595,13 @@ inline void forward(const T* x, const T* W, const T* b, T* y, size_t rows, size_
     transpose(scratch, n_out, rows, rows, y + o0, out);
 }
 
+// Rows of W (k steps) grad_input packs at a time for n columns: the packing budget's worth.
+template <typename T>
+inline size_t grad_input_block(size_t n) {
+    constexpr size_t NR = kNV * Simd<T>::W;
+    return std::max<size_t>(kMR, kPackElements<T> / ((n + NR - 1) / NR * NR));
+}
+
 // gx[r, i] += sum_o gy[r, o] W[o, i] for r in [r0, r1) and i in [i0, i1) (i1 past `in` means
 // `in`). Threads split a wide layer by columns i, so each reads only its columns of W.
 // add = false: that block of gx is written, not added to (its old contents are never read), with
@@ -599,7 +632,7 @@ inline void grad_input(const T* gy, const T* W, T* gx, size_t rows, size_t in, s
     // streams past it from L2 (panels outer re-read all of gy's block from L2 for every panel:
     // 5 % slower on W4's 64 x 1024 -> 1024 layer, 16 % on -> 27, build/cpp/gemm_kernels A/B).
     constexpr size_t NR = kNV * Simd<T>::W;
-    const size_t kc = std::max<size_t>(kMR, kPackElements<T> / ((n + NR - 1) / NR * NR));
+    const size_t kc = grad_input_block<T>(n);
     const size_t panels = (n + NR - 1) / NR, tiles = (r1 - r0 + kMR - 1) / kMR * panels;
     for (size_t k0 = 0; k0 < out; k0 += kc) {
         const size_t K = std::min(kc, out - k0);
@@ -705,6 +738,50 @@ inline void grad_weight(const T* gy, const T* x, T* gW, T* gb, size_t rows, size
                          sgd_to_tile(W, in, sgd->lr, sgd->weight_decay), ahead_of_rows(W, in, o1 - o0, in));
     }
     if (gb) grad_bias(gy, gb, rows, out, o0, o1);
+}
+
+// The input gradient and the weight's SGD step over columns [i0, i1) of W in one pass over W,
+// for a chunk of rows (> kMR, so that the tiles pay for packing): gx[r, i] (+)= sum_o gy[r, o]
+// W[o, i] from the old W, then W[o, i] = sgd_update(W[o, i], sum_r gy[r, o] x[r, i]). Each block
+// of W's rows is packed for the input gradient's tiles and then, still in L2, takes its SGD step.
+// Threads split a layer by columns for both products (linear_bwd), so a task steps only the
+// columns of W it has just read: one parallel region instead of two, and no core steps rows of
+// W whose columns the other is still reading. Every element's chain is the one grad_input and
+// grad_weight build (gx: o ascending, whatever the blocks; W: r ascending from zero), so the bits
+// are theirs. x's columns are packed once, as B of every block's SGD tiles; while those run, each
+// brings the same tile of the next block into L2.
+template <typename T>
+inline void grad_input_sgd_tiled(const T* gy, const T* x, T* gx, size_t rows, size_t in, size_t out, size_t i0,
+                                 size_t i1, bool add, const SgdSink<T>& sgd) {
+    i1 = std::min(i1, in);
+    if (i0 >= i1 || rows == 0) return;
+    constexpr size_t NR = kNV * Simd<T>::W;
+    const size_t n = i1 - i0, panels = (n + NR - 1) / NR;
+    // W's block, its packed copy, x's packed columns and gx's block all stay in L2 during a
+    // block: half the packing budget's rows (the full budget was 2 % slower on two threads at
+    // W4 e = 1024; the blocks do not change a chain).
+    const size_t kc = std::max<size_t>(kMR, grad_input_block<T>(n) / 2);
+    T* xp = pack_buffer<T, 2>(panels * panel_stride<T>(rows));
+    pack_panels(x + i0, in, rows, n, xp);
+    T* wp = pack_buffer<T, 0>(panels * panel_stride<T>(std::min(kc, out)));
+    T* C = gx + i0;
+    T* const W = sgd.W;
+    for (size_t k0 = 0; k0 < out; k0 += kc) {
+        const size_t K = std::min(kc, out - k0), next = std::min(kc, out - k0 - K);
+        pack_panels(W + k0 * in + i0, in, K, n, wp);
+        if (k0 == 0 && !add)
+            for_each_packed_tile<T>(rows, n, K, gy + k0, out, 1, wp, true, zero_tile<T>(), to_tile(C, in));
+        else
+            for_each_packed_tile<T>(rows, n, K, gy + k0, out, 1, wp, true, from_tile<T>(C, in), to_tile(C, in));
+        // The SGD tile at (m0, n0) of this block brings the tile at (m0, n0) of the next one.
+        auto ahead = [=](size_t m0, size_t n0) {
+            if (m0 >= next) return Ahead{};
+            const size_t r = std::min<size_t>(kMR, next - m0);
+            return Ahead{reinterpret_cast<const char*>(W + (k0 + K + m0) * in + i0 + n0), 2 * r, in * sizeof(T)};
+        };
+        for_each_packed_tile<T>(K, n, rows, gy + k0, 1, out, xp, true, zero_tile<T>(),
+                                sgd_to_tile(W + k0 * in + i0, in, sgd.lr, sgd.weight_decay), ahead);
+    }
 }
 
 // For a few rows (rows < kAxpyRows), the input gradient and the weight's SGD step in one pass

@@ -147,6 +147,20 @@ inline void linear_bwd(const T* x, const T* W, const T* gy, T* gx, T* gW, T* gb,
         return;
     }
     const size_t tw = linear_tasks(rows, in, out);
+    if (sgd && tw > 1 && rows > size_t(gemm::kMR) && size_t(in) >= kColumnSplitWidth * tw) {
+        // Both products in one region, split by columns (gemm::grad_input_sgd_tiled), when the
+        // input is wide enough for the input gradient to split by columns anyway. Alternated
+        // with the two regions below within one process, two threads, W4 b = 64 fused steps took
+        // 3-5 % less time at e = 64, 3 % less at e = 128 and 512, the same at e = 1024 (within
+        // 1 %). On one thread the one pass was 1-2 % slower than the two products apart.
+        const size_t tc = std::min<size_t>(tw, (size_t(in) + kLinearAlign - 1) / kLinearAlign);
+        threads::parallel_tasks(tc, [&](size_t t) {
+            const auto [i0, i1] = threads::split(in, tc, t, kLinearAlign);
+            gemm::grad_input_sgd_tiled(gy, x, gx, rows, in, out, i0, i1, gx_add, *sgd);
+        });
+        if (gb) gemm::grad_bias(gy, gb, rows, out, 0, out);
+        return;
+    }
     if (tw <= 1) {
         gemm::grad_input(gy, W, gx, rows, in, out, 0, rows, 0, size_t(-1), gx_add);
         gemm::grad_weight(gy, x, gW, gb, rows, in, out, 0, out, sgd, gw_add);
