@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from . import _core
+from . import _core, late
 from .modes import no_grad
 
 # A model is duck-typed (parameter_vector(), loss(*sample), loss_batch(samples)); so is a sample.
@@ -57,8 +57,8 @@ def grad_oracle(model: Any, batch: Sequence[Any], loss_fn: LossFn | None = None,
     # the count caps every native op of this call, a range op inside a replay included
     with thread_cap(n_threads):
         if compile:  # each sample (or chunk) shape traced once, every one replayed natively
-            from .oracle_compiled import compiled_grad_oracle
-            return compiled_grad_oracle(model, batch, loss_fn, zero_grad, threads=n_threads, chunk=chunk)
+            compiled = late.module("oracle_compiled")
+            return compiled.compiled_grad_oracle(model, batch, loss_fn, zero_grad, threads=n_threads, chunk=chunk)
         return _eager_oracle(model, batch, loss_fn, zero_grad, chunk)
 
 

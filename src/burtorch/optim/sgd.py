@@ -3,7 +3,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .. import _core
+from .. import _core, late
 from .optimizer import Optimizer, Params, _check_hyper
 
 
@@ -70,8 +70,8 @@ class SGD(Optimizer):
         Raises:
             As :func:`burtorch.oracle.grad_oracle`; a non-finite loss changes nothing.
         """
-        from ..oracle import checked_threads, grad_oracle, thread_cap
-
+        oracle = late.module("oracle")
+        checked_threads, grad_oracle, thread_cap = oracle.checked_threads, oracle.grad_oracle, oracle.thread_cap
         n = len(batch)
         good_chunk = isinstance(chunk, int) and not isinstance(chunk, bool) and chunk >= 1
         one_graph = good_chunk and (n == 1 or (n > 1 and chunk >= n and loss_fn is None
@@ -84,10 +84,8 @@ class SGD(Optimizer):
             return loss
         n_threads = checked_threads(threads)
         if compile and n > 1 and type(batch) is list:
-            from ..oracle_compiled import compiled_fused_step
-
             with thread_cap(n_threads):
-                replayed = compiled_fused_step(self, model, batch)
+                replayed = late.module("oracle_compiled").compiled_fused_step(self, model, batch)
             if replayed is not None:
                 return replayed
         zero = model.parameter_vector()
