@@ -295,12 +295,15 @@ struct NoAhead {
     Ahead operator()(size_t, size_t) const { return {}; }
 };
 
-// The tiles of an M x N result over B's columns as b_at(n0) gives them (rows ldb apart); see
-// for_each_tile.
-template <typename T, class Init, class Finish, class AheadOf, class BAt>
-inline void run_tiles(size_t M, size_t N, size_t K, const T* a, size_t am, size_t ak, BAt b_at, size_t ldb,
-                      bool m_outer, Init& init, Finish& finish, AheadOf& ahead_of) {
+// The tiles of an M x N result; see for_each_tile. B is either rows ldb apart or (packed) panels
+// of K rows of NR, panel_stride(K) apart: one instantiation serves both (a second, per kind of
+// B, had grown the module's code by a third).
+template <typename T, class Init, class Finish, class AheadOf>
+inline void run_tiles(size_t M, size_t N, size_t K, const T* a, size_t am, size_t ak, const T* b, size_t ldb,
+                      bool packed, bool m_outer, Init& init, Finish& finish, AheadOf& ahead_of) {
     constexpr int NR = kNV * Simd<T>::W;
+    if (packed) ldb = NR;
+    auto b_at = [&](size_t n0) { return packed ? b + (n0 / NR) * panel_stride<T>(K) : b + n0; };
     auto one = [&](size_t m0, size_t n0, const T* am0, size_t am_, size_t ak_, const T* bn0) {
         const int mr = int(std::min<size_t>(kMR, M - m0));
         const int width = int(std::min<size_t>(NR, N - n0));
@@ -360,22 +363,14 @@ inline void for_each_tile(size_t M, size_t N, size_t K, const T* a, size_t am, s
         pack_panels_transposed(b, ldb, K, N, bp);
     else if (bp)
         pack_panels(b, ldb, K, N, bp);
-    if (bp)
-        run_tiles<T>(
-            M, N, K, a, am, ak, [=](size_t n0) { return bp + (n0 / NR) * panel_stride<T>(K); }, size_t(NR), m_outer,
-            init, finish, ahead_of);
-    else
-        run_tiles<T>(M, N, K, a, am, ak, [=](size_t n0) { return b + n0; }, ldb, m_outer, init, finish, ahead_of);
+    run_tiles<T>(M, N, K, a, am, ak, bp ? bp : b, ldb, bp != nullptr, m_outer, init, finish, ahead_of);
 }
 
 // The same over a B already packed by pack_panels (K rows, panel_stride(K) apart).
 template <typename T, class Init, class Finish, class AheadOf = NoAhead>
 inline void for_each_packed_tile(size_t M, size_t N, size_t K, const T* a, size_t am, size_t ak, const T* packed,
                                  bool m_outer, Init&& init, Finish&& finish, AheadOf ahead_of = {}) {
-    constexpr int NR = kNV * Simd<T>::W;
-    run_tiles<T>(
-        M, N, K, a, am, ak, [=](size_t n0) { return packed + (n0 / NR) * panel_stride<T>(K); }, size_t(NR), m_outer,
-        init, finish, ahead_of);
+    run_tiles<T>(M, N, K, a, am, ak, packed, 0, true, m_outer, init, finish, ahead_of);
 }
 
 // ---- tile initialisers and finishers -----------------------------------------------------
