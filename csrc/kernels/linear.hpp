@@ -4,9 +4,10 @@
 // b: out, or absent. Output rows * out. The products are the register-tiled kernels of gemm.hpp.
 //
 // Large layers split across the thread pool (threads.hpp): the forward and the weight gradient
-// by output units, the input gradient by input columns (wide layers) or by rows, so each task
-// owns whole output elements and gives the same bits as one thread (gemm.hpp keeps every element
-// one chain whatever the split).
+// by output units (a layer with few outputs: by rows and by input columns), the input gradient
+// by input columns (wide layers) or by rows, and a wide layer's fused SGD backward both products
+// by input columns in one region; so each task owns whole output elements and gives the same
+// bits as one thread (gemm.hpp keeps every element one chain whatever the split).
 #pragma once
 #include <algorithm>
 #include <cstddef>
