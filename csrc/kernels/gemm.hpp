@@ -676,25 +676,30 @@ template <typename T>
 inline void grad_weight(const T* gy, const T* x, T* gW, T* gb, size_t rows, size_t in, size_t out, size_t o0, size_t o1,
                         const SgdSink<T>* sgd = nullptr, bool gw_add = true, size_t i0 = 0, size_t i1 = size_t(-1)) {
     i1 = std::min(i1, in);
-    if (i0 > 0 || i1 < in) {  // a block of columns: tiles over it, in W's (or gW's) rows
-        if (o0 >= o1 || i0 >= i1) return;
+    if (o0 >= o1 || i0 >= i1) return;
+    if (rows >= kAxpyRows) {
+        // A = gy^T (A(o, r) = gy[r * out + o]), B = x's columns; the result (gW, or W with the
+        // SGD step) streams through once, row block by row block, the next block of whole rows
+        // prefetched meanwhile.
         const size_t n = i1 - i0;
         T* C = (sgd ? sgd->W : gW) + o0 * in + i0;
+        const auto whole_rows = ahead_of_rows(C, in, o1 - o0, in);
+        auto ahead = [=, full = n == in](size_t m0, size_t n0) { return full ? whole_rows(m0, n0) : Ahead{}; };
         if (sgd)
             for_each_tile<T>(o1 - o0, n, rows, gy + o0, 1, out, x + i0, in, true, false, zero_tile<T>(),
-                             sgd_to_tile(C, in, sgd->lr, sgd->weight_decay));
+                             sgd_to_tile(C, in, sgd->lr, sgd->weight_decay), ahead);
         else if (gw_add)
             for_each_tile<T>(o1 - o0, n, rows, gy + o0, 1, out, x + i0, in, true, false, from_tile<T>(C, in),
-                             to_tile(C, in));
+                             to_tile(C, in), ahead);
         else
-            for_each_tile<T>(o1 - o0, n, rows, gy + o0, 1, out, x + i0, in, true, false, zero_tile<T>(),
-                             to_tile(C, in));
+            for_each_tile<T>(o1 - o0, n, rows, gy + o0, 1, out, x + i0, in, true, false, zero_tile<T>(), to_tile(C, in),
+                             ahead);
         if (gb) grad_bias(gy, gb, rows, out, o0, o1);
         return;
     }
-    if (o0 >= o1) return;
-    if (!gw_add && !sgd && rows < kAxpyRows) std::fill(gW + o0 * in, gW + o1 * in, T(0));  // a few rows: chains add
-    if (rows < kAxpyRows) {
+    // A few rows (whole rows of W only): chains of multiply-adds along each row.
+    if (!gw_add && !sgd) std::fill(gW + o0 * in, gW + o1 * in, T(0));  // the chains add
+    {
         auto chain = [&](T* y, const T* g, const T* xs, size_t n) {
             switch (rows) {
                 case 0: break;
@@ -718,19 +723,6 @@ inline void grad_weight(const T* gy, const T* x, T* gW, T* gb, size_t rows, size
                 for (size_t j = 0; j < n; ++j) w[c0 + j] = sgd_update(w[c0 + j], acc[j], sgd->lr, sgd->weight_decay);
             }
         }
-    } else if (!sgd) {
-        // A = gy^T (A(o, r) = gy[r * out + o]), B = x; gW streams through once, row block by row block.
-        T* C = gW + o0 * in;
-        if (gw_add)
-            for_each_tile<T>(o1 - o0, in, rows, gy + o0, 1, out, x, in, true, false, from_tile<T>(C, in),
-                             to_tile(C, in), ahead_of_rows(C, in, o1 - o0, in));
-        else
-            for_each_tile<T>(o1 - o0, in, rows, gy + o0, 1, out, x, in, true, false, zero_tile<T>(), to_tile(C, in),
-                             ahead_of_rows(C, in, o1 - o0, in));
-    } else {
-        T* W = sgd->W + o0 * in;
-        for_each_tile<T>(o1 - o0, in, rows, gy + o0, 1, out, x, in, true, false, zero_tile<T>(),
-                         sgd_to_tile(W, in, sgd->lr, sgd->weight_decay), ahead_of_rows(W, in, o1 - o0, in));
     }
     if (gb) grad_bias(gy, gb, rows, out, o0, o1);
 }

@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <initializer_list>
+#include <utility>
 #include <vector>
 
 #include "../arena.hpp"
@@ -104,6 +105,16 @@ inline void gather(const T* src, const SpanList& s, T* dst) {
         copy(uint32_t(i0), uint32_t(i1), dst + at);
     });
 }
+// [lowest, past the highest) slot of spans s (at least one span).
+inline std::pair<size_t, size_t> slot_range(const SpanList& s) {
+    size_t lo = SIZE_MAX, hi = 0;
+    for (uint32_t i = 0; i < s.n; ++i) {
+        lo = std::min<size_t>(lo, s.first(i));
+        hi = std::max<size_t>(hi, size_t(s.first(i)) + s.len(i));
+    }
+    return {lo, hi};
+}
+
 // dst's spans = 0 + src (scatter_add into zeroed spans, without reading them), split like it.
 template <typename T>
 inline void scatter_first(T* dst, const SpanList& s, const T* src) {
@@ -115,12 +126,8 @@ inline void scatter_first(T* dst, const SpanList& s, const T* src) {
             from += s.len(i);
         }
     };
-    size_t lo = SIZE_MAX, hi = 0;
-    for (uint32_t i = 0; i < s.n; ++i) {
-        lo = std::min<size_t>(lo, s.first(i));
-        hi = std::max<size_t>(hi, size_t(s.first(i)) + s.len(i));
-    }
     if (s.n == 0) return;
+    const auto [lo, hi] = slot_range(s);
     const size_t tasks = span_tasks(s);
     if (tasks <= 1) return write(lo, hi);
     threads::parallel_tasks(tasks, [&](size_t t) {
@@ -153,11 +160,7 @@ inline void scatter_add(T* dst, const SpanList& s, const T* src, bool first = fa
         }
         return;
     }
-    size_t lo = SIZE_MAX, hi = 0;
-    for (uint32_t i = 0; i < s.n; ++i) {
-        lo = std::min<size_t>(lo, s.first(i));
-        hi = std::max<size_t>(hi, size_t(s.first(i)) + s.len(i));
-    }
+    const auto [lo, hi] = slot_range(s);
     threads::parallel_tasks(tasks, [&](size_t t) {
         const auto [b, e] = threads::split(hi - lo, tasks, t, 16);  // ranges a whole number of 16 slots
         const size_t d0 = lo + b, d1 = lo + e;
