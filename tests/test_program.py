@@ -158,6 +158,29 @@ def test_first_writers_replay_eager_bitwise(case):
     assert_replays_eager(_first_writer_cases()[case], rng.uniform(-2, 2, size=(6, 3)))
 
 
+@pytest.mark.parametrize("rows", [1, 4])
+def test_first_writer_linear_keeps_the_sign_of_zero(rows):
+    # The linear writes its input's grads in place. Each column's chain of products underflows:
+    # all +0 until the last row of W, whose negative product rounds to -0, where eager's sum into
+    # zeroed grads gives 0 + -0 = +0. The inputs are the linear's x themselves (a view of the
+    # leaves), so their grads show it. One row takes the chained axpys, four rows the tiles.
+    tiny = 5e-324
+    W = bt.leaves([[tiny, tiny, tiny]] * 7 + [[-tiny, tiny, -tiny]])
+
+    def f(*xs):
+        return bt.vsum(bt.linear(bt.vector(list(xs)).reshape(rows, 3), W)) * 0.25
+
+    X = np.arange(1.0, 1.0 + 3 * rows).reshape(1, -1)
+    g = bt.value_and_grad(f, argnums=tuple(range(3 * rows)))
+    _, grads = g.map(X)
+    leaves = [bt.Value(x) for x in X[0]]
+    f(*leaves).backward()
+    want = np.array([v.grad for v in leaves])
+    assert np.all(want == 0) and not np.signbit(want).any()
+    assert not np.signbit(grads[0]).any() and np.all(grads[0] == 0)
+    assert not np.signbit(g(*X[0].tolist())[1]).any()
+
+
 @pytest.mark.parametrize("case", sorted(_range_cases()))
 def test_range_ops_bitwise_with_parameters(case):
     build, params = _range_cases()[case]

@@ -396,6 +396,26 @@ auto to_tile(T* C, size_t ldc) {
     };
 }
 
+// 0 + acc -> the tile of C: what adding the chain into zeroed memory stores. A chain from zero
+// ends at -0 only where it underflows, and 0 + -0 is +0.
+template <typename T>
+auto to_tile_as_sum(T* C, size_t ldc) {
+    return [=](auto& acc, size_t m0, size_t n0, int width) {
+        constexpr int R = std::extent_v<std::remove_reference_t<decltype(acc)>, 0>;
+        constexpr int NV = std::extent_v<std::remove_reference_t<decltype(acc)>, 1>;
+        for (int m = 0; m < R; ++m)
+            for (int v = 0; v < NV; ++v)
+                store_lanes(C + (m0 + m) * ldc + n0 + v * Simd<T>::W, Simd<T>::add(acc[m][v], Simd<T>::zero()),
+                            lanes<T>(width, v));
+    };
+}
+// The same afterwards, over rows [r0, r1) and columns [i0, i1) of C.
+template <typename T>
+inline void add_zero(T* C, size_t ldc, size_t r0, size_t r1, size_t i0, size_t i1) {
+    for (size_t r = r0; r < r1; ++r)
+        for (size_t i = i0; i < i1; ++i) C[r * ldc + i] += T(0);
+}
+
 // acc <- zeros: the start of a chain whose gradient would accumulate into a zeroed gW.
 template <typename T>
 auto zero_tile() {
@@ -600,10 +620,13 @@ inline size_t grad_input_block(size_t n) {
 // gx[r, i] += sum_o gy[r, o] W[o, i] for r in [r0, r1) and i in [i0, i1) (i1 past `in` means
 // `in`). Threads split a wide layer by columns i, so each reads only its columns of W.
 // add = false: that block of gx is written, not added to (its old contents are never read), with
-// the bits the sum into a zeroed gx would have: each chain starts from zero either way.
+// the bits the sum into a zeroed gx would have: each chain starts from zero either way. But a
+// chain that underflows ends at -0, where 0 + chain is +0: as_sum stores 0 + chain, so that gx
+// written in place of grads a sum into zeroed ones would give has their bits, sign of zero
+// included (a replay's first writer writes its input's grads so).
 template <typename T>
 inline void grad_input(const T* gy, const T* W, T* gx, size_t rows, size_t in, size_t out, size_t r0, size_t r1,
-                       size_t i0 = 0, size_t i1 = size_t(-1), bool add = true) {
+                       size_t i0 = 0, size_t i1 = size_t(-1), bool add = true, bool as_sum = false) {
     (void)rows;
     i1 = std::min(i1, in);
     if (r0 >= r1 || i0 >= i1) return;
@@ -618,6 +641,7 @@ inline void grad_input(const T* gy, const T* W, T* gx, size_t rows, size_t in, s
         for (; o < out; ++o)
             for (size_t r = r0; r < r1; ++r)
                 axpy_chain<T, 1>(gx + r * in + i0, gy + r * out + o, W + o * in + i0, in, n);
+        if (!add && as_sum) add_zero(gx, in, r0, r1, i0, i1);
         return;
     }
     T* C = gx + r0 * in + i0;
@@ -638,11 +662,17 @@ inline void grad_input(const T* gy, const T* W, T* gx, size_t rows, size_t in, s
         auto ahead = [=](size_t m0, size_t n0) {
             return ahead_rows(W, in, k0 + K, k0 + K + next, (m0 / kMR) * panels + n0 / NR, tiles);
         };
-        if (k0 == 0 && !add)
-            for_each_tile<T>(r1 - r0, n, K, a, out, 1, W + i0, in, true, false, zero_tile<T>(), to_tile(C, in), ahead);
+        const bool zero = k0 == 0 && !add;
+        const T* b = W + k0 * in + i0;
+        if (!add && as_sum)
+            zero ? for_each_tile<T>(r1 - r0, n, K, a, out, 1, b, in, true, false, zero_tile<T>(), to_tile_as_sum(C, in),
+                                    ahead)
+                 : for_each_tile<T>(r1 - r0, n, K, a, out, 1, b, in, true, false, from_tile<T>(C, in),
+                                    to_tile_as_sum(C, in), ahead);
+        else if (zero)
+            for_each_tile<T>(r1 - r0, n, K, a, out, 1, b, in, true, false, zero_tile<T>(), to_tile(C, in), ahead);
         else
-            for_each_tile<T>(r1 - r0, n, K, a, out, 1, W + k0 * in + i0, in, true, false, from_tile<T>(C, in),
-                             to_tile(C, in), ahead);
+            for_each_tile<T>(r1 - r0, n, K, a, out, 1, b, in, true, false, from_tile<T>(C, in), to_tile(C, in), ahead);
     }
 }
 
@@ -739,7 +769,7 @@ inline void grad_weight(const T* gy, const T* x, T* gW, T* gb, size_t rows, size
 // brings the same tile of the next block into L2.
 template <typename T>
 inline void grad_input_sgd_tiled(const T* gy, const T* x, T* gx, size_t rows, size_t in, size_t out, size_t i0,
-                                 size_t i1, bool add, const SgdSink<T>& sgd) {
+                                 size_t i1, bool add, const SgdSink<T>& sgd, bool as_sum = false) {
     i1 = std::min(i1, in);
     if (i0 >= i1 || rows == 0) return;
     constexpr size_t NR = kNV * Simd<T>::W;
@@ -756,7 +786,12 @@ inline void grad_input_sgd_tiled(const T* gy, const T* x, T* gx, size_t rows, si
     for (size_t k0 = 0; k0 < out; k0 += kc) {
         const size_t K = std::min(kc, out - k0), next = std::min(kc, out - k0 - K);
         pack_panels(W + k0 * in + i0, in, K, n, wp);
-        if (k0 == 0 && !add)
+        const bool zero = k0 == 0 && !add;
+        if (!add && as_sum)
+            zero ? for_each_packed_tile<T>(rows, n, K, gy + k0, out, 1, wp, true, zero_tile<T>(), to_tile_as_sum(C, in))
+                 : for_each_packed_tile<T>(rows, n, K, gy + k0, out, 1, wp, true, from_tile<T>(C, in),
+                                           to_tile_as_sum(C, in));
+        else if (zero)
             for_each_packed_tile<T>(rows, n, K, gy + k0, out, 1, wp, true, zero_tile<T>(), to_tile(C, in));
         else
             for_each_packed_tile<T>(rows, n, K, gy + k0, out, 1, wp, true, from_tile<T>(C, in), to_tile(C, in));

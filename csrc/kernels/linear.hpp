@@ -128,10 +128,12 @@ inline void linear_fwd(const T* x, const T* W, const T* b, T* y, uint32_t rows, 
 // With `sgd`, W takes a plain SGD step in place of accumulating gW (gW unused): every task of
 // the input gradient, which reads the old W, finishes before any row of W changes.
 // gx_add = false: gx is written, not added to (the tasks start their own blocks from zero, so the
-// caller need not zero it first on one thread); gw_add = false: the same for gW.
+// caller need not zero it first on one thread); gw_add = false: the same for gW. gx_as_sum: gx
+// so written holds 0 + each chain, as a sum into zeroed grads would (gemm::grad_input).
 template <typename T>
 inline void linear_bwd(const T* x, const T* W, const T* gy, T* gx, T* gW, T* gb, uint32_t rows, uint32_t in,
-                       uint32_t out, const gemm::SgdSink<T>* sgd = nullptr, bool gx_add = true, bool gw_add = true) {
+                       uint32_t out, const gemm::SgdSink<T>* sgd = nullptr, bool gx_add = true, bool gw_add = true,
+                       bool gx_as_sum = false) {
     if (sgd && rows < gemm::kAxpyRows) {
         if (!gx_add) std::fill(gx, gx + size_t(rows) * in, T(0));  // a few rows
         // One pass over W for both products; tasks own columns of gx and W alike.
@@ -144,6 +146,7 @@ inline void linear_bwd(const T* x, const T* W, const T* gy, T* gx, T* gW, T* gb,
                 const auto [i0, i1] = threads::split(in, tc, t, kLinearAlign);
                 gemm::grad_input_sgd(gy, x, gx, rows, in, out, i0, i1, *sgd);
             });
+        if (!gx_add && gx_as_sum) gemm::add_zero(gx, in, 0, rows, 0, in);  // a few rows
         if (gb) gemm::grad_bias(gy, gb, rows, out, 0, out);
         return;
     }
@@ -157,13 +160,13 @@ inline void linear_bwd(const T* x, const T* W, const T* gy, T* gx, T* gW, T* gb,
         const size_t tc = std::min<size_t>(tw, (size_t(in) + kLinearAlign - 1) / kLinearAlign);
         threads::parallel_tasks(tc, [&](size_t t) {
             const auto [i0, i1] = threads::split(in, tc, t, kLinearAlign);
-            gemm::grad_input_sgd_tiled(gy, x, gx, rows, in, out, i0, i1, gx_add, *sgd);
+            gemm::grad_input_sgd_tiled(gy, x, gx, rows, in, out, i0, i1, gx_add, *sgd, gx_as_sum);
         });
         if (gb) gemm::grad_bias(gy, gb, rows, out, 0, out);
         return;
     }
     if (tw <= 1) {
-        gemm::grad_input(gy, W, gx, rows, in, out, 0, rows, 0, size_t(-1), gx_add);
+        gemm::grad_input(gy, W, gx, rows, in, out, 0, rows, 0, size_t(-1), gx_add, gx_as_sum);
         gemm::grad_weight(gy, x, gW, gb, rows, in, out, 0, out, sgd, gw_add);
         return;
     }
@@ -175,10 +178,10 @@ inline void linear_bwd(const T* x, const T* W, const T* gy, T* gx, T* gW, T* gb,
     auto input_task = [&](size_t t) {
         if (by_columns) {
             const auto [i0, i1] = threads::split(in, ti, t, kLinearAlign);
-            gemm::grad_input(gy, W, gx, rows, in, out, 0, rows, i0, i1, gx_add);
+            gemm::grad_input(gy, W, gx, rows, in, out, 0, rows, i0, i1, gx_add, gx_as_sum);
         } else {
             const auto [r0, r1] = threads::split(rows, ti, t);
-            gemm::grad_input(gy, W, gx, rows, in, out, r0, r1, 0, size_t(-1), gx_add);
+            gemm::grad_input(gy, W, gx, rows, in, out, r0, r1, 0, size_t(-1), gx_add, gx_as_sum);
         }
     };
     const bool w_by_columns = linear_splits_by_rows(rows, out, tw);
