@@ -2,7 +2,9 @@
 # ASan + UBSan, three ways:
 #  1. the C++ tests (tests/cpp/test_*.cpp) and examples (examples/cpp), built by CMake and run by
 #     ctest twice: portable and tuned for this CPU (the linear kernels pick their SIMD at build
-#     time, so both the plain and the AVX-512/AVX2 code are checked); no Python involved;
+#     time, so both the plain and this CPU's AVX-512 or AVX2 code are checked); then, on a CPU
+#     with AVX-512, the kernel tests once more built for AVX2 and FMA alone, so that the AVX2
+#     code is checked there too; no Python involved;
 #  2. the Python extension itself built with the sanitizers, running the Python test suite (the
 #     stateful model test and the API fuzzer included: their child processes inherit the
 #     sanitizers), so the binding layer, where bad input from users arrives, is checked too;
@@ -29,6 +31,16 @@ for native in OFF ON; do
   (cd "$out/cpp-$native" && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
     ctest --output-on-failure)
 done
+
+# The kernels' AVX2 code, where tuning for this CPU compiled its AVX-512 code instead.
+if grep -qw avx512f /proc/cpuinfo && grep -qw avx2 /proc/cpuinfo && grep -qw fma /proc/cpuinfo; then
+  step "C++ kernel tests built for AVX2 + FMA"
+  cmake -S "$here" -B "$out/cpp-avx2" -DBURTORCH_PYTHON=OFF -DBURTORCH_BUILD_TESTS=ON -DBURTORCH_NATIVE=OFF \
+    "-DCMAKE_CXX_FLAGS=-mavx2 -mfma" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DBURTORCH_SANITIZE=address,undefined >/dev/null
+  cmake --build "$out/cpp-avx2" -j 2 --target test_gemm test_vmath >/dev/null
+  (cd "$out/cpp-avx2" && ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+    ctest --output-on-failure -R '^test_(gemm|vmath)$')
+fi
 
 step "building the Python extension with ASan + UBSan"
 site="$out/site"
