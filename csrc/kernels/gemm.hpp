@@ -385,30 +385,22 @@ auto from_tile(const T* C, size_t ldc) {
                 acc[m][v] = load_lanes(C + (m0 + m) * ldc + n0 + v * Simd<T>::W, lanes<T>(width, v));
     };
 }
+// The tile -> C. as_sum: 0 + acc instead, what adding the chain into zeroed memory stores (a
+// chain from zero ends at -0 only where it underflows, and 0 + -0 is +0). A flag rather than a
+// finisher of its own: each finisher type instantiates the whole tile loop again (0.2 MB of
+// code, and a training process's peak memory with it).
 template <typename T>
-auto to_tile(T* C, size_t ldc) {
+auto to_tile(T* C, size_t ldc, bool as_sum = false) {
     return [=](auto& acc, size_t m0, size_t n0, int width) {
         constexpr int R = std::extent_v<std::remove_reference_t<decltype(acc)>, 0>;
         constexpr int NV = std::extent_v<std::remove_reference_t<decltype(acc)>, 1>;
         for (int m = 0; m < R; ++m)
             for (int v = 0; v < NV; ++v)
-                store_lanes(C + (m0 + m) * ldc + n0 + v * Simd<T>::W, acc[m][v], lanes<T>(width, v));
+                store_lanes(C + (m0 + m) * ldc + n0 + v * Simd<T>::W,
+                            as_sum ? Simd<T>::add(acc[m][v], Simd<T>::zero()) : acc[m][v], lanes<T>(width, v));
     };
 }
 
-// 0 + acc -> the tile of C: what adding the chain into zeroed memory stores. A chain from zero
-// ends at -0 only where it underflows, and 0 + -0 is +0.
-template <typename T>
-auto to_tile_as_sum(T* C, size_t ldc) {
-    return [=](auto& acc, size_t m0, size_t n0, int width) {
-        constexpr int R = std::extent_v<std::remove_reference_t<decltype(acc)>, 0>;
-        constexpr int NV = std::extent_v<std::remove_reference_t<decltype(acc)>, 1>;
-        for (int m = 0; m < R; ++m)
-            for (int v = 0; v < NV; ++v)
-                store_lanes(C + (m0 + m) * ldc + n0 + v * Simd<T>::W, Simd<T>::add(acc[m][v], Simd<T>::zero()),
-                            lanes<T>(width, v));
-    };
-}
 // The same afterwards, over rows [r0, r1) and columns [i0, i1) of C.
 template <typename T>
 inline void add_zero(T* C, size_t ldc, size_t r0, size_t r1, size_t i0, size_t i1) {
@@ -662,17 +654,13 @@ inline void grad_input(const T* gy, const T* W, T* gx, size_t rows, size_t in, s
         auto ahead = [=](size_t m0, size_t n0) {
             return ahead_rows(W, in, k0 + K, k0 + K + next, (m0 / kMR) * panels + n0 / NR, tiles);
         };
-        const bool zero = k0 == 0 && !add;
-        const T* b = W + k0 * in + i0;
-        if (!add && as_sum)
-            zero ? for_each_tile<T>(r1 - r0, n, K, a, out, 1, b, in, true, false, zero_tile<T>(), to_tile_as_sum(C, in),
-                                    ahead)
-                 : for_each_tile<T>(r1 - r0, n, K, a, out, 1, b, in, true, false, from_tile<T>(C, in),
-                                    to_tile_as_sum(C, in), ahead);
-        else if (zero)
-            for_each_tile<T>(r1 - r0, n, K, a, out, 1, b, in, true, false, zero_tile<T>(), to_tile(C, in), ahead);
+        const bool sum = !add && as_sum;
+        if (k0 == 0 && !add)
+            for_each_tile<T>(r1 - r0, n, K, a, out, 1, W + i0, in, true, false, zero_tile<T>(), to_tile(C, in, sum),
+                             ahead);
         else
-            for_each_tile<T>(r1 - r0, n, K, a, out, 1, b, in, true, false, from_tile<T>(C, in), to_tile(C, in), ahead);
+            for_each_tile<T>(r1 - r0, n, K, a, out, 1, W + k0 * in + i0, in, true, false, from_tile<T>(C, in),
+                             to_tile(C, in, sum), ahead);
     }
 }
 
@@ -786,15 +774,11 @@ inline void grad_input_sgd_tiled(const T* gy, const T* x, T* gx, size_t rows, si
     for (size_t k0 = 0; k0 < out; k0 += kc) {
         const size_t K = std::min(kc, out - k0), next = std::min(kc, out - k0 - K);
         pack_panels(W + k0 * in + i0, in, K, n, wp);
-        const bool zero = k0 == 0 && !add;
-        if (!add && as_sum)
-            zero ? for_each_packed_tile<T>(rows, n, K, gy + k0, out, 1, wp, true, zero_tile<T>(), to_tile_as_sum(C, in))
-                 : for_each_packed_tile<T>(rows, n, K, gy + k0, out, 1, wp, true, from_tile<T>(C, in),
-                                           to_tile_as_sum(C, in));
-        else if (zero)
-            for_each_packed_tile<T>(rows, n, K, gy + k0, out, 1, wp, true, zero_tile<T>(), to_tile(C, in));
+        const bool sum = !add && as_sum;
+        if (k0 == 0 && !add)
+            for_each_packed_tile<T>(rows, n, K, gy + k0, out, 1, wp, true, zero_tile<T>(), to_tile(C, in, sum));
         else
-            for_each_packed_tile<T>(rows, n, K, gy + k0, out, 1, wp, true, from_tile<T>(C, in), to_tile(C, in));
+            for_each_packed_tile<T>(rows, n, K, gy + k0, out, 1, wp, true, from_tile<T>(C, in), to_tile(C, in, sum));
         // The SGD tile at (m0, n0) of this block brings the tile at (m0, n0) of the next one.
         auto ahead = [=](size_t m0, size_t n0) {
             if (m0 >= next) return Ahead{};

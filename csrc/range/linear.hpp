@@ -32,21 +32,22 @@ inline void linear_forward(const Frame<T>& A, const Record& r, const Operands& o
     linear_fwd(xs, A.weight(o.v[1].first(0)), has_b ? A.values() + o.v[2].first(0) : nullptr, A.values() + r.out, rows,
                nin, nout, nw ? scratch + nx : nullptr, wt, tasks);
 }
-// Scratch: [x gathered (rows * in) | gx (rows * in), unless written in place].
+// Scratch: [x gathered (rows * in), unless x is one span | gx (rows * in), unless in place].
 template <typename T>
 inline void linear_backward(const Frame<T>& A, const Record& r, const Operands& o) {
     const uint32_t rows = o.tail[0], nin = o.tail[1], nout = o.tail[2];
     const bool has_b = o.tail[3] != 0;
     const size_t nx = size_t(rows) * nin;
-    T* buf = A.scratch(2 * nx).data();
-    const T* xs = contiguous(A.values(), o.v[0], buf);
     T* g = A.grads();
     // The products write gx (gx_add = false), so it is never zeroed here. A first writer whose x
     // is one span (a replay's layer over the previous layer's output) has them write x's grads
     // in place, each element as 0 + its chain (gx_as_sum): the bits scatter_first would write,
     // without a pass through scratch (5 % of a W4 e = 64 b = 64 step).
-    const bool in_place = A.first_write && o.v[0].n == 1;
-    T* gx = in_place ? g + o.v[0].first(0) : buf + nx;
+    const bool one_span = o.v[0].n == 1, in_place = A.first_write && one_span;
+    const size_t gathered = one_span ? 0 : nx;
+    T* buf = A.scratch(gathered + (in_place ? 0 : nx)).data();
+    const T* xs = contiguous(A.values(), o.v[0], buf);
+    T* gx = in_place ? g + o.v[0].first(0) : buf + gathered;
     const uint32_t w = o.v[1].first(0);
     const FusedSgd* f = A.applies_sgd(w) ? A.fused_sgd : nullptr;
     // the weight's values where the record reads them (a replay reads fused weights in the arena)
