@@ -755,11 +755,15 @@ inline void grad_weight(const T* gy, const T* x, T* gW, T* gb, size_t rows, size
 // grad_weight build (gx: o ascending, whatever the blocks; W: r ascending from zero), so the bits
 // are theirs. x's columns are packed once, as B of every block's SGD tiles; while those run, each
 // brings the same tile of the next block into L2.
+// [o0, o1): only those output units (rows of W): gx gets the chains through them alone, and only
+// they step (threads split a wide layer so by units, each task with a partial gx: linear_bwd).
 template <typename T>
 inline void grad_input_sgd_tiled(const T* gy, const T* x, T* gx, size_t rows, size_t in, size_t out, size_t i0,
-                                 size_t i1, bool add, const SgdSink<T>& sgd, bool as_sum = false) {
+                                 size_t i1, bool add, const SgdSink<T>& sgd, bool as_sum = false, size_t o0 = 0,
+                                 size_t o1 = size_t(-1)) {
     i1 = std::min(i1, in);
-    if (i0 >= i1 || rows == 0) return;
+    o1 = std::min(o1, out);
+    if (i0 >= i1 || rows == 0 || o0 >= o1) return;
     constexpr size_t NR = kNV * Simd<T>::W;
     const size_t n = i1 - i0, panels = (n + NR - 1) / NR;
     // W's block, its packed copy, x's packed columns and gx's block all stay in L2 during a
@@ -768,14 +772,14 @@ inline void grad_input_sgd_tiled(const T* gy, const T* x, T* gx, size_t rows, si
     const size_t kc = std::max<size_t>(kMR, grad_input_block<T>(n) / 2);
     T* xp = pack_buffer<T, 2>(panels * panel_stride<T>(rows));
     pack_panels(x + i0, in, rows, n, xp);
-    T* wp = pack_buffer<T, 0>(panels * panel_stride<T>(std::min(kc, out)));
+    T* wp = pack_buffer<T, 0>(panels * panel_stride<T>(std::min(kc, o1 - o0)));
     T* C = gx + i0;
     T* const W = sgd.W;
-    for (size_t k0 = 0; k0 < out; k0 += kc) {
-        const size_t K = std::min(kc, out - k0), next = std::min(kc, out - k0 - K);
+    for (size_t k0 = o0; k0 < o1; k0 += kc) {
+        const size_t K = std::min(kc, o1 - k0), next = std::min(kc, o1 - k0 - K);
         pack_panels(W + k0 * in + i0, in, K, n, wp);
         const bool sum = !add && as_sum;
-        if (k0 == 0 && !add)
+        if (k0 == o0 && !add)
             for_each_packed_tile<T>(rows, n, K, gy + k0, out, 1, wp, true, zero_tile<T>(), to_tile(C, in, sum));
         else
             for_each_packed_tile<T>(rows, n, K, gy + k0, out, 1, wp, true, from_tile<T>(C, in), to_tile(C, in, sum));

@@ -21,6 +21,12 @@ inline void axpy(T* __restrict y, T alpha, const T* __restrict x, size_t n) {
     for (size_t i = 0; i < n; ++i) y[i] += alpha * x[i];
 }
 
+// y += x
+template <typename T>
+inline void add(T* __restrict y, const T* __restrict x, size_t n) {
+    for (size_t i = 0; i < n; ++i) y[i] += x[i];
+}
+
 // Four dot products sharing one w: w is loaded once for four rows of x.
 template <typename T>
 inline void dot4(const T* __restrict w, const T* __restrict x0, const T* __restrict x1, const T* __restrict x2,

@@ -32,7 +32,8 @@ inline void linear_forward(const Frame<T>& A, const Record& r, const Operands& o
     linear_fwd(xs, A.weight(o.v[1].first(0)), has_b ? A.values() + o.v[2].first(0) : nullptr, A.values() + r.out, rows,
                nin, nout, nw ? scratch + nx : nullptr, wt, tasks);
 }
-// Scratch: [x gathered (rows * in), unless x is one span | gx (rows * in), unless in place].
+// Scratch: [x gathered (rows * in), unless x is one span | gx (rows * in), unless in place |
+// the partial input gradients of a fused backward split by units (linear_bwd_scratch)].
 template <typename T>
 inline void linear_backward(const Frame<T>& A, const Record& r, const Operands& o) {
     const uint32_t rows = o.tail[0], nin = o.tail[1], nout = o.tail[2];
@@ -44,18 +45,18 @@ inline void linear_backward(const Frame<T>& A, const Record& r, const Operands& 
     // in place, each element as 0 + its chain (gx_as_sum): the bits scatter_first would write,
     // without a pass through scratch (5 % of a W4 e = 64 b = 64 step).
     const bool one_span = o.v[0].n == 1, in_place = A.first_write && one_span;
-    const size_t gathered = one_span ? 0 : nx;
-    T* buf = A.scratch(gathered + (in_place ? 0 : nx)).data();
-    const T* xs = contiguous(A.values(), o.v[0], buf);
-    T* gx = in_place ? g + o.v[0].first(0) : buf + gathered;
+    const size_t gathered = one_span ? 0 : nx, own_gx = in_place ? 0 : nx;
     const uint32_t w = o.v[1].first(0);
     const FusedSgd* f = A.applies_sgd(w) ? A.fused_sgd : nullptr;
+    T* buf = A.scratch(gathered + own_gx + linear_bwd_scratch<T>(rows, nin, nout, f != nullptr)).data();
+    const T* xs = contiguous(A.values(), o.v[0], buf);
+    T* gx = in_place ? g + o.v[0].first(0) : buf + gathered;
     // the weight's values where the record reads them (a replay reads fused weights in the arena)
     const gemm::SgdSink<T> sgd{const_cast<T*>(A.weight(w)), T(f ? f->lr : 0.0), T(f ? f->weight_decay : 0.0)};
     bool gw_add = true;
     T* gW = A.weight_grad(w, gw_add);
     linear_bwd(xs, A.weight(w), g + r.out, gx, gW, has_b ? g + o.v[2].first(0) : nullptr, rows, nin, nout,
-               f ? &sgd : nullptr, false, gw_add, in_place);
+               f ? &sgd : nullptr, false, gw_add, in_place, buf + gathered + own_gx);
     if (!in_place) scatter_add(g, o.v[0], gx, A.first_write);
 }
 

@@ -91,6 +91,67 @@ static void test_linear_split() {
     CHECK(gx1 == gx2 && gW1 == gW2 && gb1 == gb2, "backward split differs");
 }
 
+// From kUnitsSplitBytes of weights the fused SGD backward on two tasks splits by output units:
+// W takes the very step of one task; gx is the first task's chain through its units (from gx,
+// with gx_add) plus the second task's from zero, summed in task order, the same on every run,
+// and within rounding of one task's single chain.
+template <typename T>
+static void test_fused_backward_by_units(uint32_t out) {
+    if (th::num_threads() < 2) return;
+    const uint32_t rows = 64, in = 1024;
+    CHECK(bt::linear_tasks(rows, in, out) == 2 && bt::sgd_backward_by_units<T>(rows, in, out, 2),
+          "a %u x %u layer of %zu-byte weights splits by units", out, in, sizeof(T));
+    CHECK(!bt::sgd_backward_by_units<T>(rows, in, out / 2, 2), "half of it does not");
+    std::mt19937 rng(11);
+    std::uniform_real_distribution<double> d(-1, 1);
+    std::vector<T> x(size_t(rows) * in), W0(size_t(out) * in), gy(size_t(rows) * out), g0(size_t(rows) * in);
+    for (auto* v : {&x, &W0, &gy, &g0})
+        for (T& e : *v) e = T(d(rng));
+    const T lr = T(0.05), wd = T(0.01);
+    std::vector<T> partials(bt::linear_bwd_scratch<T>(rows, in, out, true));
+    CHECK(partials.size() == size_t(rows) * in, "one partial gx for the second task");
+    const size_t o_mid = th::split(out, 2, 0, bt::kLinearAlign).second;
+    for (bool add : {false, true}) {
+        auto run = [&](int threads, std::vector<T>& gx, std::vector<T>& W) {
+            gx = add ? g0 : std::vector<T>(g0.size(), T(-7));  // add = false: the old gx is never read
+            W = W0;
+            th::CallThreads scope(threads);
+            const bt::gemm::SgdSink<T> sgd{W.data(), lr, wd};
+            bt::linear_bwd<T>(x.data(), W.data(), gy.data(), gx.data(), nullptr, nullptr, rows, in, out, &sgd, add,
+                              true, false, partials.data());
+        };
+        std::vector<T> gx1, W1, gx2, W2, gx3, W3;
+        run(1, gx1, W1);
+        run(2, gx2, W2);
+        run(2, gx3, W3);
+        CHECK(W1 == W2, "add %d: the step is one task's", int(add));
+        CHECK(gx2 == gx3, "add %d: two runs differ", int(add));
+        // the two partial chains, each as grad_input builds it over its units alone
+        std::vector<T> gy0(size_t(rows) * o_mid), gy1(size_t(rows) * (out - o_mid));
+        for (uint32_t r = 0; r < rows; ++r) {
+            std::copy(gy.begin() + size_t(r) * out, gy.begin() + size_t(r) * out + o_mid, gy0.begin() + r * o_mid);
+            std::copy(gy.begin() + size_t(r) * out + o_mid, gy.begin() + size_t(r + 1) * out,
+                      gy1.begin() + r * (out - o_mid));
+        }
+        std::vector<T> p0 = g0, p1(g0.size());
+        bt::gemm::grad_input(gy0.data(), W0.data(), p0.data(), rows, in, o_mid, 0, rows, 0, size_t(-1), add);
+        bt::gemm::grad_input(gy1.data(), W0.data() + o_mid * in, p1.data(), rows, in, out - o_mid, 0, rows, 0,
+                             size_t(-1), false);
+        size_t same = 0;
+        T worst = 0, scale = 0;
+        for (size_t i = 0; i < gx2.size(); ++i) {
+            same += gx2[i] == p0[i] + p1[i];
+            worst = std::max(worst, T(std::fabs(gx2[i] - gx1[i])));
+            scale = std::max(scale, T(std::fabs(gx1[i])));
+        }
+        CHECK(same == gx2.size(), "add %d: %zu of %zu elements are the sum of the two chains", int(add), same,
+              gx2.size());
+        const double tol = sizeof(T) == 4 ? 1e-5 : 1e-12;
+        CHECK(double(worst) <= tol * double(scale), "add %d: %g from one task's (scale %g)", int(add), double(worst),
+              double(scale));
+    }
+}
+
 // Which layers split on two threads: by multiply-adds from a few rows on, by weights below
 // gemm::kAxpyRows rows, where a split hands W between the cores every step and pays only for a W
 // beyond one core's cache.
@@ -176,6 +237,8 @@ int main() {
     test_linear_split<float>();
     test_linear_split<double>();
     test_which_layers_split();
+    test_fused_backward_by_units<float>(400);
+    test_fused_backward_by_units<double>(200);
     test_threaded_replay();
     test_fork_child_has_a_working_pool();
     std::printf("test_threads: %d failures\n", failures);
