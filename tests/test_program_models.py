@@ -110,8 +110,9 @@ def test_compiled_chunks_over_runs_of_shapes_and_a_mixed_chunk(threads):
             assert loss == pytest.approx(eager_loss, rel=1e-12)
             np.testing.assert_allclose(pv.numpy("grads"), eager, rtol=0, atol=1e-12 * np.abs(eager).max())
     from burtorch.oracle_compiled import _programs
-    keys = {key[0][1:] for key in _programs[model] if key != "params" and key[0][0] == "chunk"}
-    assert keys == {((4, 0), (4, 0)), ((2, 0), (2, 0)), ((4, 0), (3, 0)), ((1, 0),)}
+    keys = {key[0] for key in _programs[model] if key != "params" and key[0][0] == "chunk"}
+    # a chunk of one shape is keyed by its size and that shape, a mixed one by every shape
+    assert keys == {("chunk", 2, (4, 0)), ("chunk", 2, (2, 0)), ("chunk", (4, 0), (3, 0)), ("chunk", 1, (1, 0))}
 
 
 class BranchyMLP(MakemoreMLP):
@@ -427,8 +428,7 @@ def test_replays_read_linear_weights_in_place_unless_another_op_reads_them(dtype
             assert bt.grad_oracle(model, batch, compile=True, chunk=chunk, threads=1) == eager_loss
             np.testing.assert_array_equal(pv.numpy("grads"), eager)
             pv.set_data(pv.numpy() - 0.1 * eager)
-        shape = ((4, 0),) * chunk
-        prog = _cached_program(model, ("chunk",) + shape if chunk > 1 else shape[0])
+        prog = _cached_program(model, ("chunk", chunk, (4, 0)) if chunk > 1 else (4, 0))
         assert prog.weights_read_in_place == in_place, cls.__name__
 
 

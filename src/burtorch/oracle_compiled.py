@@ -180,6 +180,14 @@ def _chunk_shapes(group) -> tuple:
     return shapes
 
 
+def _chunk_key(shapes: tuple) -> tuple:
+    """The program cache's key for a chunk of samples of these shapes: a chunk of one shape is
+    keyed by that shape and its size (hashing a tuple of 64 shapes cost 2 us a step)."""
+    if all(s == shapes[0] for s in shapes):
+        return ("chunk", len(shapes), shapes[0])
+    return ("chunk",) + shapes
+
+
 def _chunked_oracle(model, batch, zero_grad, threads, chunk) -> float:
     """grad_oracle(model, batch, compile=True, chunk=k): each chunk of k samples (as the eager
     chunked oracle groups them) is one replay of the program of model.loss_batch over k samples
@@ -196,9 +204,9 @@ def _chunked_oracle(model, batch, zero_grad, threads, chunk) -> float:
         k = min(chunk, n - i)
         shape = _shape(batch[i])
         uniform = (shape,) * k
-        prog = _cached_program(model, ("chunk",) + uniform)
+        prog = _cached_program(model, ("chunk", k, shape))
         if prog is None and _chunk_shapes(batch[i:i + k]) == uniform:  # first sight: trace it
-            prog = _program(model, _compound(batch[i:i + k], uniform), ("chunk",) + uniform, _ChunkLoss(uniform), None)
+            prog = _program(model, _compound(batch[i:i + k], uniform), ("chunk", k, shape), _ChunkLoss(uniform), None)
         stop = 0
         if prog is not None:  # a run of chunks of this shape, ids packed natively
             out = array("d", [0.0]) * ((n - i) // k)
@@ -206,7 +214,7 @@ def _chunked_oracle(model, batch, zero_grad, threads, chunk) -> float:
         if stop == 0:  # the chunk mixes sample shapes: its compound sample, packed here
             shapes = _chunk_shapes(batch[i:i + k])
             compound = _compound(batch[i:i + k], shapes)
-            prog = _program(model, compound, ("chunk",) + shapes, _ChunkLoss(shapes), None)
+            prog = _program(model, compound, _chunk_key(shapes), _ChunkLoss(shapes), None)
             out = array("d", [0.0])
             stop, failed = prog._replay_samples([compound], 0, _shape(compound), "arena", k / n, out, None, zero,
                                                 False, threads)
@@ -233,12 +241,12 @@ def compiled_fused_step(opt, model, batch: list):
     eagerly. A non-finite loss raises FloatingPointError and changes nothing."""
     n = len(batch)
     shape = _shape(batch[0])
-    uniform = (shape,) * n
-    prog = _cached_program(model, ("chunk",) + uniform)
+    prog = _cached_program(model, ("chunk", n, shape))
     if prog is None:
+        uniform = (shape,) * n
         if _chunk_shapes(batch) != uniform:
             return None
-        prog = _program(model, _compound(batch, uniform), ("chunk",) + uniform, _ChunkLoss(uniform), None)
+        prog = _program(model, _compound(batch, uniform), ("chunk", n, shape), _ChunkLoss(uniform), None)
     replayed, loss, weights, applied = prog._fused_sgd_chunk(batch, list(shape), opt.params, opt.lr, opt.weight_decay)
     if not replayed:
         return None
