@@ -584,7 +584,39 @@ static nb::list replay_rows_typed(ProgramBox& box, bt::Program<T>& P, bt::Worksp
 // An id's __index__ may run Python code that changes the very lists being read (a sample list
 // and its parts stay the same objects through PySequence_Fast): every item is read after
 // checking the length again, and a change is a ValueError, never a read past the end.
+// The usual sample, a tuple or list of exact ints and of lists (or tuples) of exact ints, read
+// straight from the objects' item arrays: no new references, no protocol calls (nothing here runs
+// Python code, so the batch cannot change meanwhile). 1: read; 0: not of `shape`; -1: a part of
+// another kind (a numpy int, a range, ...), which the general path below reads.
+static int read_plain_sample_ids(PyObject* sample, const std::vector<int64_t>& shape, std::vector<int64_t>& out) {
+    if (!PyList_CheckExact(sample) && !PyTuple_CheckExact(sample)) return -1;
+    if (size_t(PySequence_Fast_GET_SIZE(sample)) != shape.size()) return 0;
+    PyObject** parts = PySequence_Fast_ITEMS(sample);
+    auto plain_id = [&out](PyObject* o) {
+        if (!PyLong_CheckExact(o)) return false;
+        int overflow = 0;
+        const long long v = PyLong_AsLongLongAndOverflow(o, &overflow);
+        out.push_back(overflow ? -1 : v);  // beyond int64: out of range for any table
+        return true;
+    };
+    for (size_t q = 0; q < shape.size(); ++q) {
+        PyObject* part = parts[q];
+        if (shape[q] == 0) {
+            if (!plain_id(part)) return -1;
+            continue;
+        }
+        if (!PyList_CheckExact(part) && !PyTuple_CheckExact(part)) return -1;
+        if (PySequence_Fast_GET_SIZE(part) != shape[q]) return 0;
+        PyObject** items = PySequence_Fast_ITEMS(part);
+        for (int64_t t = 0; t < shape[q]; ++t)
+            if (!plain_id(items[t])) return -1;
+    }
+    return 1;
+}
+
 static bool read_sample_ids(PyObject* sample, const std::vector<int64_t>& shape, std::vector<int64_t>& out) {
+    out.clear();
+    if (const int plain = read_plain_sample_ids(sample, shape, out); plain >= 0) return plain == 1;
     out.clear();
     nb::object parts = nb::steal(PySequence_Fast(sample, "a sample must be a sequence of id parts"));
     if (!parts.is_valid()) throw nb::python_error();

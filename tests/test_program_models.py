@@ -242,6 +242,21 @@ def test_bad_ids_for_compiled_oracle():
         bt.grad_oracle(model, [([0, 1, 2, 3], 1)], compile=True, chunk=0)
 
 
+def test_chunk_ids_of_every_kind_read_alike():
+    """Plain ints in lists take a fast path; tuples, bools and numpy ints the general one: the
+    same gradient either way, and an int beyond int64 is out of range on both."""
+    model, _ = mlp(bt.float64)
+    plain = [([0, 1, 2, 3], 1), ([3, 2, 1, 0], 2)] * 2
+    loss = bt.grad_oracle(model, plain, compile=True, chunk=2)
+    grads = model.parameter_vector().numpy("grads").copy()
+    mixed = [((0, True, 2, np.int64(3)), 1), ([3, 2, 1, 0], np.int32(2))] * 2
+    assert bt.grad_oracle(model, mixed, compile=True, chunk=2) == loss
+    np.testing.assert_array_equal(model.parameter_vector().numpy("grads"), grads)
+    for huge in ([([0, 1, 2, 2 ** 70], 1)], [((0, 1, 2, np.uint64(2 ** 63)), 1)]):
+        with pytest.raises(IndexError, match="out of range"):
+            bt.grad_oracle(model, plain[:3] + huge, compile=True, chunk=2)
+
+
 class _ClearsItsList:
     """An id whose __index__ empties the list holding it: reading on would run past its end."""
 
