@@ -577,13 +577,6 @@ static nb::list replay_rows_typed(ProgramBox& box, bt::Program<T>& P, bt::Worksp
                    0);
 }
 
-// One sample's ids, read into `out` part by part (an int part as one id, a sequence part as its
-// shape[q] ids), when the sample has `shape` (per part: 0 for an int, L for a sequence of L
-// ints); false, with `out` unspecified, when it has another shape. A part that is neither an
-// int nor a sequence of ints raises TypeError.
-// An id's __index__ may run Python code that changes the very lists being read (a sample list
-// and its parts stay the same objects through PySequence_Fast): every item is read after
-// checking the length again, and a change is a ValueError, never a read past the end.
 // The usual sample, a tuple or list of exact ints and of lists (or tuples) of exact ints, read
 // straight from the objects' item arrays: no new references, no protocol calls (nothing here runs
 // Python code, so the batch cannot change meanwhile). 1: read; 0: not of `shape`; -1: a part of
@@ -614,10 +607,17 @@ static int read_plain_sample_ids(PyObject* sample, const std::vector<int64_t>& s
     return 1;
 }
 
+// One sample's ids, read into `out` part by part (an int part as one id, a sequence part as its
+// shape[q] ids), when the sample has `shape` (per part: 0 for an int, L for a sequence of L
+// ints); false, with `out` unspecified, when it has another shape. A part that is neither an
+// int nor a sequence of ints raises TypeError.
+// An id's __index__ may run Python code that changes the very lists being read (a sample list
+// and its parts stay the same objects through PySequence_Fast): every item is read after
+// checking the length again, and a change is a ValueError, never a read past the end.
 static bool read_sample_ids(PyObject* sample, const std::vector<int64_t>& shape, std::vector<int64_t>& out) {
     out.clear();
     if (const int plain = read_plain_sample_ids(sample, shape, out); plain >= 0) return plain == 1;
-    out.clear();
+    out.clear();  // a part of another kind: read the whole sample again
     nb::object parts = nb::steal(PySequence_Fast(sample, "a sample must be a sequence of id parts"));
     if (!parts.is_valid()) throw nb::python_error();
     if (size_t(PySequence_Fast_GET_SIZE(parts.ptr())) != shape.size()) return false;

@@ -154,8 +154,8 @@ inline size_t linear_bwd_scratch(uint32_t rows, uint32_t in, uint32_t out, bool 
     return sgd && sgd_backward_by_units<T>(rows, in, out, tasks) ? (tasks - 1) * size_t(rows) * in : 0;
 }
 
-// With `sgd`, W takes a plain SGD step in place of accumulating gW (gW unused): every task of
-// the input gradient, which reads the old W, finishes before any row of W changes.
+// With `sgd`, W takes a plain SGD step in place of accumulating gW (gW unused): the input
+// gradient reads each row of the old W before that row steps.
 // gx_add = false: gx is written, not added to (the tasks start their own blocks from zero, so the
 // caller need not zero it first on one thread); gw_add = false: the same for gW. gx_as_sum: gx
 // so written holds 0 + each chain, as a sum into zeroed grads would (gemm::grad_input).
