@@ -180,11 +180,17 @@ def _chunk_shapes(group) -> tuple:
     return shapes
 
 
+def _uniform_chunk_key(k: int, shape: tuple) -> tuple:
+    """The program cache's key for a chunk of k samples of one shape: its size and that shape
+    (a key of one shape per sample cost 2 us a step to hash)."""
+    return ("chunk", k, shape)
+
+
 def _chunk_key(shapes: tuple) -> tuple:
-    """The program cache's key for a chunk of samples of these shapes: a chunk of one shape is
-    keyed by that shape and its size (hashing a tuple of 64 shapes cost 2 us a step)."""
+    """The program cache's key for a chunk of samples of these shapes (every shape when they
+    differ)."""
     if all(s == shapes[0] for s in shapes):
-        return ("chunk", len(shapes), shapes[0])
+        return _uniform_chunk_key(len(shapes), shapes[0])
     return ("chunk",) + shapes
 
 
@@ -204,9 +210,10 @@ def _chunked_oracle(model, batch, zero_grad, threads, chunk) -> float:
         k = min(chunk, n - i)
         shape = _shape(batch[i])
         uniform = (shape,) * k
-        prog = _cached_program(model, ("chunk", k, shape))
+        key = _uniform_chunk_key(k, shape)
+        prog = _cached_program(model, key)
         if prog is None and _chunk_shapes(batch[i:i + k]) == uniform:  # first sight: trace it
-            prog = _program(model, _compound(batch[i:i + k], uniform), ("chunk", k, shape), _ChunkLoss(uniform), None)
+            prog = _program(model, _compound(batch[i:i + k], uniform), key, _ChunkLoss(uniform), None)
         stop = 0
         if prog is not None:  # a run of chunks of this shape, ids packed natively
             out = array("d", [0.0]) * ((n - i) // k)
@@ -241,12 +248,13 @@ def compiled_fused_step(opt, model, batch: list):
     eagerly. A non-finite loss raises FloatingPointError and changes nothing."""
     n = len(batch)
     shape = _shape(batch[0])
-    prog = _cached_program(model, ("chunk", n, shape))
+    key = _uniform_chunk_key(n, shape)
+    prog = _cached_program(model, key)
     if prog is None:
         uniform = (shape,) * n
         if _chunk_shapes(batch) != uniform:
             return None
-        prog = _program(model, _compound(batch, uniform), ("chunk", n, shape), _ChunkLoss(uniform), None)
+        prog = _program(model, _compound(batch, uniform), key, _ChunkLoss(uniform), None)
     replayed, loss, weights, applied = prog._fused_sgd_chunk(batch, list(shape), opt.params, opt.lr, opt.weight_decay)
     if not replayed:
         return None

@@ -55,9 +55,8 @@ class SGD(Optimizer):
 
         Fusing needs the whole batch as one graph (one sample, or ``chunk >= len(batch)`` with
         ``loss_batch``), no momentum, and a weight that no other op reads; otherwise the step
-        runs unfused, with the same result. ``fused_weights`` says how
-        many weights the last call fused; their ``.grad`` is left as it was, every other
-        gradient is the batch's.
+        runs unfused, with the same result. ``fused_weights`` says how many weights the last call
+        fused; their ``.grad`` is left as it was, every other gradient is the batch's.
 
         With ``compile=True`` and the whole batch as one chunk of samples of one shape, the step
         replays a recorded program of ``model.loss_batch`` (traced on first use, as
