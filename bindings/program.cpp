@@ -650,6 +650,59 @@ static size_t ids_of_shape(const std::vector<int64_t>& shape) {
     return want;
 }
 
+// The ids of a batch of samples of `shape`: a list of samples (read_sample_ids), or an
+// ArrayBatch's parts, a tuple of C-contiguous integer buffers with one row per sample (a 1-D
+// part holds an id per sample, a 2-D one a row of ids), read with no Python object per id.
+class BatchIds {
+public:
+    BatchIds(nb::handle batch, const std::vector<int64_t>& shape) : batch_(batch), shape_(shape) {
+        if (PyList_Check(batch.ptr())) {
+            n_ = size_t(PyList_GET_SIZE(batch.ptr()));
+            return;
+        }
+        if (!PyTuple_Check(batch.ptr())) throw nb::type_error("batch must be a list of samples or an ArrayBatch");
+        if (size_t(PyTuple_GET_SIZE(batch.ptr())) != shape.size())
+            throw nb::value_error("an ArrayBatch must have one array per id part of the program's samples");
+        for (size_t q = 0; q < shape.size(); ++q) {
+            const Buffer& b = *parts_.emplace_back(
+                std::make_unique<Buffer>(PyTuple_GET_ITEM(batch.ptr(), Py_ssize_t(q)), false, "an ArrayBatch part"));
+            if (!b.is_integer()) throw nb::type_error("an ArrayBatch part must hold integers");
+            if (shape[q] == 0 ? b.ndim() != 1 : b.ndim() != 2 || b.cols() != size_t(shape[q]))
+                throw nb::value_error("an ArrayBatch part does not have the shape of the program's samples");
+            if (q > 0 && b.rows() != n_)
+                throw nb::value_error("the parts of an ArrayBatch must have one row per sample");
+            n_ = b.rows();
+        }
+    }
+    size_t size() const { return n_; }
+    // Sample s's ids, part by part, into `out`; false when it has another shape (a list's only).
+    bool read(size_t s, std::vector<int64_t>& out) const {
+        if (parts_.empty()) {
+            if (s >= size_t(PyList_GET_SIZE(batch_.ptr())))
+                throw nb::value_error("the batch changed during the replay");
+            nb::object sample = nb::borrow(PyList_GET_ITEM(batch_.ptr(), Py_ssize_t(s)));
+            return read_sample_ids(sample.ptr(), shape_, out);
+        }
+        out.clear();
+        for (size_t q = 0; q < parts_.size(); ++q) {
+            const size_t w = shape_[q] > 0 ? size_t(shape_[q]) : 1;
+            for (size_t t = 0; t < w; ++t) out.push_back(parts_[q]->integer(s * w + t));
+        }
+        return true;
+    }
+    // Whether a list was resized meanwhile (an id's __index__ may run Python code).
+    void check_unchanged() const {
+        if (parts_.empty() && size_t(PyList_GET_SIZE(batch_.ptr())) != n_)
+            throw nb::value_error("the batch changed during the replay");
+    }
+
+private:
+    nb::handle batch_;
+    const std::vector<int64_t>& shape_;
+    std::vector<std::unique_ptr<Buffer>> parts_;
+    size_t n_ = 0;
+};
+
 // _replay_samples(batch, start, shape, mode, seed, values, out, zero, stream) -> (stop, failed):
 // replays batch[start:stop], the samples from `start` on whose id parts have `shape` (per part: 0
 // for an int, L for a sequence of L ints). values has len(batch) entries and out len(batch) rows;
@@ -662,8 +715,8 @@ static nb::tuple replay_samples_typed(ProgramBox& box, bt::Program<T>& P, bt::Wo
                                       int threads) {
     bool to_arena = false;
     const bt::Reduce reduce = parse_mode(mode, &to_arena);
-    if (!PyList_Check(batch_h.ptr())) throw nb::type_error("batch must be a list of samples");
-    const size_t N = size_t(PyList_GET_SIZE(batch_h.ptr()));
+    const BatchIds batch(batch_h, shape);
+    const size_t N = batch.size();
     if (start >= N) throw nb::index_error("start is past the end of the batch");
     const size_t want = ids_of_shape(shape);
     if (want != P.num_ids || P.inputs.size())
@@ -672,10 +725,9 @@ static nb::tuple replay_samples_typed(ProgramBox& box, bt::Program<T>& P, bt::Wo
     ids.reserve(64 * want);
     std::vector<int64_t> one;
     size_t stop = start;
-    // The list may change while __index__ runs Python code: every access rechecks its length.
-    for (; stop < size_t(PyList_GET_SIZE(batch_h.ptr())); ++stop) {
-        nb::object sample = nb::borrow(PyList_GET_ITEM(batch_h.ptr(), Py_ssize_t(stop)));
-        if (!read_sample_ids(sample.ptr(), shape, one)) {
+    // A list may change while __index__ runs Python code: every access rechecks its length.
+    for (; stop < N; ++stop) {
+        if (!batch.read(stop, one)) {
             if (stop == start)
                 throw nb::type_error(
                     ("sample " + std::to_string(start) + " does not have the shape of its program").c_str());
@@ -686,7 +738,7 @@ static nb::tuple replay_samples_typed(ProgramBox& box, bt::Program<T>& P, bt::Wo
             ids.push_back(uint32_t(one[pos]));
         }
     }
-    if (size_t(PyList_GET_SIZE(batch_h.ptr())) != N) throw nb::value_error("the batch changed during the replay");
+    batch.check_unchanged();
     bt::Samples in;
     in.n = stop - start;
     in.ids = ids.data();
@@ -704,8 +756,8 @@ static nb::tuple replay_samples_typed(ProgramBox& box, bt::Program<T>& P, bt::Wo
 template <typename T>
 static size_t chunk_ids(const bt::Program<T>& P, nb::handle batch_h, size_t start, size_t k, size_t count,
                         const std::vector<int64_t>& shape, std::vector<uint32_t>& ids) {
-    if (!PyList_Check(batch_h.ptr())) throw nb::type_error("batch must be a list of samples");
-    const size_t N = size_t(PyList_GET_SIZE(batch_h.ptr()));
+    const BatchIds batch(batch_h, shape);
+    const size_t N = batch.size();
     if (k == 0 || count == 0) throw nb::value_error("k and count must be positive");
     if (start > N || count > (N - start) / k) throw nb::index_error("the chunks run past the end of the batch");
     const size_t per = ids_of_shape(shape);
@@ -726,10 +778,7 @@ static size_t chunk_ids(const bt::Program<T>& P, nb::handle batch_h, size_t star
         bool fits = true;
         for (size_t j = 0; fits && j < k; ++j) {
             const size_t s = start + stop * k + j;
-            if (s >= size_t(PyList_GET_SIZE(batch_h.ptr())))
-                throw nb::value_error("the batch changed during the replay");
-            nb::object sample = nb::borrow(PyList_GET_ITEM(batch_h.ptr(), Py_ssize_t(s)));
-            fits = read_sample_ids(sample.ptr(), shape, one);
+            fits = batch.read(s, one);
             for (size_t q = 0, i = 0; fits && q < shape.size(); ++q)
                 for (size_t t = 0; t < width[q]; ++t, ++i) {
                     const size_t pos = block_at[q] + j * width[q] + t;
@@ -739,7 +788,7 @@ static size_t chunk_ids(const bt::Program<T>& P, nb::handle batch_h, size_t star
         }
         if (!fits) break;
     }
-    if (size_t(PyList_GET_SIZE(batch_h.ptr())) != N) throw nb::value_error("the batch changed during the replay");
+    batch.check_unchanged();
     return stop;
 }
 
@@ -782,8 +831,7 @@ static nb::tuple fused_sgd_chunk_typed(ProgramBox& box, bt::Program<T>& P, bt::W
     box.check_alive();
     params.check();
     if (params.arena != box.arena) throw nb::value_error("the parameters and the program live in different arenas");
-    if (!PyList_Check(batch_h.ptr())) throw nb::type_error("batch must be a list of samples");
-    const size_t n = size_t(PyList_GET_SIZE(batch_h.ptr()));
+    const size_t n = BatchIds(batch_h, shape).size();
     std::vector<uint32_t> ids;
     auto nothing = [] { return nb::make_tuple(false, 0.0, nb::list(), nb::list()); };
     if (chunk_ids(P, batch_h, 0, n, 1, shape, ids) == 0) return nothing();

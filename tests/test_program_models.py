@@ -332,7 +332,9 @@ def test_replay_samples_checks_its_input():
     assert prog._replay_samples(ok + [([0, 1], 1)], 0, shape, "values", 1.0, np.zeros(3))[0] == 2
     with pytest.raises(TypeError, match="shape of its program"):
         prog._replay_samples([([0, 1], 1)], 0, shape, "values", 1.0)
-    with pytest.raises(TypeError, match="list"):
+    with pytest.raises(TypeError, match="list of samples or an ArrayBatch"):
+        prog._replay_samples(iter(ok), 0, shape, "values", 1.0)
+    with pytest.raises(TypeError, match="buffer"):  # a tuple holds an ArrayBatch's arrays
         prog._replay_samples(tuple(ok), 0, shape, "values", 1.0)
     with pytest.raises(IndexError, match="sample 1: id 11"):
         prog._replay_samples([([0, 1, 2, 3], 1), ([0, 1, 2, 3], 11)], 0, shape, "values", 1.0)

@@ -23,7 +23,9 @@ def grad_oracle(model: Any, batch: Sequence[Any], loss_fn: LossFn | None = None,
 
     Args:
         model: a module with ``parameter_vector()`` (and ``loss(*sample)`` unless ``loss_fn``).
-        batch: a non-empty sequence of samples.
+        batch: a non-empty sequence of samples, or a :class:`burtorch.data.ArrayBatch` (its
+            samples held as integer arrays, which a compiled replay reads without a Python int
+            per id).
         loss_fn: ``loss_fn(model, sample) -> Value``; default ``model.loss(*sample)``.
         zero_grad: zero the parameter grads first; False adds the mean gradient to them.
         chunk: k > 1 (models with ``loss_batch``) builds k samples at a time as one graph, so

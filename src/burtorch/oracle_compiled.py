@@ -11,6 +11,7 @@ from array import array
 from itertools import chain
 
 from . import _core
+from .data.arrays import ArrayBatch
 from .program import traced_ids
 
 # model -> {(sample shape, dtype, wrt key): Program}; dies with the model.
@@ -32,6 +33,21 @@ def _shape(sample):
         else:
             out.append(0 if hasattr(part, "__index__") and not hasattr(part, "__len__") else len(part))
     return tuple(out)
+
+
+def _listed(batch):
+    """batch as the replays take it: a list of samples, or an ArrayBatch (read through its arrays)."""
+    return batch if type(batch) is list or type(batch) is ArrayBatch else list(batch)
+
+
+def _ids(batch):
+    """What the native replays read a batch's ids from: the list itself, or an ArrayBatch's arrays."""
+    return batch.parts if type(batch) is ArrayBatch else batch
+
+
+def _shape_at(batch, i: int):
+    """_shape(batch[i]), without making the sample of an ArrayBatch (all of its samples have one)."""
+    return batch.shape if type(batch) is ArrayBatch else _shape(batch[i])
 
 
 def _parameters(model):
@@ -105,9 +121,9 @@ def _replay_batch(model, batch, loss_fn, wrt, mode, seed, values, out, zero=Fals
     eager oracle). Yields each run's failed sample indices (into batch), after the run."""
     i, n = 0, len(batch)
     while i < n:
-        shape = _shape(batch[i])
+        shape = _shape_at(batch, i)
         prog = _program(model, batch[i], shape, loss_fn, wrt)
-        stop, failed = prog._replay_samples(batch, i, shape, mode, seed, values, out, zero, stream, threads)
+        stop, failed = prog._replay_samples(_ids(batch), i, shape, mode, seed, values, out, zero, stream, threads)
         zero = False  # later runs continue from the grads the first one wrote
         yield failed
         i = stop
@@ -120,7 +136,7 @@ def compiled_grad_oracle(model, batch, loss_fn=None, zero_grad: bool = True, thr
     numpy: ids go to the replay as the batch's own lists. threads > 1 replays blocks of each
     shape's run at once (burtorch.oracle.grad_oracle says how their grads add). chunk > 1 replays
     chunks of samples instead (_chunked_oracle)."""
-    batch = batch if type(batch) is list else list(batch)
+    batch = _listed(batch)
     n = len(batch)
     if n == 0:
         raise ValueError("grad_oracle(): empty batch")
@@ -208,7 +224,7 @@ def _chunked_oracle(model, batch, zero_grad, threads, chunk) -> float:
     zero, i, arena = zero_grad, 0, None
     while i < n:
         k = min(chunk, n - i)
-        shape = _shape(batch[i])
+        shape = _shape_at(batch, i)
         uniform = (shape,) * k
         key = _uniform_chunk_key(k, shape)
         prog = _cached_program(model, key)
@@ -217,7 +233,7 @@ def _chunked_oracle(model, batch, zero_grad, threads, chunk) -> float:
         stop = 0
         if prog is not None:  # a run of chunks of this shape, ids packed natively
             out = array("d", [0.0]) * ((n - i) // k)
-            stop, failed = prog._replay_chunks(batch, i, k, len(out), list(shape), k / n, out, zero, threads)
+            stop, failed = prog._replay_chunks(_ids(batch), i, k, len(out), list(shape), k / n, out, zero, threads)
         if stop == 0:  # the chunk mixes sample shapes: its compound sample, packed here
             shapes = _chunk_shapes(batch[i:i + k])
             compound = _compound(batch[i:i + k], shapes)
@@ -239,15 +255,18 @@ def _chunked_oracle(model, batch, zero_grad, threads, chunk) -> float:
     return total / n
 
 
-def compiled_fused_step(opt, model, batch: list):
+def compiled_fused_step(opt, model, batch):
     """SGD.fused_step(model, batch, chunk >= len(batch), compile=True): the batch replayed once as
     one chunk of its program (model.loss_batch over len(batch) samples of one shape, traced on
     first use), the linear weights it reads in place updated inside the sweep, then every other
     parameter stepped. Returns the mean loss, or None, with nothing changed, when the batch
-    cannot replay (mixed shapes, a guard that comes out differently): then the caller steps
-    eagerly. A non-finite loss raises FloatingPointError and changes nothing."""
+    cannot replay (not a list or an ArrayBatch, mixed shapes, a guard that comes out
+    differently): then the caller steps eagerly. A non-finite loss raises FloatingPointError and
+    changes nothing."""
+    if type(batch) is not list and type(batch) is not ArrayBatch:
+        return None
     n = len(batch)
-    shape = _shape(batch[0])
+    shape = _shape_at(batch, 0)
     key = _uniform_chunk_key(n, shape)
     prog = _cached_program(model, key)
     if prog is None:
@@ -255,7 +274,8 @@ def compiled_fused_step(opt, model, batch: list):
         if _chunk_shapes(batch) != uniform:
             return None
         prog = _program(model, _compound(batch, uniform), key, _ChunkLoss(uniform), None)
-    replayed, loss, weights, applied = prog._fused_sgd_chunk(batch, list(shape), opt.params, opt.lr, opt.weight_decay)
+    replayed, loss, weights, applied = prog._fused_sgd_chunk(_ids(batch), list(shape), opt.params, opt.lr,
+                                                             opt.weight_decay)
     if not replayed:
         return None
     _core.sgd_step_around_fused(opt.params, opt.state, opt.lr, opt.weight_decay, weights, applied)
@@ -283,7 +303,7 @@ def per_sample_grads(model, batch, loss_fn=None, wrt=None, out=None):
     one across calls saves faulting in fresh pages for every call)."""
     import numpy as np
 
-    batch = batch if type(batch) is list else list(batch)
+    batch = _listed(batch)
     N = len(batch)
     if N == 0:
         raise ValueError("per_sample_grads(): empty batch")

@@ -61,8 +61,10 @@ class SGD(Optimizer):
         With ``compile=True`` and the whole batch as one chunk of samples of one shape, the step
         replays a recorded program of ``model.loss_batch`` (traced on first use, as
         ``grad_oracle(..., compile=True, chunk=k)`` traces it) instead of building the graph in
-        Python: the same values to the bit. A batch it cannot replay (mixed shapes, a guard
-        that comes out differently) steps eagerly.
+        Python: the same values to the bit. The batch is a list of samples or an
+        :class:`burtorch.data.ArrayBatch`, whose ids the replay reads straight from the arrays. A
+        batch it cannot replay (another kind of sequence, mixed shapes, a guard that comes out
+        differently) steps eagerly.
 
         Args:
             model, batch, loss_fn, chunk, threads: as :func:`burtorch.oracle.grad_oracle`.
@@ -87,7 +89,7 @@ class SGD(Optimizer):
             self.step()
             return loss
         n_threads = checked_threads(threads)
-        if compile and n > 1 and type(batch) is list:
+        if compile and n > 1:  # a list of samples or an ArrayBatch (others step eagerly)
             with thread_cap(n_threads):
                 replayed = late.module("oracle_compiled").compiled_fused_step(self, model, batch)
             if replayed is not None:
