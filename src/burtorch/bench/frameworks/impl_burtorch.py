@@ -6,6 +6,7 @@ import tempfile
 from typing import Any
 
 import burtorch as bt
+from burtorch.data import ArrayBatch
 from burtorch.oracle import mean_loss
 
 from ...app.paper_graphs import w1_graph, w2_graph, w2_nodes
@@ -122,9 +123,10 @@ class BurtorchTrainRunner(TrainRunner):
 
     fused_region = ("SGD.fused_step(model, batch, chunk=min(b, 64)): one graph over the batch, the "
                     "linear weights' SGD update applied inside the backward sweep")
-    compiled_fused_region = ("SGD.fused_step(model, batch, chunk=min(b, 64), compile=True): the batch replayed "
-                             "natively as one chunk of a recorded program (traced at the first step), the linear "
-                             "weights' SGD update applied inside the sweep")
+    compiled_fused_region = ("SGD.fused_step(model, ArrayBatch(x, y), chunk=min(b, 64), compile=True): the batch "
+                             "(its ids in the integer arrays the peers get) replayed natively as one chunk of a "
+                             "recorded program (traced at the first step), the linear weights' SGD update applied "
+                             "inside the sweep")
 
     def __init__(self, workload, config, hooks, chunk: int = 1, fused: bool = False, compiled: bool = False):
         self._nn, self._oracle, sgd = hooks
@@ -172,6 +174,8 @@ class BurtorchTrainRunner(TrainRunner):
         return m
 
     def to_batch(self, x, y):
+        if self._compiled:  # the replay reads the ids from the arrays themselves
+            return ArrayBatch(x, y)
         if self.workload == "mlp":
             return [(ctx, int(t)) for ctx, t in zip(x.tolist(), y.tolist())]
         return [(ids, tgt) for ids, tgt in zip(x.tolist(), y.tolist())]
