@@ -966,6 +966,12 @@ void init_program(nb::module_& m) {
         .def_prop_ro("num_external",
                      [](const ProgramBox& b) { return b.visit_prog([](const auto& p) { return size_t(p.n_ext); }); })
         .def_prop_ro(
+            "lookups_into_layers",
+            [](const ProgramBox& b) { return b.visit_prog([](const auto& p) { return p.gather_linears.size(); }); },
+            "Lookups whose rows only one linear layer reads, as its input (a chunk's embedded contexts into\n"
+            "its first layer). On several threads, an SGD.fused_step replay runs each with its layer as one op:\n"
+            "every thread looks all the rows up itself, so they never pass between the cores.")
+        .def_prop_ro(
             "weights_read_in_place",
             [](const ProgramBox& b) {
                 return b.visit_prog([](const auto& p) {

@@ -24,6 +24,7 @@
 #endif
 
 #include "backward.hpp"
+#include "range/gather_linear.hpp"
 
 namespace bt {
 
@@ -139,6 +140,14 @@ public:
     // a replay reads them where they live in the arena instead of copying them into its frame
     // (a wide layer's weights are most of what prepare() would copy: 4 MB at 1024 x 1024).
     std::vector<Span> arena_weights;
+    // Lookups whose rows only one linear layer reads, as its x, both in the sweep: (the lookup's
+    // record, the layer's). A replay on several threads that steps the layer's W in its sweep
+    // runs each pair as one op (range/gather_linear.hpp). pair_of: each record's pair, or -1.
+    struct GatherLinear {
+        uint32_t gather, linear;
+    };
+    std::vector<GatherLinear> gather_linears;
+    std::vector<int32_t> pair_of;
     std::vector<T> local_init;  // values of the local slots at trace time (constants stay)
     std::vector<uint32_t> inputs;
     uint32_t num_ids = 0;
@@ -169,6 +178,10 @@ struct Workspace {
     std::vector<std::pair<uint32_t, const T*>> w_index;   // (W's frame slot, W in the arena): arena_weights
     std::vector<WeightGrad<T>> wg_index;                  // W's grad in the arena, by W's frame slot; or empty
     const FusedSgd* fused_sgd = nullptr;                  // weights a replay steps inside its sweep; or none
+    // Per Program::gather_linears entry: the tasks this call's forward ran it in as one op (0:
+    // apart), and where its buffer starts in pair_buf (it holds x from the forward to the sweep).
+    std::vector<size_t> pair_tasks, pair_at;
+    std::vector<T> pair_buf;
     const Program<T>* laid_out_for = nullptr;
     // Whether every external wrt grad is zero: set by the passes that read those grads out and
     // zero them as they go (take_wrt_grads, the threaded sum), cleared by prepare(). prepare()
@@ -313,6 +326,47 @@ std::vector<Span> only_read_as_weights(const Program<T>& P, const std::vector<Sp
     for (size_t i = 0; i < cand.size(); ++i)
         if (!out[i]) keep.push_back(cand[i]);
     return keep;
+}
+
+// Program::gather_linears: each linear record whose x is exactly the output of a gather record,
+// when nothing else (no other operand or record, the root, a guard) reads those slots and both
+// records are in the sweep.
+template <typename T>
+void find_gather_linears(Program<T>& P) {
+    P.pair_of.assign(P.recs.size(), -1);
+    for (size_t k = 0; k < P.recs.size(); ++k) {
+        const Record& l = P.recs[k];
+        if (l.op != Op::linear) continue;
+        const Operands lo = decode_operands(P.args.data() + l.a);
+        if (lo.v[0].n != 1) continue;
+        const uint32_t x0 = lo.v[0].first(0), xn = lo.v[0].len(0);
+        if (size_t(lo.tail[0]) * lo.tail[1] != xn || x0 < P.n_ext) continue;
+        size_t g = k;
+        while (g-- > 0 && !(P.recs[g].op == Op::gather && P.recs[g].out == x0 && P.recs[g].nout == xn)) {}
+        if (g == size_t(-1)) continue;
+        const Operands go = decode_operands(P.args.data() + P.recs[g].a);
+        if (size_t(go.tail[0]) * go.tail[1] != xn || go.v[0].n != 1) continue;
+        if (!std::binary_search(P.sweep.begin(), P.sweep.end(), uint32_t(g)) ||
+            !std::binary_search(P.sweep.begin(), P.sweep.end(), uint32_t(k)))
+            continue;
+        // x's readers: the layer's first operand alone
+        size_t spans = 0;
+        bool other = false;
+        auto meets = [&](uint32_t f, uint32_t len) { return f < x0 + xn && x0 < f + len; };
+        for (const Record& r : P.recs)
+            for_each_arg_span(r, P.args.data() + r.a, [&](uint32_t f, uint32_t len) {
+                if (!meets(f, len)) return;
+                ++spans;
+                other |= f != x0 || len != xn;
+            });
+        other |= meets(P.root, 1);
+        for (const Guard& gd : P.guards) other |= meets(gd.a, 1) || (!gd.rhs_const && meets(gd.b, 1));
+        for (const Span& w : P.wrt) other |= meets(w.first, w.second);
+        if (other || spans != 1) continue;
+        P.pair_of[g] = P.pair_of[k] = int32_t(P.gather_linears.size());
+        P.gather_linears.push_back({uint32_t(g), uint32_t(k)});
+    }
+    if (P.gather_linears.empty()) P.pair_of.clear();
 }
 
 template <typename T>
@@ -521,6 +575,7 @@ Program<T> Program<T>::build(const Arena<T>& A, const TraceSpec& s) {
     }
     P.root = map(s.root);
     P.arena_weights = only_read_as_weights(P, distinct_weights(std::move(P.arena_weights)));
+    find_gather_linears(P);
     return P;
 }
 
@@ -586,12 +641,42 @@ inline void set_sample(const Program<T>& P, Workspace<T>& W, const double* x, co
     for (const auto& [at, pos] : P.id_slots) W.args[at] = ids[pos];
 }
 
+// Which of P's gather_linears this call runs as one op (W.pair_tasks), and their buffers.
+// Returns whether any.
+template <typename T>
+inline bool plan_gather_linears(const Program<T>& P, Workspace<T>& W, const Frame<T>& f) {
+    const size_t np = P.gather_linears.size();
+    W.pair_tasks.assign(np, 0);
+    W.pair_at.assign(np, 0);
+    size_t total = 0;
+    for (size_t p = 0; p < np; ++p) {
+        const auto& gl = P.gather_linears[p];
+        W.pair_tasks[p] = gather_linear_tasks(f, P.recs[gl.linear], W.args.data());
+        W.pair_at[p] = total;
+        if (W.pair_tasks[p]) total += gather_linear_buffer(P.recs[gl.gather], W.args.data(), W.pair_tasks[p]);
+    }
+    if (W.pair_buf.size() < total) W.pair_buf.resize(total);
+    return total > 0;
+}
+
 // Runs every record forward. Returns the index of the first guard that fails, or -1.
 template <typename T>
 inline long run_forward(const Program<T>& P, Workspace<T>& W) {
     const Frame<T> f = W.frame();
     const uint32_t* args = W.args.data();
-    for (const Record& r : P.recs) forward_record(f, r, args);
+    if (P.gather_linears.empty() || !plan_gather_linears(P, W, f))
+        for (const Record& r : P.recs) forward_record(f, r, args);
+    else
+        for (size_t k = 0; k < P.recs.size(); ++k) {
+            const int32_t p = P.pair_of[k];
+            if (p < 0 || !W.pair_tasks[size_t(p)]) {
+                forward_record(f, P.recs[k], args);
+            } else if (P.gather_linears[size_t(p)].linear == k) {  // the lookup runs here too
+                const auto& gl = P.gather_linears[size_t(p)];
+                gather_linear_forward(f, P.recs[gl.gather], P.recs[k], args, W.pair_tasks[size_t(p)],
+                                      W.pair_buf.data() + W.pair_at[size_t(p)]);
+            }
+        }
     for (size_t i = 0; i < P.guards.size(); ++i)
         if (!guard_holds(P.guards[i], W.v.data())) return long(i);
     return -1;
@@ -612,10 +697,19 @@ inline void run_backward(const Program<T>& P, Workspace<T>& W, T seed) {
     first.first_write = true;
     for (size_t i = P.sweep.size(); i-- > 0;) {
         const Record& r = P.recs[P.sweep[i]];
+        const int32_t p = P.pair_of.empty() ? -1 : P.pair_of[P.sweep[i]];
+        const bool pair = p >= 0 && W.pair_tasks[size_t(p)];
+        // x of a pair run as one op has no grads: its lookup is not looked at (a scan of them
+        // all, as zero, for `live` cost a fifth of a two-thread W4 e = 64 step)
+        if (pair && P.gather_linears[size_t(p)].gather == P.sweep[i]) continue;
         bool live = g[r.out] != T(0);
         for (uint32_t j = 1; !live && j < r.nout; ++j) live = g[r.out + j] != T(0);
         const bool writes = P.first_write[P.sweep[i]] != 0;
-        if (live)
+        if (pair) {
+            if (live)
+                gather_linear_backward(f, P.recs[P.gather_linears[size_t(p)].gather], r, args, W.pair_tasks[size_t(p)],
+                                       W.pair_buf.data() + W.pair_at[size_t(p)]);
+        } else if (live)
             backward_record(writes ? first : f, r, args);
         else if (writes)  // the grads it would have written, as sweep_grads would have left them
             zero_spans(W.g.data(), decode_operands(args + r.a).v[0]);

@@ -2,9 +2,10 @@
 
 Its promise is exact: the same parameters, to the bit, as grad_oracle + SGD.step, whether or not
 a weight could be fused; these tests hold it to that on both models, both dtypes, with weight
-decay, threads, shared weights, dead branches and the fallbacks. The one exception is a layer of
-at least 1.5 MiB of weights on several threads, whose input gradient sums a partial gradient per
-thread: the same on every run, within rounding of one thread's.
+decay, threads, shared weights, dead branches and the fallbacks. Two exceptions on several
+threads sum one partial gradient per thread, the same on every run and within rounding of one
+thread's: a layer of at least 1.5 MiB of weights (its input gradient), and a compiled step's
+lookup whose rows only its first layer reads (the table's gradient).
 """
 import random
 
@@ -234,16 +235,68 @@ def test_fp32_sgd_step_matches_pytorch_bit_for_bit():
 
 # ---- fused_step(compile=True): the same step replayed from a recorded program ----
 
-def test_compiled_fused_step_on_two_threads_has_the_bits_of_one(rng):
+@pytest.mark.parametrize("hidden", [64, 256])
+def test_compiled_fused_step_on_two_threads_runs_the_lookup_with_its_layer(hidden, rng):
+    """The chunk program's lookup feeds only the first layer: on two threads the compiled fused
+    step runs the two as one op, each thread looking every row up itself. After one step every
+    parameter but the table has one thread's bits (the same gradients reach them); the table
+    takes one partial gradient per thread, summed in order: within rounding of one thread's, and
+    the same on every run."""
     if _core._allowed_cores() < 2:
         pytest.skip("needs two cores")
-    # 64 x 1024 -> 256: the replay splits the fused layer's products across the two threads
-    m1, m2 = _twins(lambda: nn.MakemoreMLP.paper(hidden=256, dtype=bt.float32))
+    make = lambda: nn.MakemoreMLP.paper(hidden=hidden, dtype=bt.float32)  # noqa: E731
+    m1, m2 = _twins(make)
+    m3, _ = _twins(make)
+    for (_, pa), (_, pc) in zip(m1.state_dict().items(), m3.state_dict().items()):
+        pc.set_data(pa.tolist())
+    opts = [SGD(m.parameters(), lr=0.1) for m in (m1, m2, m3)]
+    for step, batch in enumerate(_mlp_batches(rng, 64, 3)):
+        for m, opt, threads in zip((m1, m2, m3), opts, (1, 2, 2)):
+            opt.fused_step(m, batch, chunk=64, threads=threads, compile=True)
+        p1, p2 = _params(m1), _params(m2)
+        if step == 0:
+            for k in p1:
+                if k != "embed.weight":
+                    assert np.array_equal(p1[k], p2[k]), k
+            assert not np.array_equal(p1["embed.weight"], p2["embed.weight"]), "the table took one sum"
+        for k in p1:
+            assert np.abs(p1[k] - p2[k]).max() <= 1e-5 * np.abs(p1[k]).max(), k
+        _assert_same_params(m2, m3)
+    from burtorch import oracle_compiled
+
+    prog = oracle_compiled._cached_program(m2, oracle_compiled._uniform_chunk_key(64, (16, 0)))
+    assert prog.lookups_into_layers == 1
+
+
+def test_a_lookup_read_elsewhere_stays_apart(rng):
+    """The pair needs the looked-up rows read by the layer alone: read by another op too (here
+    the loss adds their sum) the lookup stays its own record, and the two-thread step keeps one
+    thread's bits for the table as well."""
+    if _core._allowed_cores() < 2:
+        pytest.skip("needs two cores")
+
+    class Peeking(nn.MakemoreMLP):
+        def loss_batch(self, samples):
+            ids = [i for ctx, _ in samples for i in ctx]
+            x = self.embed(ids).reshape(len(samples), self.block * self.emb_dim)
+            logits = self.fc2(self.fc1(x).tanh())
+            return _core.cross_entropy(logits, [t for _, t in samples]) + x.flatten().sum() * 1e-3
+
+    make = lambda: Peeking(vocab=27, block=16, emb=64, hidden=64, dtype=bt.float32)  # noqa: E731
+    m1, m2 = _twins(make)
     o1, o2 = SGD(m1.parameters(), lr=0.1), SGD(m2.parameters(), lr=0.1)
-    for batch in _mlp_batches(rng, 64, 3):
+    for batch in _mlp_batches(rng, 64, 2):
         o1.fused_step(m1, batch, chunk=64, threads=1, compile=True)
         o2.fused_step(m2, batch, chunk=64, threads=2, compile=True)
     _assert_same_params(m1, m2)
+    from burtorch import oracle_compiled
+
+    prog = oracle_compiled._cached_program(m2, oracle_compiled._uniform_chunk_key(64, (16, 0)))
+    assert prog is not None and prog.lookups_into_layers == 0
+    gpt = nn.MiniGPT(vocab=65, block=8, dim=12, layers=1, heads=3, dtype=bt.float32)
+    SGD(gpt.parameters(), lr=0.1).fused_step(gpt, _gpt_batches(rng, 4, 1)[0], chunk=4, threads=2, compile=True)
+    prog = oracle_compiled._cached_program(gpt, oracle_compiled._uniform_chunk_key(4, (8, 8)))
+    assert prog is not None and prog.lookups_into_layers == 0  # its lookups feed additions
 
 
 @pytest.mark.parametrize("compiled", [False, True])

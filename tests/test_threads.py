@@ -309,6 +309,34 @@ def test_stress_many_short_threaded_runs_agree_bitwise():
 
 
 @needs_two
+def test_stress_many_short_fused_steps_run_with_their_lookup_agree_bitwise():
+    """Short two-thread compiled fused steps whose lookup runs with its layer (each thread its own
+    rows and partial table gradient), from the same parameters each time: a lost, doubled or
+    racing task would show in the bits."""
+    from burtorch.optim import SGD
+
+    bt.manual_seed(4)
+    model = nn.MakemoreMLP(vocab=27, block=16, emb=16, hidden=64, dtype=bt.float32)
+    r = random.Random(8)
+    batch = [([r.randrange(27) for _ in range(16)], r.randrange(27)) for _ in range(16)]
+    start = model.parameter_vector().tolist()
+    opt = SGD(model.parameters(), lr=0.5)
+    ref = None
+    for _ in range(80):
+        model.parameter_vector().set_data(start)
+        opt.fused_step(model, batch, chunk=16, threads=2, compile=True)
+        after = np.array(model.parameter_vector().tolist())
+        if ref is None:
+            ref = after
+        np.testing.assert_array_equal(after, ref)
+    model.parameter_vector().set_data(start)
+    opt.fused_step(model, batch, chunk=16, threads=1, compile=True)
+    one = np.array(model.parameter_vector().tolist())
+    assert not np.array_equal(one, ref), "the table's gradient should be summed from two partials"
+    np.testing.assert_allclose(one, ref, rtol=0, atol=1e-5 * np.abs(one).max())
+
+
+@needs_two
 def test_a_call_that_raises_restores_the_thread_count():
     """grad_oracle and fused_step cap native work at their count for the call only (thread_cap):
     the process's count is back after a call that fails midway, eager, compiled or fused."""

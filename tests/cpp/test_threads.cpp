@@ -152,6 +152,79 @@ static void test_fused_backward_by_units(uint32_t out) {
     }
 }
 
+// A lookup whose rows only a linear layer reads (W4's first layer over a chunk), replayed with
+// W stepped in the sweep: on two threads the pair runs as one op (range/gather_linear.hpp). The
+// loss, W's step and the bias grads have one thread's bits; the table's grads are one partial
+// per task summed in order: the same on every run, within rounding of one thread's.
+template <typename T>
+static void test_lookup_into_a_layer(uint32_t out) {
+    if (th::num_threads() < 2) return;
+    using bt::Op;
+    using bt::Spans;
+    const uint32_t V = 27, d = 64, block = 16, rows = 64, in = block * d, n = rows * block;
+    bt::Arena<T> A;
+    const uint32_t table = A.new_slots(V * d), w = A.new_slots(size_t(out) * in), b = A.new_slots(out);
+    std::mt19937 rng(5);
+    std::uniform_real_distribution<double> u(-0.5, 0.5);
+    for (uint32_t i = table; i < b + out; ++i) A.values()[i] = T(u(rng) * (i >= w && i < b ? 0.1 : 1.0));
+    std::vector<uint32_t> ids(n), targets(rows);
+    for (uint32_t& id : ids) id = uint32_t(rng() % V);
+    for (uint32_t& t : targets) t = uint32_t(rng() % out);
+    bt::TraceSpec s;
+    s.base = A.checkpoint();
+    s.num_ids = n;
+    const uint32_t x = bt::append_gather(A, Spans{{table, V * d}}, d, ids.data(), n);
+    for (uint32_t i = 0; i < n; ++i) s.ids.push_back(bt::IdInput{uint32_t(A.num_records() - 1), n - 1 - i, i, V});
+    const Spans bias{{b, out}};
+    const uint32_t y = bt::append_linear(A, Spans{{x, n * d}}, Spans{{w, out * in}}, &bias, rows, in, out);
+    const uint32_t h = bt::append_map_unary(A, Op::tanh, Spans{{y, rows * out}}, 0.0);
+    s.root = bt::append_cross_entropy(A, Spans{{h, rows * out}}, rows, out, targets.data());
+    s.wrt = {{table, V * d}, {w, out * in}, {b, out}};
+    const auto P = bt::Program<T>::build(A, s);
+    A.rewind(s.base);
+    CHECK(P.gather_linears.size() == 1, "the lookup and the layer pair up (%zu pairs)", P.gather_linears.size());
+    const uint32_t w_slot = bt::decode_operands(P.args.data() + P.recs[P.gather_linears[0].linear].a).v[1].first(0);
+    const std::vector<T> start(A.values(), A.values() + b + out);
+    for (uint32_t& id : ids) id = uint32_t(rng() % V);  // a new batch for the replays
+    struct Run {
+        T loss;
+        std::vector<T> table_g, b_g, W;
+        size_t tasks;
+    };
+    auto run = [&](int threads) {
+        std::copy(start.begin(), start.end(), A.values());
+        th::CallThreads scope(threads);
+        bt::FusedSgd fused{0.1, 0.01, {w_slot}, {0}};
+        bt::Workspace<T> Wk;
+        bt::prepare(P, Wk, A.values(), 1);
+        Wk.fused_sgd = &fused;
+        bt::set_sample<T>(P, Wk, nullptr, ids.data());
+        bt::run_forward(P, Wk);
+        bt::run_backward(P, Wk, T(1));
+        CHECK(fused.applied[0] == 1, "%d threads: W stepped", threads);
+        const uint32_t tg = P.wrt[0].first, bg = P.wrt[2].first;
+        return Run{Wk.v[P.root], std::vector<T>(Wk.g.begin() + tg, Wk.g.begin() + tg + V * d),
+                   std::vector<T>(Wk.g.begin() + bg, Wk.g.begin() + bg + out),
+                   std::vector<T>(A.values() + w, A.values() + w + size_t(out) * in), Wk.pair_tasks[0]};
+    };
+    const Run one = run(1), two = run(2), again = run(2);
+    CHECK(one.tasks == 0 && two.tasks == 2, "one thread runs them apart (%zu), two as one op (%zu)", one.tasks,
+          two.tasks);
+    CHECK(one.loss == two.loss && one.W == two.W && one.b_g == two.b_g, "loss, W's step, bias grads: one thread's");
+    CHECK(two.table_g == again.table_g && two.W == again.W, "two runs differ");
+    T worst = 0, scale = 0;
+    size_t same = 0;
+    for (size_t i = 0; i < one.table_g.size(); ++i) {
+        worst = std::max(worst, T(std::fabs(two.table_g[i] - one.table_g[i])));
+        scale = std::max(scale, T(std::fabs(one.table_g[i])));
+        same += two.table_g[i] == one.table_g[i];
+    }
+    const double tol = sizeof(T) == 4 ? 1e-5 : 1e-12;
+    CHECK(scale > 0 && double(worst) <= tol * double(scale), "table grads %g from one thread's (scale %g)",
+          double(worst), double(scale));
+    CHECK(same < one.table_g.size(), "the table's grads are summed from two partials (all %zu equal)", same);
+}
+
 // Which layers split on two threads: by multiply-adds from a few rows on, by weights below
 // gemm::kAxpyRows rows, where a split hands W between the cores every step and pays only for a W
 // beyond one core's cache.
@@ -239,6 +312,8 @@ int main() {
     test_which_layers_split();
     test_fused_backward_by_units<float>(400);
     test_fused_backward_by_units<double>(200);
+    test_lookup_into_a_layer<float>(64);
+    test_lookup_into_a_layer<double>(256);
     test_threaded_replay();
     test_fork_child_has_a_working_pool();
     std::printf("test_threads: %d failures\n", failures);

@@ -1,0 +1,107 @@
+// A lookup whose rows only one linear layer reads, as its x (a chunk's embedded contexts into
+// its first layer), run as one op by a replay on several threads when that layer's W takes its
+// SGD step inside the sweep (fused_sgd.hpp).
+//
+// Run apart on two threads, the lookup's rows are written half by each core and the layer's
+// forward then reads all of them on both; in the sweep, its input gradient is written by both
+// cores and added into the table by one. Each of those passes waits on lines the other core
+// holds. Run as one op, each task looks every row up into its own copy of x, computes its
+// output units from it, and in the sweep takes the input gradient's chains through its units,
+// steps its rows of W (the rows its forward read) and adds its partial input gradient into the
+// table's grads: the first task into the grads themselves, the others into a table-sized buffer
+// of their own, added afterwards in task order. Only the table's gradient passes between the
+// cores.
+//
+// y and the step of W have one thread's bits (the same kernels over the same units); the table's
+// gradient is a sum of one partial per task, so it is the same on every run for a thread count
+// and within rounding of one thread's.
+#pragma once
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+
+#include "../kernels/linear.hpp"
+#include "common.hpp"
+
+namespace bt {
+
+// Tasks a replay runs the lookup `g` and the linear layer `l` over its rows in as one op, or 0 to
+// run them apart: more than one thread, W stepped in the sweep, and a layer whose forward and
+// fused backward split by output units.
+template <typename T>
+inline size_t gather_linear_tasks(const Frame<T>& A, const Record& l, const uint32_t* args) {
+    if (!A.fused_sgd || !threads::can_split()) return 0;
+    const Operands o = decode_operands(args + l.a);
+    const uint32_t rows = o.tail[0], nin = o.tail[1], nout = o.tail[2];
+    if (A.fused_sgd->find(o.v[1].first(0)) < 0 || rows < gemm::kAxpyRows || rows <= uint32_t(gemm::kMR)) return 0;
+    const size_t tasks = linear_tasks(rows, nin, nout);
+    return tasks > 1 && !linear_splits_by_rows(rows, nout, tasks) ? tasks : 0;
+}
+
+// Elements of the buffer the pair needs over `tasks` tasks, from its forward to its sweep:
+// [each task's x | each task's partial input gradient | the table-sized sums of all tasks but
+// the first].
+inline size_t gather_linear_buffer(const Record& g, const uint32_t* args, size_t tasks) {
+    const Operands go = decode_operands(args + g.a);
+    const size_t nx = size_t(go.tail[0]) * go.tail[1];
+    return 2 * tasks * nx + (tasks - 1) * size_t(go.v[0].len(0));
+}
+
+// The forward of both: task t looks up every row into its x and computes output units
+// [o0, o1) of y from it (the frame's x is never written).
+template <typename T>
+inline void gather_linear_forward(const Frame<T>& A, const Record& g, const Record& l, const uint32_t* args,
+                                  size_t tasks, T* buf) {
+    const Operands go = decode_operands(args + g.a), lo = decode_operands(args + l.a);
+    const uint32_t n = go.tail[0], d = go.tail[1];
+    const uint32_t* ids = go.tail + 2;
+    const uint32_t rows = lo.tail[0], nin = lo.tail[1], nout = lo.tail[2];
+    const size_t nx = size_t(n) * d;
+    const T* table = A.values() + go.v[0].first(0);
+    const uint32_t w = lo.v[1].first(0);
+    const T* wt = A.transposed(w);
+    const T* b = lo.tail[3] ? A.values() + lo.v[2].first(0) : nullptr;
+    T* scratch = A.scratch(linear_forward_scratch(rows, nin, nout, wt != nullptr, tasks)).data();
+    threads::parallel_tasks(tasks, [&](size_t t) {
+        T* x = buf + t * nx;
+        for (uint32_t i = 0; i < n; ++i)
+            std::copy(table + size_t(ids[i]) * d, table + size_t(ids[i] + 1) * d, x + i * d);
+        T* sc = scratch;
+        for (size_t u = 0; u < t; ++u) sc += linear_forward_task_scratch(rows, nin, nout, wt != nullptr, tasks, u);
+        const auto [o0, o1] = threads::split(nout, tasks, t, kLinearAlign);
+        gemm::forward(x, A.weight(w), b, A.values() + l.out, rows, nin, nout, o0, o1, sc, wt);
+    });
+}
+
+// The sweep through both: task t's chains of the input gradient through its units into its
+// partial (the first task's as 0 + chain, as the layer alone writes it), its rows of W stepped,
+// the partial added row by row (in lookup order) into the table's grads or its own sums.
+template <typename T>
+inline void gather_linear_backward(const Frame<T>& A, const Record& g, const Record& l, const uint32_t* args,
+                                   size_t tasks, T* buf) {
+    const Operands go = decode_operands(args + g.a), lo = decode_operands(args + l.a);
+    const uint32_t n = go.tail[0], d = go.tail[1];
+    const uint32_t* ids = go.tail + 2;
+    const uint32_t rows = lo.tail[0], nin = lo.tail[1], nout = lo.tail[2];
+    const size_t nx = size_t(n) * d, vd = go.v[0].len(0);
+    T* gtable = A.grads() + go.v[0].first(0);
+    const T* gy = A.grads() + l.out;
+    const uint32_t w = lo.v[1].first(0);
+    A.applies_sgd(w);  // marks W stepped
+    const gemm::SgdSink<T> sgd{const_cast<T*>(A.weight(w)), T(A.fused_sgd->lr), T(A.fused_sgd->weight_decay)};
+    T* partials = buf + tasks * nx;
+    T* sums = partials + tasks * nx;
+    threads::parallel_tasks(tasks, [&](size_t t) {
+        const auto [o0, o1] = threads::split(nout, tasks, t, kLinearAlign);
+        T* dst = t == 0 ? gtable : sums + (t - 1) * vd;
+        if (t > 0) std::fill(dst, dst + vd, T(0));
+        if (o0 >= o1) return;
+        T* gx = partials + t * nx;
+        gemm::grad_input_sgd_tiled(gy, buf + t * nx, gx, rows, nin, nout, 0, nin, false, sgd, t == 0, o0, o1);
+        for (uint32_t i = 0; i < n; ++i) kernels::add(dst + size_t(ids[i]) * d, gx + size_t(i) * d, d);
+    });
+    for (size_t t = 1; t < tasks; ++t) kernels::add(gtable, sums + (t - 1) * vd, vd);
+    if (lo.tail[3]) gemm::grad_bias(gy, A.grads() + lo.v[2].first(0), rows, nout, 0, nout);
+}
+
+}  // namespace bt
