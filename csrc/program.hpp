@@ -653,7 +653,8 @@ inline bool plan_gather_linears(const Program<T>& P, Workspace<T>& W, const Fram
         const auto& gl = P.gather_linears[p];
         W.pair_tasks[p] = gather_linear_tasks(f, P.recs[gl.linear], W.args.data());
         W.pair_at[p] = total;
-        if (W.pair_tasks[p]) total += gather_linear_buffer(P.recs[gl.gather], W.args.data(), W.pair_tasks[p]);
+        if (W.pair_tasks[p])
+            total += gather_linear_buffer(P.recs[gl.gather], P.recs[gl.linear], W.args.data(), W.pair_tasks[p]);
     }
     if (W.pair_buf.size() < total) W.pair_buf.resize(total);
     return total > 0;

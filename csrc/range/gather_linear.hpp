@@ -38,13 +38,34 @@ inline size_t gather_linear_tasks(const Frame<T>& A, const Record& l, const uint
     return tasks > 1 && !linear_splits_by_rows(rows, nout, tasks) ? tasks : 0;
 }
 
+// The pair's operands and sizes: the lookup's n ids of rows of d into a (V x d) table, which are
+// the layer's x (rows x nin), W (nout x nin) and b.
+struct GatherLinearShape {
+    Operands go, lo;
+    const uint32_t* ids;
+    uint32_t n, d, rows, nin, nout, w;
+    size_t nx, table_len;
+    GatherLinearShape(const Record& g, const Record& l, const uint32_t* args)
+        : go(decode_operands(args + g.a)),
+          lo(decode_operands(args + l.a)),
+          ids(go.tail + 2),
+          n(go.tail[0]),
+          d(go.tail[1]),
+          rows(lo.tail[0]),
+          nin(lo.tail[1]),
+          nout(lo.tail[2]),
+          w(lo.v[1].first(0)),
+          nx(size_t(n) * d),
+          table_len(go.v[0].len(0)) {}
+    bool has_bias() const { return lo.tail[3] != 0; }
+};
+
 // Elements of the buffer the pair needs over `tasks` tasks, from its forward to its sweep:
 // [each task's x | each task's partial input gradient | the table-sized sums of all tasks but
 // the first].
-inline size_t gather_linear_buffer(const Record& g, const uint32_t* args, size_t tasks) {
-    const Operands go = decode_operands(args + g.a);
-    const size_t nx = size_t(go.tail[0]) * go.tail[1];
-    return 2 * tasks * nx + (tasks - 1) * size_t(go.v[0].len(0));
+inline size_t gather_linear_buffer(const Record& g, const Record& l, const uint32_t* args, size_t tasks) {
+    const GatherLinearShape s(g, l, args);
+    return 2 * tasks * s.nx + (tasks - 1) * s.table_len;
 }
 
 // The forward of both: task t looks up every row into its x and computes output units
@@ -52,24 +73,20 @@ inline size_t gather_linear_buffer(const Record& g, const uint32_t* args, size_t
 template <typename T>
 inline void gather_linear_forward(const Frame<T>& A, const Record& g, const Record& l, const uint32_t* args,
                                   size_t tasks, T* buf) {
-    const Operands go = decode_operands(args + g.a), lo = decode_operands(args + l.a);
-    const uint32_t n = go.tail[0], d = go.tail[1];
-    const uint32_t* ids = go.tail + 2;
-    const uint32_t rows = lo.tail[0], nin = lo.tail[1], nout = lo.tail[2];
-    const size_t nx = size_t(n) * d;
-    const T* table = A.values() + go.v[0].first(0);
-    const uint32_t w = lo.v[1].first(0);
-    const T* wt = A.transposed(w);
-    const T* b = lo.tail[3] ? A.values() + lo.v[2].first(0) : nullptr;
-    T* scratch = A.scratch(linear_forward_scratch(rows, nin, nout, wt != nullptr, tasks)).data();
+    const GatherLinearShape s(g, l, args);
+    const T* table = A.values() + s.go.v[0].first(0);
+    const T* wt = A.transposed(s.w);
+    const T* b = s.has_bias() ? A.values() + s.lo.v[2].first(0) : nullptr;
+    T* scratch = A.scratch(linear_forward_scratch(s.rows, s.nin, s.nout, wt != nullptr, tasks)).data();
     threads::parallel_tasks(tasks, [&](size_t t) {
-        T* x = buf + t * nx;
-        for (uint32_t i = 0; i < n; ++i)
-            std::copy(table + size_t(ids[i]) * d, table + size_t(ids[i] + 1) * d, x + i * d);
+        T* x = buf + t * s.nx;
+        for (uint32_t i = 0; i < s.n; ++i)
+            std::copy(table + size_t(s.ids[i]) * s.d, table + size_t(s.ids[i] + 1) * s.d, x + i * s.d);
         T* sc = scratch;
-        for (size_t u = 0; u < t; ++u) sc += linear_forward_task_scratch(rows, nin, nout, wt != nullptr, tasks, u);
-        const auto [o0, o1] = threads::split(nout, tasks, t, kLinearAlign);
-        gemm::forward(x, A.weight(w), b, A.values() + l.out, rows, nin, nout, o0, o1, sc, wt);
+        for (size_t u = 0; u < t; ++u)
+            sc += linear_forward_task_scratch(s.rows, s.nin, s.nout, wt != nullptr, tasks, u);
+        const auto [o0, o1] = threads::split(s.nout, tasks, t, kLinearAlign);
+        gemm::forward(x, A.weight(s.w), b, A.values() + l.out, s.rows, s.nin, s.nout, o0, o1, sc, wt);
     });
 }
 
@@ -79,29 +96,24 @@ inline void gather_linear_forward(const Frame<T>& A, const Record& g, const Reco
 template <typename T>
 inline void gather_linear_backward(const Frame<T>& A, const Record& g, const Record& l, const uint32_t* args,
                                    size_t tasks, T* buf) {
-    const Operands go = decode_operands(args + g.a), lo = decode_operands(args + l.a);
-    const uint32_t n = go.tail[0], d = go.tail[1];
-    const uint32_t* ids = go.tail + 2;
-    const uint32_t rows = lo.tail[0], nin = lo.tail[1], nout = lo.tail[2];
-    const size_t nx = size_t(n) * d, vd = go.v[0].len(0);
-    T* gtable = A.grads() + go.v[0].first(0);
+    const GatherLinearShape s(g, l, args);
+    T* gtable = A.grads() + s.go.v[0].first(0);
     const T* gy = A.grads() + l.out;
-    const uint32_t w = lo.v[1].first(0);
-    A.applies_sgd(w);  // marks W stepped
-    const gemm::SgdSink<T> sgd{const_cast<T*>(A.weight(w)), T(A.fused_sgd->lr), T(A.fused_sgd->weight_decay)};
-    T* partials = buf + tasks * nx;
-    T* sums = partials + tasks * nx;
+    A.applies_sgd(s.w);  // marks W stepped
+    const gemm::SgdSink<T> sgd{const_cast<T*>(A.weight(s.w)), T(A.fused_sgd->lr), T(A.fused_sgd->weight_decay)};
+    T* partials = buf + tasks * s.nx;
+    T* sums = partials + tasks * s.nx;
     threads::parallel_tasks(tasks, [&](size_t t) {
-        const auto [o0, o1] = threads::split(nout, tasks, t, kLinearAlign);
-        T* dst = t == 0 ? gtable : sums + (t - 1) * vd;
-        if (t > 0) std::fill(dst, dst + vd, T(0));
+        const auto [o0, o1] = threads::split(s.nout, tasks, t, kLinearAlign);
+        T* dst = t == 0 ? gtable : sums + (t - 1) * s.table_len;
+        if (t > 0) std::fill(dst, dst + s.table_len, T(0));
         if (o0 >= o1) return;
-        T* gx = partials + t * nx;
-        gemm::grad_input_sgd_tiled(gy, buf + t * nx, gx, rows, nin, nout, 0, nin, false, sgd, t == 0, o0, o1);
-        for (uint32_t i = 0; i < n; ++i) kernels::add(dst + size_t(ids[i]) * d, gx + size_t(i) * d, d);
+        T* gx = partials + t * s.nx;
+        gemm::grad_input_sgd_tiled(gy, buf + t * s.nx, gx, s.rows, s.nin, s.nout, 0, s.nin, false, sgd, t == 0, o0, o1);
+        for (uint32_t i = 0; i < s.n; ++i) kernels::add(dst + size_t(s.ids[i]) * s.d, gx + size_t(i) * s.d, s.d);
     });
-    for (size_t t = 1; t < tasks; ++t) kernels::add(gtable, sums + (t - 1) * vd, vd);
-    if (lo.tail[3]) gemm::grad_bias(gy, A.grads() + lo.v[2].first(0), rows, nout, 0, nout);
+    for (size_t t = 1; t < tasks; ++t) kernels::add(gtable, sums + (t - 1) * s.table_len, s.table_len);
+    if (s.has_bias()) gemm::grad_bias(gy, A.grads() + s.lo.v[2].first(0), s.rows, s.nout, 0, s.nout);
 }
 
 }  // namespace bt
