@@ -71,8 +71,8 @@ inline size_t gather_linear_buffer(const Record& g, const Record& l, const uint3
 // The forward of both: task t looks up every row into its x and computes output units
 // [o0, o1) of y from it (the frame's x is never written).
 template <typename T>
-inline void gather_linear_forward(const Frame<T>& A, const Record& g, const Record& l, const uint32_t* args,
-                                  size_t tasks, T* buf) {
+void gather_linear_forward(const Frame<T>& A, const Record& g, const Record& l, const uint32_t* args, size_t tasks,
+                           T* buf) {
     const GatherLinearShape s(g, l, args);
     const T* table = A.values() + s.go.v[0].first(0);
     const T* wt = A.transposed(s.w);
@@ -94,8 +94,8 @@ inline void gather_linear_forward(const Frame<T>& A, const Record& g, const Reco
 // partial (the first task's as 0 + chain, as the layer alone writes it), its rows of W stepped,
 // the partial added row by row (in lookup order) into the table's grads or its own sums.
 template <typename T>
-inline void gather_linear_backward(const Frame<T>& A, const Record& g, const Record& l, const uint32_t* args,
-                                   size_t tasks, T* buf) {
+void gather_linear_backward(const Frame<T>& A, const Record& g, const Record& l, const uint32_t* args, size_t tasks,
+                            T* buf) {
     const GatherLinearShape s(g, l, args);
     T* gtable = A.grads() + s.go.v[0].first(0);
     const T* gy = A.grads() + l.out;
@@ -115,5 +115,19 @@ inline void gather_linear_backward(const Frame<T>& A, const Record& g, const Rec
     for (size_t t = 1; t < tasks; ++t) kernels::add(gtable, sums + (t - 1) * s.table_len, s.table_len);
     if (s.has_bias()) gemm::grad_bias(gy, A.grads() + s.lo.v[2].first(0), s.rows, s.nout, 0, s.nout);
 }
+
+// Not inline, as range_forward: a build with BT_SEPARATE_RANGE_KERNELS instantiates both once, in
+// bindings/range_kernels_{float,double}.cpp (in the binding unit that replays programs they were
+// 28 KB more of the extension's code).
+#ifdef BT_SEPARATE_RANGE_KERNELS
+#define BT_GATHER_LINEAR(T)                                                                                        \
+    extern template void gather_linear_forward<T>(const Frame<T>&, const Record&, const Record&, const uint32_t*,  \
+                                                  size_t, T*);                                                     \
+    extern template void gather_linear_backward<T>(const Frame<T>&, const Record&, const Record&, const uint32_t*, \
+                                                   size_t, T*);
+BT_GATHER_LINEAR(float)
+BT_GATHER_LINEAR(double)
+#undef BT_GATHER_LINEAR
+#endif
 
 }  // namespace bt
