@@ -25,9 +25,9 @@
 
 namespace bt {
 
-// Tasks a replay runs the lookup `g` and the linear layer `l` over its rows in as one op, or 0 to
-// run them apart: more than one thread, W stepped in the sweep, and a layer whose forward and
-// fused backward split by output units.
+// Tasks a replay runs the linear layer `l` and the lookup that feeds it in as one op, or 0 to run
+// them apart: more than one thread, W stepped in the sweep, and a layer whose forward and fused
+// backward split by output units.
 template <typename T>
 inline size_t gather_linear_tasks(const Frame<T>& A, const Record& l, const uint32_t* args) {
     if (!A.fused_sgd || !threads::can_split()) return 0;
