@@ -754,9 +754,8 @@ static nb::tuple replay_samples_typed(ProgramBox& box, bt::Program<T>& P, bt::Wo
 // chunk packed as the program's compound sample: part q of every sample of the chunk, in order.
 // stop: the first chunk with a sample of another shape (0: the first one has).
 template <typename T>
-static size_t chunk_ids(const bt::Program<T>& P, nb::handle batch_h, size_t start, size_t k, size_t count,
+static size_t chunk_ids(const bt::Program<T>& P, const BatchIds& batch, size_t start, size_t k, size_t count,
                         const std::vector<int64_t>& shape, std::vector<uint32_t>& ids) {
-    const BatchIds batch(batch_h, shape);
     const size_t N = batch.size();
     if (k == 0 || count == 0) throw nb::value_error("k and count must be positive");
     if (start > N || count > (N - start) / k) throw nb::index_error("the chunks run past the end of the batch");
@@ -804,7 +803,7 @@ static nb::tuple replay_chunks_typed(ProgramBox& box, bt::Program<T>& P, bt::Wor
                                      size_t start, size_t k, size_t count, const std::vector<int64_t>& shape,
                                      double seed, nb::handle values_h, bool zero, int threads) {
     std::vector<uint32_t> ids;
-    const size_t stop = chunk_ids(P, batch_h, start, k, count, shape, ids);
+    const size_t stop = chunk_ids(P, BatchIds(batch_h, shape), start, k, count, shape, ids);
     if (stop == 0) return nb::make_tuple(0, nb::list());
     bt::Samples in;
     in.n = stop;
@@ -831,10 +830,10 @@ static nb::tuple fused_sgd_chunk_typed(ProgramBox& box, bt::Program<T>& P, bt::W
     box.check_alive();
     params.check();
     if (params.arena != box.arena) throw nb::value_error("the parameters and the program live in different arenas");
-    const size_t n = BatchIds(batch_h, shape).size();
+    const BatchIds batch(batch_h, shape);  // an ArrayBatch's buffers are taken once a call
     std::vector<uint32_t> ids;
     auto nothing = [] { return nb::make_tuple(false, 0.0, nb::list(), nb::list()); };
-    if (chunk_ids(P, batch_h, 0, n, 1, shape, ids) == 0) return nothing();
+    if (chunk_ids(P, batch, 0, batch.size(), 1, shape, ids) == 0) return nothing();
     bt::Arena<T>& A = typed<T>(box.arena);
     // the weights to fuse, as frame spans and as arena spans
     std::vector<bt::Span> frame_w, arena_w;
