@@ -223,6 +223,32 @@ BT_ALWAYS_INLINE void transpose_block16(const float* src, size_t lds, int rows, 
     }
     for (int c = 0; c < cols; ++c) S::store(dst + c * ldd, r[c], rows);
 }
+#elif defined(__AVX2__) && defined(__FMA__)
+// The same for an 8 x 8 block with AVX2 (rows and cols at most 8): element by element, packing a
+// 32 x 1024 block of W^T took ~10 us of a W4 e = 64 forward on a Zen 3 core.
+BT_ALWAYS_INLINE void transpose_block8(const float* src, size_t lds, int rows, int cols, float* dst, size_t ldd) {
+    using S = Simd<float>;
+    __m256 r[8], t[8], u[8];
+    for (int j = 0; j < 8; ++j) r[j] = j < rows ? load_lanes(src + j * lds, cols) : S::zero();
+    // 1: interleave row pairs within 128-bit halves; 2: pairs of those as 64-bit elements, so
+    // that half h of u[4g + q] holds rows 4g .. 4g + 3 at column 4h + q; 3: the halves of u[q]
+    // and u[4 + q] give columns q and 4 + q.
+    for (int m = 0; m < 4; ++m) {
+        t[2 * m] = _mm256_unpacklo_ps(r[2 * m], r[2 * m + 1]);
+        t[2 * m + 1] = _mm256_unpackhi_ps(r[2 * m], r[2 * m + 1]);
+    }
+    for (int g = 0; g < 2; ++g) {
+        u[4 * g + 0] = _mm256_shuffle_ps(t[4 * g], t[4 * g + 2], 0x44);
+        u[4 * g + 1] = _mm256_shuffle_ps(t[4 * g], t[4 * g + 2], 0xEE);
+        u[4 * g + 2] = _mm256_shuffle_ps(t[4 * g + 1], t[4 * g + 3], 0x44);
+        u[4 * g + 3] = _mm256_shuffle_ps(t[4 * g + 1], t[4 * g + 3], 0xEE);
+    }
+    for (int q = 0; q < 4; ++q) {
+        r[q] = _mm256_permute2f128_ps(u[q], u[4 + q], 0x20);
+        r[4 + q] = _mm256_permute2f128_ps(u[q], u[4 + q], 0x31);
+    }
+    for (int c = 0; c < cols; ++c) store_lanes(dst + c * ldd, r[c], rows);
+}
 #endif
 
 // The same panels from B given transposed (B(k, n) = bt[n * ldb + k]): with AVX-512 floats, 16 x 16
@@ -242,6 +268,18 @@ inline void pack_panels_transposed(const T* bt, size_t ldb, size_t K, size_t N, 
                 for (size_t k0 = 0; k0 < K; k0 += 16)
                     transpose_block16(bt + (p * NR + c0) * ldb + k0, ldb, std::min(16, c1 - c0),
                                       int(std::min<size_t>(16, K - k0)), d + k0 * NR + c0, NR);
+        }
+        return;
+    }
+#elif defined(__AVX2__) && defined(__FMA__)
+    if constexpr (std::is_same_v<T, float>) {
+        for (size_t p = 0; p < panels; ++p) {
+            T* d = dst + p * panel_stride<T>(K);
+            const int c1 = int(std::min<size_t>(NR, N - p * NR));
+            for (size_t k0 = 0; k0 < K; k0 += 8)
+                for (int c0 = 0; c0 < c1; c0 += 8)
+                    transpose_block8(bt + (p * NR + c0) * ldb + k0, ldb, std::min(8, c1 - c0),
+                                     int(std::min<size_t>(8, K - k0)), d + k0 * NR + c0, NR);
         }
         return;
     }
@@ -453,6 +491,14 @@ inline void transpose(const T* src, size_t rows, size_t cols, size_t lds, T* dst
             for (size_t c0 = 0; c0 < cols; c0 += B)
                 transpose_block16(src + r0 * lds + c0, lds, int(std::min(B, rows - r0)), int(std::min(B, cols - c0)),
                                   dst + c0 * ld + r0, ld);
+        return;
+    }
+#elif defined(__AVX2__) && defined(__FMA__)
+    if constexpr (std::is_same_v<T, float>) {
+        for (size_t r0 = 0; r0 < rows; r0 += 8)
+            for (size_t c0 = 0; c0 < cols; c0 += 8)
+                transpose_block8(src + r0 * lds + c0, lds, int(std::min<size_t>(8, rows - r0)),
+                                 int(std::min<size_t>(8, cols - c0)), dst + c0 * ld + r0, ld);
         return;
     }
 #endif
