@@ -157,11 +157,11 @@ static void test_fused_backward_by_units(uint32_t out) {
 // loss, W's step and the bias grads have one thread's bits; the table's grads are one partial
 // per task summed in order: the same on every run, within rounding of one thread's.
 template <typename T>
-static void test_lookup_into_a_layer(uint32_t out) {
+static void test_lookup_into_a_layer(uint32_t out, uint32_t d = 64, uint32_t block = 16) {
     if (th::num_threads() < 2) return;
     using bt::Op;
     using bt::Spans;
-    const uint32_t V = 27, d = 64, block = 16, rows = 64, in = block * d, n = rows * block;
+    const uint32_t V = 27, rows = 64, in = block * d, n = rows * block;
     bt::Arena<T> A;
     const uint32_t table = A.new_slots(V * d), w = A.new_slots(size_t(out) * in), b = A.new_slots(out);
     std::mt19937 rng(5);
@@ -312,8 +312,11 @@ int main() {
     test_which_layers_split();
     test_fused_backward_by_units<float>(400);
     test_fused_backward_by_units<double>(200);
-    test_lookup_into_a_layer<float>(64);
-    test_lookup_into_a_layer<double>(256);
+    test_lookup_into_a_layer<float>(64);    // the forward's tiles read x by rows
+    test_lookup_into_a_layer<double>(256);  // the forward reads x transposed
+    // rows of 7 ids' values (x 35 wide, its last panel cut): lookups across the panels' edges
+    test_lookup_into_a_layer<float>(64, 7, 5);
+    test_lookup_into_a_layer<double>(256, 7, 5);
     test_threaded_replay();
     test_fork_child_has_a_working_pool();
     std::printf("test_threads: %d failures\n", failures);
