@@ -273,6 +273,17 @@ public:
     bool is_integer() const { return kind_ == Kind::sint || kind_ == Kind::uint; }
     // Element i as a signed 64-bit integer (integer buffers only; unsigned values past INT64_MAX
     // come out negative and fail the bound checks).
+    // f(p): p the elements as a pointer to their C type (integer buffers only).
+    template <class F>
+    void with_integers(F&& f) const {
+        const bool s = kind_ == Kind::sint;
+        switch (view_.itemsize) {
+            case 1: return s ? f(static_cast<const int8_t*>(view_.buf)) : f(static_cast<const uint8_t*>(view_.buf));
+            case 2: return s ? f(static_cast<const int16_t*>(view_.buf)) : f(static_cast<const uint16_t*>(view_.buf));
+            case 4: return s ? f(static_cast<const int32_t*>(view_.buf)) : f(static_cast<const uint32_t*>(view_.buf));
+            default: return s ? f(static_cast<const int64_t*>(view_.buf)) : f(static_cast<const uint64_t*>(view_.buf));
+        }
+    }
     int64_t integer(size_t i) const {
         const char* p = static_cast<const char*>(view_.buf) + i * view_.itemsize;
         const bool s = kind_ == Kind::sint;
@@ -690,6 +701,24 @@ public:
         }
         return true;
     }
+    bool arrays() const { return !parts_.empty(); }
+    // An ArrayBatch's part q for samples [s, s + k): their k w ids, in order, into dst, each
+    // checked against bound[i] (sample s + i / w, at position pos0 + i of its program's ids).
+    // One pass over a block of the array, with no per-sample step.
+    void read_block(size_t q, size_t s, size_t k, const uint32_t* bound, uint32_t* dst, size_t pos0) const {
+        const size_t w = shape_[q] > 0 ? size_t(shape_[q]) : 1, n = k * w;
+        parts_[q]->with_integers([&](const auto* p) {
+            p += s * w;
+            bool ok = true;
+            for (size_t i = 0; i < n; ++i) {
+                const int64_t id = int64_t(p[i]);  // unsigned past INT64_MAX: negative, out of range
+                ok &= id >= 0 && uint64_t(id) < bound[i];
+                dst[i] = uint32_t(id);
+            }
+            if (!ok)
+                for (size_t i = 0; i < n; ++i) check_id(int64_t(p[i]), bound[i], s + i / w, pos0 + i);
+        });
+    }
     // Whether a list was resized meanwhile (an id's __index__ may run Python code).
     void check_unchanged() const {
         if (parts_.empty() && size_t(PyList_GET_SIZE(batch_.ptr())) != n_)
@@ -770,6 +799,13 @@ static size_t chunk_ids(const bt::Program<T>& P, const BatchIds& batch, size_t s
         at += k * width[q];
     }
     ids.assign(count * P.num_ids, 0);
+    if (batch.arrays()) {  // every sample has the shape: part q of a chunk is one block of its array
+        for (size_t c = 0; c < count; ++c)
+            for (size_t q = 0; q < shape.size(); ++q)
+                batch.read_block(q, start + c * k, k, P.id_bound.data() + block_at[q],
+                                 ids.data() + c * P.num_ids + block_at[q], block_at[q]);
+        return count;
+    }
     std::vector<int64_t> one;
     size_t stop = 0;
     for (; stop < count; ++stop) {
