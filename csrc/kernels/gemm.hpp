@@ -176,12 +176,16 @@ inline void pack_panels(const T* b, size_t ldb, size_t K, size_t N, T* dst) {
         }
 }
 
-// dst[c * ldd + r] = src[r * lds + c] for r < rows, c < cols (both at most 16): one block of a
-// transpose, moved as sixteen vectors through registers instead of element by element (a
-// scalar transpose took ~20 us for a 64 x 1024 block; it runs on every chunk's forward).
-// Only the rows x cols block is read and written. Moving values changes no bit.
+// dst[c * ldd + r] = src[r * lds + c] for r < rows, c < cols (both at most kTransposeBlock: 16
+// with AVX-512, 8 with AVX2): one block of a transpose, moved as that many vectors through
+// registers instead of element by element (a scalar transpose took ~20 us for a 64 x 1024 block
+// with AVX-512, and ~5 us of the 64 x 1024 -> 64 forward's W^T on a Zen 3 core with AVX2; it
+// runs on every chunk's forward). Only the rows x cols block is read and written. Moving values
+// changes no bit.
 #if defined(__AVX512F__)
-BT_ALWAYS_INLINE void transpose_block16(const float* src, size_t lds, int rows, int cols, float* dst, size_t ldd) {
+#define BT_REGISTER_TRANSPOSE 1
+inline constexpr int kTransposeBlock = 16;
+BT_ALWAYS_INLINE void transpose_block(const float* src, size_t lds, int rows, int cols, float* dst, size_t ldd) {
     using S = Simd<float>;
     __m512 r[16];
     for (int j = 0; j < 16; ++j) r[j] = j < rows ? S::load(src + j * lds, cols) : S::zero();
@@ -224,9 +228,9 @@ BT_ALWAYS_INLINE void transpose_block16(const float* src, size_t lds, int rows, 
     for (int c = 0; c < cols; ++c) S::store(dst + c * ldd, r[c], rows);
 }
 #elif defined(__AVX2__) && defined(__FMA__)
-// The same for an 8 x 8 block with AVX2 (rows and cols at most 8): element by element, packing a
-// 32 x 1024 block of W^T took ~10 us of a W4 e = 64 forward on a Zen 3 core.
-BT_ALWAYS_INLINE void transpose_block8(const float* src, size_t lds, int rows, int cols, float* dst, size_t ldd) {
+#define BT_REGISTER_TRANSPOSE 1
+inline constexpr int kTransposeBlock = 8;
+BT_ALWAYS_INLINE void transpose_block(const float* src, size_t lds, int rows, int cols, float* dst, size_t ldd) {
     using S = Simd<float>;
     __m256 r[8], t[8], u[8];
     for (int j = 0; j < 8; ++j) r[j] = j < rows ? load_lanes(src + j * lds, cols) : S::zero();
@@ -251,35 +255,24 @@ BT_ALWAYS_INLINE void transpose_block8(const float* src, size_t lds, int rows, i
 }
 #endif
 
-// The same panels from B given transposed (B(k, n) = bt[n * ldb + k]): with AVX-512 floats, 16 x 16
-// blocks transposed in registers; otherwise each row of bt is read once, in order, and spread
+// The same panels from B given transposed (B(k, n) = bt[n * ldb + k]): floats with AVX-512 or
+// AVX2 in blocks transposed in registers; otherwise each row of bt is read once, in order, and spread
 // down its panel's column, KB rows of the panel at a time. Columns past N are left unwritten:
 // the tiles' masked loads never read them.
 template <typename T>
 inline void pack_panels_transposed(const T* bt, size_t ldb, size_t K, size_t N, T* dst) {
     constexpr int NR = kNV * Simd<T>::W;
     const size_t panels = (N + NR - 1) / NR;
-#if defined(__AVX512F__)
+#if defined(BT_REGISTER_TRANSPOSE)
     if constexpr (std::is_same_v<T, float>) {
+        constexpr int B = kTransposeBlock;
         for (size_t p = 0; p < panels; ++p) {
             T* d = dst + p * panel_stride<T>(K);
             const int c1 = int(std::min<size_t>(NR, N - p * NR));
-            for (int c0 = 0; c0 < c1; c0 += 16)
-                for (size_t k0 = 0; k0 < K; k0 += 16)
-                    transpose_block16(bt + (p * NR + c0) * ldb + k0, ldb, std::min(16, c1 - c0),
-                                      int(std::min<size_t>(16, K - k0)), d + k0 * NR + c0, NR);
-        }
-        return;
-    }
-#elif defined(__AVX2__) && defined(__FMA__)
-    if constexpr (std::is_same_v<T, float>) {
-        for (size_t p = 0; p < panels; ++p) {
-            T* d = dst + p * panel_stride<T>(K);
-            const int c1 = int(std::min<size_t>(NR, N - p * NR));
-            for (size_t k0 = 0; k0 < K; k0 += 8)
-                for (int c0 = 0; c0 < c1; c0 += 8)
-                    transpose_block8(bt + (p * NR + c0) * ldb + k0, ldb, std::min(8, c1 - c0),
-                                     int(std::min<size_t>(8, K - k0)), d + k0 * NR + c0, NR);
+            for (int c0 = 0; c0 < c1; c0 += B)
+                for (size_t k0 = 0; k0 < K; k0 += B)
+                    transpose_block(bt + (p * NR + c0) * ldb + k0, ldb, std::min(B, c1 - c0),
+                                    int(std::min<size_t>(B, K - k0)), d + k0 * NR + c0, NR);
         }
         return;
     }
@@ -485,20 +478,13 @@ auto sgd_to_tile(T* W, size_t ldw, T lr, T wd) {
 template <typename T>
 inline void transpose(const T* src, size_t rows, size_t cols, size_t lds, T* dst, size_t ld) {
     constexpr size_t B = 16;
-#if defined(__AVX512F__)
+#if defined(BT_REGISTER_TRANSPOSE)
     if constexpr (std::is_same_v<T, float>) {
-        for (size_t r0 = 0; r0 < rows; r0 += B)
-            for (size_t c0 = 0; c0 < cols; c0 += B)
-                transpose_block16(src + r0 * lds + c0, lds, int(std::min(B, rows - r0)), int(std::min(B, cols - c0)),
-                                  dst + c0 * ld + r0, ld);
-        return;
-    }
-#elif defined(__AVX2__) && defined(__FMA__)
-    if constexpr (std::is_same_v<T, float>) {
-        for (size_t r0 = 0; r0 < rows; r0 += 8)
-            for (size_t c0 = 0; c0 < cols; c0 += 8)
-                transpose_block8(src + r0 * lds + c0, lds, int(std::min<size_t>(8, rows - r0)),
-                                 int(std::min<size_t>(8, cols - c0)), dst + c0 * ld + r0, ld);
+        constexpr size_t R = kTransposeBlock;
+        for (size_t r0 = 0; r0 < rows; r0 += R)
+            for (size_t c0 = 0; c0 < cols; c0 += R)
+                transpose_block(src + r0 * lds + c0, lds, int(std::min(R, rows - r0)), int(std::min(R, cols - c0)),
+                                dst + c0 * ld + r0, ld);
         return;
     }
 #endif
