@@ -271,8 +271,6 @@ public:
     size_t cols() const { return view_.ndim == 2 ? size_t(view_.shape[1]) : 1; }
     void* data() const { return view_.buf; }
     bool is_integer() const { return kind_ == Kind::sint || kind_ == Kind::uint; }
-    // Element i as a signed 64-bit integer (integer buffers only; unsigned values past INT64_MAX
-    // come out negative and fail the bound checks).
     // f(p): p the elements as a pointer to their C type (integer buffers only).
     template <class F>
     void with_integers(F&& f) const {
@@ -284,6 +282,8 @@ public:
             default: return s ? f(static_cast<const int64_t*>(view_.buf)) : f(static_cast<const uint64_t*>(view_.buf));
         }
     }
+    // Element i as a signed 64-bit integer (integer buffers only; unsigned values past INT64_MAX
+    // come out negative and fail the bound checks).
     int64_t integer(size_t i) const {
         const char* p = static_cast<const char*>(view_.buf) + i * view_.itemsize;
         const bool s = kind_ == Kind::sint;
