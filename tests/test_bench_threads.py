@@ -27,6 +27,14 @@ def test_thread_counts_apply_to_burtorch_training_rows_only():
     assert harness.describe_config(jobs[1].config) == "e=4 b=2 threads=2"
 
 
+def test_compiled_chunk_rows_replay_chunks_of_about_64_rows_one_per_thread_at_least():
+    from burtorch.bench.specs import replay_chunk
+
+    # W4: a row per sample; W5: 8 rows (its block) per sample
+    assert [replay_chunk("mlp", b, t) for b, t in ((64, 1), (64, 2), (1, 1), (1, 2), (7, 2))] == [64, 32, 1, 1, 3]
+    assert [replay_chunk("gpt", b, t) for b, t in ((64, 1), (64, 2), (8, 1), (8, 2), (2, 2), (1, 2))] == [8, 8, 8, 4, 1, 1]
+
+
 def test_a_threaded_run_is_pinned_to_that_many_cores():
     assert harness.cores_for(None, 2) is None
     assert harness.cores_for(1, 1) == 1

@@ -24,6 +24,18 @@ MLP_BLOCK, MLP_EMBED_DIM, MLP_LR = 16, 64, 0.1
 GPT_BLOCK, GPT_DMODEL, GPT_LAYERS, GPT_HEADS, GPT_HEAD_SIZE, GPT_FF, GPT_LR = 8, 24, 6, 6, 4, 96, 3e-4
 LN_EPS = 1e-5
 
+# Rows of its layers that a replayed chunk of the compiled-chunk rows aims at: 64 W4 samples (a
+# row each) or 8 W5 ones (GPT_BLOCK rows each). W5 chunks of 64 samples, 512 rows, were ~8 %
+# slower than chunks of 8 at one thread and at two on a Zen 3 core: their frame outgrows L2.
+CHUNK_ROWS = 64
+
+
+def replay_chunk(workload: str, b: int, threads: int) -> int:
+    """Samples per chunk of the compiled-chunk rows for a batch of b samples: about CHUNK_ROWS rows,
+    and at most b / threads, so that every thread replays chunks of its own."""
+    rows = GPT_BLOCK if workload == "gpt" else 1
+    return max(1, min(CHUNK_ROWS // rows, b // threads))
+
 
 @dataclass(frozen=True)
 class Workload:

@@ -1,9 +1,10 @@
 """One thread against two, side by side in one process: single range records at the sizes of the
 W4/W5 steps (where the split thresholds come from), then whole training steps (grad_oracle + SGD)
-of W4 and W5: chunked, compiled per sample, and compiled per chunk (chunks of min(b, 64) / threads
-samples, so that each thread replays its own). Each line alternates the two counts run by run and prints
-medians, the speed-up and the CPU time per wall time of the two-thread runs (near 2 when both
-threads work; other processes on the machine lower it, so the header prints the load average).
+of W4 and W5: chunked, compiled per sample, and compiled per chunk (chunks of about 64 rows and at
+most b / threads samples, so that each thread replays its own: specs.replay_chunk). Each line
+alternates the two counts run by run and prints medians, the speed-up and the CPU time per wall
+time of the two-thread runs (near 2 when both threads work; other processes on the machine lower
+it, so the header prints the load average).
 
     python -m burtorch.bench.threads [--reps 15] [--only ops|steps|stores]
 
@@ -27,6 +28,7 @@ from functools import partial
 from typing import Any
 
 from ..app.arguments import positive_int
+from .specs import replay_chunk
 
 
 def _cpu() -> float:
@@ -126,7 +128,7 @@ def steps(reps: int) -> None:
             batches = [[([r.randrange(65) for _ in range(8)], [r.randrange(65) for _ in range(8)]) for _ in range(b)]
                        for _ in range(8)]
         opt = SGD(model.parameters(), lr=0.01)
-        # compiled-chunk: chunks of min(b, 64) / t samples, so each of t threads replays its own
+        # compiled-chunk: chunks of about 64 rows, at most b / t samples, so each of t threads replays its own
         kw = {"chunk": min(b, 64)} if mode == "chunk" else ({"compile": True} if mode == "compiled" else {})
         cursor = [0]
 
@@ -136,7 +138,8 @@ def steps(reps: int) -> None:
             if mode == "fused":  # one graph, the SGD update inside the sweep (SGD.fused_step)
                 opt.fused_step(model, batch, chunk=min(b, 64), threads=t)
                 return
-            extra = {"compile": True, "chunk": max(1, min(b, 64) // t)} if mode == "compiled-chunk" else kw
+            chunk = replay_chunk("mlp" if workload == "W4" else "gpt", b, t)
+            extra = {"compile": True, "chunk": chunk} if mode == "compiled-chunk" else kw
             bt.grad_oracle(model, batch, threads=t, **extra)
             opt.step()
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import burtorch as bt
 
 from ...app.paper_graphs import w1_expr, w2_expr
+from ..specs import replay_chunk
 from .impl_burtorch import BurtorchTrainRunner, _models, versions  # noqa: F401  (versions: read by the harness)
 
 
@@ -49,16 +50,16 @@ class CompiledTrainRunner(BurtorchTrainRunner):
 
 
 class CompiledChunkRunner(BurtorchTrainRunner):
-    """Chunks of min(b, 64) / threads samples, each one replay of the program of loss_batch over a
-    chunk: no Python per chunk, and with two threads each thread replays its own chunks (the
-    layers' weights read once per chunk)."""
+    """Chunks of about 64 rows (specs.replay_chunk), each one replay of the program of loss_batch
+    over a chunk: no Python per chunk, and with two threads each thread replays its own chunks
+    (the layers' weights read once per chunk)."""
 
-    timed_region = ("grad_oracle(model, batch, compile=True, chunk=min(b, 64) // threads): per chunk shape "
-                    "one trace of loss_batch (first step), every chunk replayed natively with seed k/b, "
-                    "threads replaying blocks of chunks; then SGD.step()")
+    timed_region = ("grad_oracle(model, batch, compile=True, chunk=k): k = min(64 / rows per sample, b // threads) "
+                    "(W4 64, W5 8 samples at most); per chunk shape one trace of loss_batch (first step), every "
+                    "chunk replayed natively with seed k/b, threads replaying blocks of chunks; then SGD.step()")
 
     def step(self, params, batch):
-        chunk = max(1, min(64, len(batch)) // self._threads)
+        chunk = replay_chunk(self.workload, len(batch), self._threads)
         loss = self._oracle(self.model, batch, compile=True, chunk=chunk, threads=self._threads)
         self._opt.step()
         return params, loss
