@@ -132,14 +132,15 @@ def steps(reps: int) -> None:
         kw = {"chunk": min(b, 64)} if mode == "chunk" else ({"compile": True} if mode == "compiled" else {})
         cursor = [0]
 
-        def step(t, model=model, opt=opt, batches=batches, kw=kw, cursor=cursor, mode=mode, b=b):
+        kind = "mlp" if workload == "W4" else "gpt"
+
+        def step(t, model=model, opt=opt, batches=batches, kw=kw, cursor=cursor, mode=mode, b=b, kind=kind):
             cursor[0] += 1
             batch = batches[cursor[0] % len(batches)]
             if mode == "fused":  # one graph, the SGD update inside the sweep (SGD.fused_step)
                 opt.fused_step(model, batch, chunk=min(b, 64), threads=t)
                 return
-            chunk = replay_chunk("mlp" if workload == "W4" else "gpt", b, t)
-            extra = {"compile": True, "chunk": chunk} if mode == "compiled-chunk" else kw
+            extra = {"compile": True, "chunk": replay_chunk(kind, b, t)} if mode == "compiled-chunk" else kw
             bt.grad_oracle(model, batch, threads=t, **extra)
             opt.step()
 
