@@ -269,10 +269,13 @@ def test_best_table_states_the_ratios_of_the_speed_targets():
 
     doc = {"runs": [run("burtorch-chunk", 1, 0.004, e=64), run("burtorch-chunk", 2, 0.002, e=64),
                     run("burtorch", 1, 0.006, e=64), run("jax-jit", 1, 0.005, e=64), run("torch-eager", 1, 0.008, e=64),
-                    run("gemm-floor", 1, 0.003, e=64), run("burtorch", 1, 0.01, workload="gpt"),
+                    run("gemm-floor", 1, 0.003, e=64), run("gemm-floor", 2, 0.0024, e=64),
+                    run("burtorch", 1, 0.01, workload="gpt"), run("burtorch", 1, 0.005, e=128),
+                    run("gemm-floor", 1, 0.004, e=128),
                     {"workload": "mlp", "entry": "mlx-eager", "status": "failed", "config": {"b": 64, "e": 64}}]}
     lines = table(doc)
     assert lines[2] == ("| W4 | e=64 b=64 | burtorch-chunk 4 | burtorch-chunk 2 | 2.00x | jax-jit 5 | 0.40 | 8 | 0.25 "
-                        "| 3 | 150 % |")
-    assert lines[3] == "| W5 | b=64 | burtorch 10 | - | - | - | - | - | - | - | - |"
-    assert len(lines) == 4
+                        "| 3 | 75 % | 2.4 | 1.25x |")
+    assert lines[3] == "| W4 | e=128 b=64 | burtorch 5 | - | - | - | - | - | - | 4 | 80 % | - | - |"
+    assert lines[4] == "| W5 | b=64 | burtorch 10 | - | - | - | - | - | - | - | - | - | - |"
+    assert len(lines) == 5

@@ -19,12 +19,18 @@ def test_thread_counts_apply_to_burtorch_training_rows_only():
     peer = harness.configs_for("mlp", fw.BY_NAME["torch-eager"], "quick", over)
     assert [c["threads"] for c in peer] == [1]
     floor = harness.configs_for("mlp", fw.BY_NAME["gemm-floor"], "quick", over)
-    assert [c["threads"] for c in floor] == [1]
+    assert [c["threads"] for c in floor] == [1, 2]  # the floor's BLAS on as many threads
     w1 = harness.configs_for("tiny", fw.BY_NAME["burtorch"], "quick", over)
     assert "threads" not in w1[0]  # W1-W3 build graphs from Python: one thread
     jobs, _ = harness.plan(["mlp"], [fw.BY_NAME["burtorch-chunk"]], "quick", over)
     assert [j.name for j in jobs] == ["burtorch-chunk", "burtorch-chunk (2 threads)"]
     assert harness.describe_config(jobs[1].config) == "e=4 b=2 threads=2"
+    # only the floor's BLAS gets more than one thread, and only on its two-thread row
+    jobs, _ = harness.plan(["mlp"], [fw.BY_NAME["gemm-floor"], fw.BY_NAME["burtorch-chunk"]], "quick", over)
+    blas = [(j.name, j.env.get("OPENBLAS_NUM_THREADS")) for j in jobs]
+    assert blas == [("gemm-floor", None), ("gemm-floor (2 threads)", "2"), ("burtorch-chunk", None),
+                    ("burtorch-chunk (2 threads)", None)]
+    assert all(j.env.get(v) == "2" for v in ("OMP_NUM_THREADS", "MKL_NUM_THREADS") for j in jobs[1:2])
 
 
 def test_compiled_chunk_rows_replay_chunks_of_about_64_rows_one_per_thread_at_least():
@@ -79,8 +85,13 @@ def test_floor_row_agrees_without_being_the_reference_and_gives_each_row_its_per
     assert rows[1]["agreement"] == "agrees with burtorch-chunk"
     header, body, _ = report.table_rows(rows)
     col, tcol = header.index("% of GEMM floor"), header.index("threads")
-    assert [b[col] for b in body] == ["25", "50", "100"]
+    assert [b[col] for b in body] == ["25", "-", "100"]  # no floor at two threads in this run
     assert [b[tcol] for b in body] == ["1", "2", "1"]
+    # with a two-thread floor, each row is set against the floor at its own thread count
+    rows.append(_row("gemm-floor (2 threads)", "gemm-floor", 0.8, 2, numbers={"gflop": 0.01}))
+    report.annotate(rows)
+    header, body, _ = report.table_rows(rows)
+    assert [b[col] for b in body] == ["25", "40", "100", "100"]
 
 
 def test_the_capacity_probe_times_one_process_then_two_and_never_stops_a_run():

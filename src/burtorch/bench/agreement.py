@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import math
 
-from .specs import W1_GOLDEN, W2_GOLDEN, W3_NAMES, close, w1_reference, w2_values
+from .specs import FLOOR, W1_GOLDEN, W2_GOLDEN, W3_NAMES, close, w1_reference, w2_values
 
 GRAD_KEYS = ("g", "dg/da", "dg/db")
 
 
 def _reference_row(rows):
     """burtorch's row when it ran, else the first peer that ran (stated in the verdict)."""
-    ok = [r for r in rows if r.get("status") == "ok" and r.get("entry") != "gemm-floor"]
+    ok = [r for r in rows if r.get("status") == "ok" and r.get("entry") != FLOOR]
     for r in ok:
         if r["entry"] == "burtorch" and r.get("name", "burtorch") == "burtorch":
             return r
@@ -64,7 +64,7 @@ def check(workload: str, rows: list) -> None:
     for row in rows:
         if row.get("status") != "ok":
             continue
-        if row.get("entry") == "gemm-floor":  # times matrix products; trains nothing
+        if row.get("entry") == FLOOR:  # times matrix products; trains nothing
             row["agrees"], row["agreement"] = True, "not a trainer: the GEMM floor of the step's shapes"
             continue
         if workload == "tiny":

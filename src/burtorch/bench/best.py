@@ -1,6 +1,7 @@
 """Per W4/W5 configuration of a bench run: burtorch's best row at one thread and at two, the
-fastest peer, PyTorch eager and the GEMM floor, as ratios (the figures the speed targets are
-stated in). Reads the results.json that `burtorch bench` writes.
+fastest peer, PyTorch eager and the GEMM floor (its BLAS on one thread, and on two when the run
+had two-thread rows), as ratios (the figures the speed targets are stated in). Reads the
+results.json that `burtorch bench` writes.
 
     python -m burtorch.bench.best docs/benchmarks/results/results.json
 """
@@ -12,9 +13,11 @@ import statistics
 import sys
 from pathlib import Path
 
+from .specs import FLOOR
+
 HEADER = ("| W | config | best burtorch row, 1 thread (ms) | best at 2 threads (ms) | 2 threads / 1 thread "
           "| fastest peer (ms) | best burtorch (any) / fastest peer | torch-eager (ms) | best / torch-eager "
-          "| GEMM floor (ms) | floor / best |")
+          "| GEMM floor (ms) | floor / best 1-thread row | floor, BLAS on 2 threads (ms) | its 2 threads / 1 thread |")
 
 
 def step_medians(doc: dict) -> dict:
@@ -40,7 +43,7 @@ def table(doc: dict) -> list[str]:
         r = rows[key]
         one = {e: t for (e, th), t in r.items() if e.startswith("burtorch") and th == 1}
         two = {e: t for (e, th), t in r.items() if e.startswith("burtorch") and th == 2}
-        peers = {e: t for (e, th), t in r.items() if not e.startswith("burtorch") and e != "gemm-floor"}
+        peers = {e: t for (e, th), t in r.items() if not e.startswith("burtorch") and e != FLOOR}
         if not one:
             continue
         b1 = min(one, key=one.__getitem__)
@@ -59,8 +62,9 @@ def table(doc: dict) -> list[str]:
             cells += ["-", "-"]
         te = peers.get("torch-eager")
         cells += [_g(te), f"{best / te:.2f}"] if te else ["-", "-"]
-        floor = r.get(("gemm-floor", 1))
-        cells += [_g(floor), f"{floor / best * 100:.0f} %"] if floor else ["-", "-"]
+        floor, floor2 = r.get((FLOOR, 1)), r.get((FLOOR, 2))
+        cells += [_g(floor), f"{floor / one[b1] * 100:.0f} %"] if floor else ["-", "-"]
+        cells += [_g(floor2), f"{floor / floor2:.2f}x" if floor else "-"] if floor2 else ["-", "-"]
         out.append("| " + " | ".join(cells) + " |")
     return out
 

@@ -77,8 +77,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--warmup", type=non_negative_int, help="untimed warm-up iterations / steps")
     p.add_argument("--embed", type=int_list, help="W4 hidden sizes e, e.g. 4,64,1024")
     p.add_argument("--batch", type=int_list, help="W4/W5 batch sizes b, e.g. 1,64")
-    p.add_argument("--threads", type=int_list, help="W4/W5: thread counts of the burtorch rows, e.g. 1,2 "
-                   "(a threads column; a run of N threads is pinned to N cores; peers run on one)")
+    p.add_argument("--threads", type=int_list, help="W4/W5: thread counts of the burtorch rows and of the GEMM "
+                   "floor's BLAS, e.g. 1,2 (a threads column; a run of N threads is pinned to N cores; peers run "
+                   "on one)")
     p.add_argument("--data", metavar="PATH",
                    help="a directory with names.txt / tinyshakespeare.txt, or one file for "
                         "W4/W5 (default: $BURTORCH_DATA, else the embedded corpus)")

@@ -18,7 +18,7 @@ from typing import Any
 
 from . import frameworks as fw
 from .child import PREFIX
-from .specs import PAPER_ITERS, W4_BATCH, W4_EMBED, W5_BATCH, WORKLOAD_ORDER, WORKLOADS
+from .specs import FLOOR, PAPER_ITERS, W4_BATCH, W4_EMBED, W5_BATCH, WORKLOAD_ORDER, WORKLOADS
 
 # One thread per library, whatever the library: the process is pinned to one core.
 THREAD_ENV = {
@@ -74,12 +74,21 @@ class Job:
 
 
 def thread_counts(entry: fw.Entry, workload: str, overrides: dict) -> list:
-    """The thread counts ``entry`` runs at: burtorch's W4/W5 rows at each of ``--threads``; every
-    other row (the peers, the GEMM floor, W1-W3) at one thread."""
+    """The thread counts ``entry`` runs at: burtorch's W4/W5 rows and the GEMM floor at each of
+    ``--threads`` (the floor's BLAS then gets that many threads: what a maintained BLAS makes of
+    the same cores on the same products); every other row (the peers, W1-W3) at one thread."""
     counts = overrides.get("threads") or [1]
-    if not (entry.name.startswith("burtorch") and WORKLOADS[workload].per_step):
+    if not ((entry.name.startswith("burtorch") or entry.name == FLOOR) and WORKLOADS[workload].per_step):
         return [1]
     return list(counts)
+
+
+def blas_threads_env(entry: fw.Entry, threads: int) -> dict:
+    """The environment a run adds to THREAD_ENV: the GEMM floor's BLAS gets the row's thread count
+    (BLAS libraries read it when loaded); every other library keeps one thread."""
+    if entry.name != FLOOR or threads <= 1:
+        return {}
+    return {v: str(threads) for v in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS")}
 
 
 def configs_for(workload: str, entry: fw.Entry, preset: str, overrides: dict) -> list:
@@ -127,7 +136,8 @@ def plan(workloads, entries, preset="full", overrides=None, against=()) -> tuple
                 continue
             for config in configs_for(workload, entry, preset, overrides):
                 t = int(config.get("threads", 1))
-                jobs.append(Job(entry, workload, config, label=f"{entry.name} ({t} threads)" if t > 1 else ""))
+                jobs.append(Job(entry, workload, config, label=f"{entry.name} ({t} threads)" if t > 1 else "",
+                                env=blas_threads_env(entry, t)))
                 if entry.name in ("burtorch", "burtorch-compiled"):
                     for label, python in against:
                         jobs.append(Job(entry, workload, config, python=python,

@@ -15,7 +15,7 @@ from typing import Any
 from ..io.atomic import write_atomic
 from ..viz.plots import save_figure
 from . import agreement, paper
-from .specs import PAPER_ITERS, WORKLOAD_ORDER, WORKLOADS
+from .specs import FLOOR, PAPER_ITERS, WORKLOAD_ORDER, WORKLOADS
 
 
 def write_text(path, text: str) -> None:
@@ -77,10 +77,6 @@ def annotate(runs: list) -> None:
                 r["summary"][phase] = {"median": med, "min": lo, "max": hi, "ratio": ratio}
 
 
-# The pseudo-framework whose row is the machine's single-thread GEMM time for a step's shapes.
-FLOOR = "gemm-floor"
-
-
 def computed(row: dict) -> str:
     nums, w = row["numbers"], row["workload"]
     if row.get("entry") == FLOOR:
@@ -100,22 +96,28 @@ def _fmt(x, digits=4) -> str:
     return f"{x:.{digits}g}"
 
 
+def _threads(row: dict) -> int:
+    return int((row.get("config") or {}).get("threads", 1))
+
+
 def table_rows(rows: list) -> tuple:
     """(header, body rows of strings, notes) for one workload/config group."""
     w = rows[0]["workload"]
     header = ["framework", "threads", "phase", "units/run", f"median ({unit_label(w)})", "min", "max",
               "x burtorch", "% of GEMM floor", "peak RSS MB", "init s", "computed", "agrees"]
-    floor = next((r for r in rows if r.get("entry") == FLOOR and r["status"] == "ok"), None)
+    # each row against the floor at its own thread count (the floor's BLAS ran with as many)
+    floors = {_threads(r): r for r in rows if r.get("entry") == FLOOR and r["status"] == "ok"}
     body, notes = [], []
     for r in rows:
         if r["status"] != "ok":
             continue
+        floor = floors.get(_threads(r))
         for phase, s in r["summary"].items():
             of_floor = "-"
             if floor is not None and phase in floor["summary"]:
                 of_floor = f"{100 * floor['summary'][phase]['median'] / s['median']:.0f}"
             body.append([
-                r["name"], str((r.get("config") or {}).get("threads", 1)), phase, f"{r['n'][phase]:,}",
+                r["name"], str(_threads(r)), phase, f"{r['n'][phase]:,}",
                 _fmt(s["median"]), _fmt(s["min"]), _fmt(s["max"]), _fmt(s["ratio"], 3), of_floor,
                 f"{r['peak_rss'] / 2**20:.1f}", _fmt(r.get("init_s"), 3), computed(r),
                 "yes" if r.get("agrees") else "NO",
@@ -363,7 +365,8 @@ def render_readme(doc: dict, png_names: dict, png_prefix: str = "") -> str:
         f"Preset `{meta['preset']}`; started {meta['started']}, took {meta['elapsed_s']:.0f} s. "
         "Each (framework, workload, configuration) ran in its own fresh Python process "
         f"pinned to CPU {meta.get('cpu')} (`os.sched_setaffinity`), with one library thread "
-        "(OMP/MKL/XLA/torch set to 1), a warm-up, then the timed repetitions.",
+        "(OMP/MKL/XLA/torch set to 1), a warm-up, then the timed repetitions. A row of N threads "
+        "(burtorch's, or the GEMM floor's BLAS) is pinned to N cores.",
         "",
         "- Times: median, min and max over the repetitions. W1/W2/W3 are shown per the paper's "
         "count (100,000 / 20,000 / 5,000); `units/run` says how many iterations each timed run "

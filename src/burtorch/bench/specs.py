@@ -24,6 +24,9 @@ MLP_BLOCK, MLP_EMBED_DIM, MLP_LR = 16, 64, 0.1
 GPT_BLOCK, GPT_DMODEL, GPT_LAYERS, GPT_HEADS, GPT_HEAD_SIZE, GPT_FF, GPT_LR = 8, 24, 6, 6, 4, 96, 3e-4
 LN_EPS = 1e-5
 
+# The pseudo-framework whose W4 rows time a step's six matrix products through numpy's BLAS.
+FLOOR = "gemm-floor"
+
 # Rows of its layers that a replayed chunk of the compiled-chunk rows aims at: 64 W4 samples (a
 # row each) or 8 W5 ones (GPT_BLOCK rows each). W5 chunks of 64 samples, 512 rows, were ~8 %
 # slower than chunks of 8 at one thread and at two on a Zen 3 core: their frame outgrows L2.

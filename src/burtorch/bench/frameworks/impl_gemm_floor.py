@@ -1,6 +1,8 @@
-"""The GEMM floor of a W4 step: its six matrix products as single-thread float32 GEMMs through
-numpy's BLAS (the harness holds every BLAS to one thread), and nothing else: no activation, no
-loss, no update. A trainer's time over this row's is how far it is from the machine's floor."""
+"""The GEMM floor of a W4 step: its six matrix products as float32 GEMMs through numpy's BLAS,
+and nothing else: no activation, no loss, no update. A trainer's time over this row's is how far
+it is from the machine's floor. The harness holds the BLAS to the row's thread count: one, or
+with `--threads 1,2` also two (then the row shows what a maintained BLAS gets from the second
+core on the same products)."""
 from __future__ import annotations
 
 import numpy as np
@@ -14,7 +16,8 @@ def versions() -> dict:
 
 
 class FloorRunner:
-    timed_region = ("six float32 numpy.dot calls into preallocated outputs, one step's shapes: "
+    timed_region = ("six float32 numpy.dot calls into preallocated outputs (BLAS at the row's thread count), "
+                    "one step's shapes: "
                     "x W1^T, h W2^T (forward), gl^T h, gl W2, gh^T x, gh W1 (backward)")
 
     def __init__(self, config: dict):
@@ -30,7 +33,7 @@ class FloorRunner:
         self.h, self.logits, self.gh = mat(b, e), mat(b, vocab), mat(b, e)
         self.gW2, self.gW1, self.gx = mat(vocab, e), mat(e, n_in), mat(b, n_in)
         self.W1t, self.W2t, self.glt, self.ght = self.W1.T, self.W2.T, self.gl.T, self.gh.T
-        self.info = {"vocab": vocab, "data": source, "BLAS threads": 1}
+        self.info = {"vocab": vocab, "data": source, "BLAS threads": int(config.get("threads", 1))}
         self._gflop = 2.0 * 3 * (b * n_in * e + b * e * vocab) / 1e9
 
     def run(self, phase: str, n: int) -> None:
