@@ -876,7 +876,7 @@ static nb::tuple fused_sgd_chunk_typed(ProgramBox& box, bt::Program<T>& P, bt::W
     // linear records reading each in-place weight (arena_weights: sorted, disjoint), in one pass
     std::vector<uint32_t> readers(P.arena_weights.size(), 0);
     for (const bt::Record& r : P.recs) {
-        if (r.op != bt::Op::linear) continue;
+        if (!bt::reads_linear_weight(r.op)) continue;
         const uint32_t first = bt::decode_operands(P.args.data() + r.a).v[1].first(0);
         const auto it = std::lower_bound(P.arena_weights.begin(), P.arena_weights.end(), bt::Span{first, 0});
         if (it != P.arena_weights.end() && it->first == first) ++readers[size_t(it - P.arena_weights.begin())];

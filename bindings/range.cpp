@@ -112,6 +112,49 @@ static VectorBox linear(nb::handle x_h, nb::handle W_h, nb::handle b_h) {
                 [&](auto& A) { return bt::append_linear(A, x.spans, W.spans, b ? &b->spans : nullptr, r32, in, out); });
 }
 
+// A lookup feeding a linear layer as one record: row r of x is the table rows
+// ids[r P .. r P + P) side by side, P = in / d (csrc/range/lookup_linear.hpp).
+static VectorBox lookup_linear(const VectorBox& table, nb::handle ids_h, const VectorBox& W, nb::handle b_h) {
+    ConstantsGuard guard;
+    std::optional<VectorBox> b;
+    if (!b_h.is_none()) b = as_vector(b_h, &W, "lookup_linear()");
+    same_arena(table, W, "lookup_linear()");
+    if (b) same_arena(table, *b, "lookup_linear()");
+    if (!table.rows || !table.contiguous())
+        throw nb::value_error("lookup_linear(): the table must be a contiguous matrix (V x d)");
+    if (!W.rows || !W.contiguous())
+        throw nb::value_error("lookup_linear(): W must be a contiguous matrix (out x in), a parameter block");
+    const uint32_t d = table.cols, in = W.cols, out = W.rows;
+    if (in % d != 0)
+        throw nb::value_error(("lookup_linear(): W's " + std::to_string(in) + " inputs are not a whole number of " +
+                               std::to_string(d) + "-wide table rows")
+                                  .c_str());
+    if (b && (b->size != out || !b->contiguous()))
+        throw nb::value_error(
+            ("lookup_linear(): the bias must be a contiguous vector of " + std::to_string(out) + " elements").c_str());
+    std::vector<uint32_t> ids;
+    {
+        IdRead reading;
+        ids = parse_ids(ids_h, table.rows, "lookup_linear()", "token id");
+    }
+    const size_t per_row = in / d;
+    if (ids.empty() || ids.size() % per_row != 0)
+        throw nb::value_error(("lookup_linear(): " + std::to_string(ids.size()) + " ids do not make whole rows of " +
+                               std::to_string(per_row) + " ids")
+                                  .c_str());
+    std::vector<int64_t> traced;
+    traced_id_positions(ids_h, traced);
+    table.check();
+    W.check();
+    if (b) b->check();
+    const uint32_t rows = bt::checked_u32(ids.size() / per_row);
+    VectorBox out_v = emit(W, size_t(rows) * out, rows, out, [&](auto& A) {
+        return bt::append_lookup_linear(A, table.spans, W.spans, b ? &b->spans : nullptr, d, ids.data(), rows, in, out);
+    });
+    record_id_inputs(table.arena, traced, table.rows);
+    return out_v;
+}
+
 static VectorBox softmax(nb::handle x_h) {
     ConstantsGuard guard;
     VectorBox x = as_vector(x_h, nullptr, "softmax()");
@@ -306,6 +349,32 @@ Returns:
 Raises:
     ValueError: shapes that do not match, or a weight or bias with gaps.
     TypeError: operands of different dtypes.
+    StaleValueError: an operand was rewound away.)doc");
+    m.def("lookup_linear", &lookup_linear, nb::arg("table"), nb::arg("ids"), nb::arg("weight"),
+          nb::arg("bias") = nb::none(),
+          nb::sig("def lookup_linear(table: Vector, ids: Sequence[int] | ArrayLike, weight: Vector, "
+                  "bias: Vector | None = None) -> Vector"),
+          R"doc(``linear(embedding(table, ids).reshape(rows, in), weight, bias)`` as one record.
+
+Row r of the layer's input is the table rows ``ids[r * P : (r + 1) * P]`` side by side, with
+``P = in / d``. The looked-up rows are never stored. From ``rows >= 1.5 V`` the record computes
+through one (V x out) product per position instead of the (rows x in) input, which is less
+work when a chunk repeats the table's rows. The path depends on the shapes alone, so a replay
+and any thread count compute the same bits. Ids may be traced program inputs.
+
+Args:
+    table: a contiguous (V x d) matrix.
+    ids: ``rows * P`` ints, each in [0, V).
+    weight: the (out x in) weight matrix, contiguous, with ``in`` a multiple of d.
+    bias: a contiguous vector of ``out`` elements, or None.
+
+Returns:
+    A (rows x out) matrix.
+
+Raises:
+    ValueError: shapes that do not match, or ids that do not fill whole rows.
+    IndexError: an id outside [0, V).
+    TypeError: operands of different dtypes, or ids that are not ints.
     StaleValueError: an operand was rewound away.)doc");
     m.def("softmax", &softmax, nb::arg("x"), nb::sig("def softmax(x: VectorLike) -> Vector"),
           R"doc(Softmax of a vector, or of each row of a matrix: one record.

@@ -23,7 +23,7 @@
 
 namespace bt {
 
-// The W operands of linear records swept from `root` that lie inside `params` and that no other
+// The W operands of linear records (reads_linear_weight) swept from `root` that lie inside `params` and that no other
 // argument of a swept record touches, by first slot (sorted, each once).
 template <typename T>
 std::vector<Span> fusable_weights(const Arena<T>& A, uint32_t root, const std::vector<Span>& params) {
@@ -38,7 +38,7 @@ std::vector<Span> fusable_weights(const Arena<T>& A, uint32_t root, const std::v
     };
     for (size_t k = lo; k <= size_t(top); ++k) {
         const Record& r = A.record(k);
-        if (r.op != Op::linear) continue;
+        if (!reads_linear_weight(r.op)) continue;
         const Operands o = decode_operands(A.args() + r.a);
         if (o.v[1].n != 1) continue;
         const Span w{o.v[1].first(0), o.v[1].len(0)};
@@ -55,7 +55,7 @@ std::vector<Span> fusable_weights(const Arena<T>& A, uint32_t root, const std::v
     std::vector<bool> other(cand.size(), false);
     for (size_t k = lo; k <= size_t(top); ++k) {
         const Record& r = A.record(k);
-        const bool is_linear = r.op == Op::linear;
+        const bool is_linear = reads_linear_weight(r.op);
         A.visit_args(r, [&](uint32_t operand, uint32_t first, uint32_t len) {
             if (first >= end) return;
             for (size_t c = 0; c < cand.size(); ++c) {

@@ -84,7 +84,8 @@ namespace bt {
     X(layer_norm)           \
     X(attention)            \
     X(multi_head_attention) \
-    X(gather)
+    X(gather)               \
+    X(lookup_linear)
 
 enum class Op : uint16_t {
     leaf = 0,
@@ -118,6 +119,10 @@ inline const OpInfo& op_info(Op op) {
     };
     return table[static_cast<uint32_t>(op)];
 }
+
+// Range ops whose operand 1 is a linear layer's W (out x in, one span), which their products
+// alone read: the layer itself, and a lookup feeding one (range/lookup_linear.hpp).
+inline bool reads_linear_weight(Op op) { return op == Op::linear || op == Op::lookup_linear; }
 
 // ---- helpers used by the tables ----
 

@@ -310,7 +310,7 @@ std::vector<Span> only_read_as_weights(const Program<T>& P, const std::vector<Sp
         const uint32_t kops = *p++;
         for (uint32_t v = 0; v < kops; ++v) {
             const uint32_t n = *p++;
-            const bool w_of_linear = r.op == Op::linear && v == 1 && n == 1;
+            const bool w_of_linear = reads_linear_weight(r.op) && v == 1 && n == 1;
             for (uint32_t i = 0; i < n; ++i, p += 2) {
                 if (w_of_linear && std::binary_search(cand.begin(), cand.end(), Span{p[0], p[1]})) continue;
                 hit(p[0], p[1]);
@@ -564,12 +564,13 @@ Program<T> Program<T>::build(const Arena<T>& A, const TraceSpec& s) {
     }
     if (at < P.n_ext) P.ext_not_wrt.emplace_back(at, P.n_ext - at);
     for (const Record& r : P.recs) {
-        if (r.op != Op::linear) continue;
+        if (!reads_linear_weight(r.op)) continue;
         const Operands o = decode_operands(P.args.data() + r.a);
         const uint32_t rows = o.tail[0], nin = o.tail[1], nout = o.tail[2], w = o.v[1].first(0);
         const bool seen = std::any_of(P.transposed_weights.begin(), P.transposed_weights.end(),
                                       [&](const auto& t) { return t.slot == w; });
-        if (linear_forward_transposes_w(rows, nin, nout) && w + nin * nout <= P.n_ext && !seen)
+        // (a lookup's layer reads W as it is)
+        if (r.op == Op::linear && linear_forward_transposes_w(rows, nin, nout) && w + nin * nout <= P.n_ext && !seen)
             P.transposed_weights.push_back({w, nout, nin});
         if (w + nin * nout <= P.n_ext) P.arena_weights.emplace_back(w, nin * nout);
     }

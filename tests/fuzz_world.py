@@ -487,6 +487,7 @@ TEMPLATES = {
     "bt.linear": ["vec64", "linear.weight"], "bt.attention": ["q64", "q64", "q64"],
     "bt.multi_head_attention": ["qkv64", "2"], "bt.softmax": ["mat64"], "bt.cross_entropy": ["mat64", "[0, 1, 2]"],
     "bt.layer_norm": ["mat64", "[1.0, 1.0, 1.0, 1.0]", "[0.0, 0.0, 0.0, 0.0]"], "bt.embedding": ["mat64", "[0, 1]"],
+    "bt.lookup_linear": ["mat64", "[0, 1]", "mat64"],
     "bt.leaves": ["[[1, 2], [3, 4]]"], "bt.vector": ["[v64, 2.0, w64]"], "bt.cat": ["[vec64, mat64]"],
     "bt.hcat": ["[mat64, mat64]"], "bt.dot": ["vec64", "[1.0, 2.0, 3.0]"], "bt.vsum": ["cols64"],
     "bt.reduce_sum": ["[v64, 2.0, w64]"], "bt.reduce_mul": ["[v64, 2.0, w64]"], "bt.variance": ["[v64, 2.0, w64]"],

@@ -5,7 +5,8 @@ a weight could be fused; these tests hold it to that on both models, both dtypes
 decay, threads, shared weights, dead branches and the fallbacks. Two exceptions on several
 threads sum one partial gradient per thread, the same on every run and within rounding of one
 thread's: a layer of at least 1.5 MiB of weights (its input gradient), and a compiled step's
-lookup whose rows only its first layer reads (the table's gradient).
+lookup whose rows only the next linear record reads (the table's gradient). MakemoreMLP's own
+lookup runs inside its first layer's record (lookup_linear), one thread's bits on any count.
 """
 import random
 
@@ -16,6 +17,7 @@ import burtorch as bt
 from burtorch import _core, nn
 from burtorch.optim import SGD
 from burtorch.oracle import grad_oracle
+from lookup_models import TwoRecordMLP
 
 
 def _twins(make):
@@ -237,35 +239,39 @@ def test_fp32_sgd_step_matches_pytorch_bit_for_bit():
 
 @pytest.mark.parametrize("hidden", [64, 256])
 def test_compiled_fused_step_on_two_threads_runs_the_lookup_with_its_layer(hidden, rng):
-    """The chunk program's lookup feeds only the first layer: on two threads the compiled fused
-    step runs the two as one op, each thread looking every row up itself. After one step every
-    parameter but the table has one thread's bits (the same gradients reach them); the table
-    takes one partial gradient per thread, summed in order: within rounding of one thread's, and
-    the same on every run."""
+    """A chunk program whose lookup feeds only the next linear record: on two threads the compiled
+    fused step runs the two as one op, each thread looking every row up itself. After one step
+    every parameter but the table has one thread's bits (the same gradients reach them); the
+    table takes one partial gradient per thread, summed in order: within rounding of one
+    thread's, and the same on every run. MakemoreMLP's lookup_linear record has no such pair and
+    one thread's bits everywhere, the table's included."""
     if _core._allowed_cores() < 2:
         pytest.skip("needs two cores")
-    make = lambda: nn.MakemoreMLP.paper(hidden=hidden, dtype=bt.float32)  # noqa: E731
-    m1, m2 = _twins(make)
-    m3, _ = _twins(make)
-    for (_, pa), (_, pc) in zip(m1.state_dict().items(), m3.state_dict().items()):
-        pc.set_data(pa.tolist())
-    opts = [SGD(m.parameters(), lr=0.1) for m in (m1, m2, m3)]
-    for step, batch in enumerate(_mlp_batches(rng, 64, 3)):
-        for m, opt, threads in zip((m1, m2, m3), opts, (1, 2, 2)):
-            opt.fused_step(m, batch, chunk=64, threads=threads, compile=True)
-        p1, p2 = _params(m1), _params(m2)
-        if step == 0:
-            for k in p1:
-                if k != "embed.weight":
-                    assert np.array_equal(p1[k], p2[k]), k
-            assert not np.array_equal(p1["embed.weight"], p2["embed.weight"]), "the table took one sum"
-        for k in p1:
-            assert np.abs(p1[k] - p2[k]).max() <= 1e-5 * np.abs(p1[k]).max(), k
-        _assert_same_params(m2, m3)
     from burtorch import oracle_compiled
 
-    prog = oracle_compiled._cached_program(m2, oracle_compiled._uniform_chunk_key(64, (16, 0)))
-    assert prog.lookups_into_layers == 1
+    for cls, pairs in ((TwoRecordMLP, 1), (nn.MakemoreMLP, 0)):
+        make = lambda: cls(vocab=27, block=16, emb=64, hidden=hidden, dtype=bt.float32)  # noqa: E731
+        m1, m2 = _twins(make)
+        m3, _ = _twins(make)
+        for (_, pa), (_, pc) in zip(m1.state_dict().items(), m3.state_dict().items()):
+            pc.set_data(pa.tolist())
+        opts = [SGD(m.parameters(), lr=0.1) for m in (m1, m2, m3)]
+        for step, batch in enumerate(_mlp_batches(rng, 64, 3)):
+            for m, opt, threads in zip((m1, m2, m3), opts, (1, 2, 2)):
+                opt.fused_step(m, batch, chunk=64, threads=threads, compile=True)
+            p1, p2 = _params(m1), _params(m2)
+            if step == 0:
+                for k in p1:
+                    if k != "embed.weight" or not pairs:
+                        assert np.array_equal(p1[k], p2[k]), (cls.__name__, k)
+                if pairs:
+                    assert not np.array_equal(p1["embed.weight"], p2["embed.weight"]), "the table took one sum"
+            for k in p1:
+                assert np.abs(p1[k] - p2[k]).max() <= 1e-5 * np.abs(p1[k]).max(), k
+            _assert_same_params(m2, m3)
+        prog = oracle_compiled._cached_program(m2, oracle_compiled._uniform_chunk_key(64, (16, 0)))
+        assert prog.lookups_into_layers == pairs
+        assert prog.ops().get("lookup_linear", 0) == 1 - pairs
 
 
 def test_a_lookup_read_elsewhere_stays_apart(rng):
@@ -308,7 +314,7 @@ def test_fused_step_on_two_threads_sums_partial_input_gradients_of_a_wider_layer
     if _core._allowed_cores() < 2:
         pytest.skip("needs two cores")
     hidden = 512 if dtype == bt.float32 else 256
-    make = lambda: nn.MakemoreMLP.paper(hidden=hidden, dtype=dtype)  # noqa: E731
+    make = lambda: TwoRecordMLP(vocab=27, block=16, emb=64, hidden=hidden, dtype=dtype)  # noqa: E731
     m1, m2 = _twins(make)
     m3, _ = _twins(make)
     for (_, pa), (_, pc) in zip(m1.state_dict().items(), m3.state_dict().items()):

@@ -10,6 +10,7 @@ import pytest
 
 import burtorch as bt
 from burtorch import nn
+from lookup_models import TwoRecordMLP
 
 CORES = bt._core._allowed_cores()
 needs_two = pytest.mark.skipif(CORES < 2, reason="this process may use one core only")
@@ -316,7 +317,7 @@ def test_stress_many_short_fused_steps_run_with_their_lookup_agree_bitwise():
     from burtorch.optim import SGD
 
     bt.manual_seed(4)
-    model = nn.MakemoreMLP(vocab=27, block=16, emb=16, hidden=64, dtype=bt.float32)
+    model = TwoRecordMLP(vocab=27, block=16, emb=16, hidden=64, dtype=bt.float32)
     r = random.Random(8)
     batch = [([r.randrange(27) for _ in range(16)], r.randrange(27)) for _ in range(16)]
     start = model.parameter_vector().tolist()
@@ -334,6 +335,27 @@ def test_stress_many_short_fused_steps_run_with_their_lookup_agree_bitwise():
     one = np.array(model.parameter_vector().tolist())
     assert not np.array_equal(one, ref), "the table's gradient should be summed from two partials"
     np.testing.assert_allclose(one, ref, rtol=0, atol=1e-5 * np.abs(one).max())
+
+
+@needs_two
+def test_stress_many_short_fused_steps_through_lookup_tables_keep_one_threads_bits():
+    """MakemoreMLP's lookup_linear over 16 rows of a 10-id table runs through the tables, split
+    by units, positions and table columns: many short two-thread fused steps, eager and compiled,
+    all give one thread's bits; a lost, doubled or racing task would show in them."""
+    from burtorch.optim import SGD
+
+    bt.manual_seed(6)
+    model = nn.MakemoreMLP(vocab=10, block=16, emb=16, hidden=64, dtype=bt.float32)
+    r = random.Random(9)
+    batch = [([r.randrange(10) for _ in range(16)], r.randrange(10)) for _ in range(16)]
+    start = model.parameter_vector().tolist()
+    opt = SGD(model.parameters(), lr=0.5)
+    opt.fused_step(model, batch, chunk=16, threads=1)
+    one = np.array(model.parameter_vector().tolist())
+    for i in range(80):
+        model.parameter_vector().set_data(start)
+        opt.fused_step(model, batch, chunk=16, threads=2, compile=bool(i % 2))
+        np.testing.assert_array_equal(np.array(model.parameter_vector().tolist()), one)
 
 
 @needs_two

@@ -4,6 +4,7 @@
 #include "attention.hpp"
 #include "gather.hpp"
 #include "linear.hpp"
+#include "lookup_linear.hpp"
 #include "map.hpp"
 #include "norm.hpp"
 #include "reduce.hpp"
@@ -32,6 +33,7 @@ void range_forward(const Frame<T>& A, const Record& r, const uint32_t* rargs) {
         case Op::attention: return attention_forward(A, r, o);
         case Op::multi_head_attention: return mha_forward(A, r, o);
         case Op::gather: return gather_forward(A, r, o);
+        case Op::lookup_linear: return lookup_linear_forward(A, r, o);
         default: return;
     }
 }
@@ -53,6 +55,7 @@ void range_backward(const Frame<T>& A, const Record& r, const uint32_t* rargs) {
         case Op::attention: return attention_backward(A, r, o);
         case Op::multi_head_attention: return mha_backward(A, r, o);
         case Op::gather: return gather_backward(A, r, o);
+        case Op::lookup_linear: return lookup_linear_backward(A, r, o);
         default: return;
     }
 }

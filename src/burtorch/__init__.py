@@ -47,6 +47,7 @@ from ._core import (  # noqa: F401  (re-exported API: the engine, its types and 
     leaves,
     linear,
     log,
+    lookup_linear,
     mean,
     mean_squares,
     mul,

@@ -225,6 +225,48 @@ static void test_lookup_into_a_layer(uint32_t out, uint32_t d = 64, uint32_t blo
     CHECK(same < one.table_g.size(), "the table's grads are summed from two partials (all %zu equal)", same);
 }
 
+// A lookup feeding a layer as one record (range/lookup_linear.hpp), through its per-position
+// tables (rows >= 1.5 V), in an eager fused SGD step: on two threads its tasks split the tables
+// by units, positions and table columns, and every result has one thread's bits.
+template <typename T>
+static void test_lookup_linear_tables(uint32_t out, uint32_t d, uint32_t block) {
+    if (th::num_threads() < 2) return;
+    using bt::Op;
+    using bt::Spans;
+    const uint32_t V = 13, rows = 40, in = block * d;
+    std::mt19937 rng(11);
+    std::uniform_real_distribution<double> u(-0.5, 0.5);
+    std::vector<uint32_t> ids(size_t(rows) * block), targets(rows);
+    for (uint32_t& id : ids) id = uint32_t(rng() % V);
+    for (uint32_t& t : targets) t = uint32_t(rng() % out);
+    std::vector<T> start(size_t(V) * d + size_t(out) * in + out);
+    for (T& v : start) v = T(u(rng));
+    struct Run {
+        T loss;
+        std::vector<T> values, grads;
+    };
+    auto run = [&](int threads) {
+        th::CallThreads scope(threads);
+        bt::Arena<T> A;
+        const uint32_t table = A.new_slots(V * d), w = A.new_slots(size_t(out) * in), b = A.new_slots(out);
+        std::copy(start.begin(), start.end(), A.values() + table);
+        const Spans bias{{b, out}};
+        const uint32_t y = bt::append_lookup_linear(A, Spans{{table, V * d}}, Spans{{w, out * in}}, &bias, d,
+                                                    ids.data(), rows, in, out);
+        const uint32_t h = bt::append_map_unary(A, Op::tanh, Spans{{y, rows * out}}, 0.0);
+        const uint32_t root = bt::append_cross_entropy(A, Spans{{h, rows * out}}, rows, out, targets.data());
+        const std::vector<bt::Span> params{{table, uint32_t(start.size())}};
+        const size_t fused = bt::sgd_fused_backward(A, root, T(1), params, params, 0.1, 0.01);
+        CHECK(fused == 1, "%d threads: W fused (%zu)", threads, fused);
+        return Run{A.values()[root], std::vector<T>(A.values() + table, A.values() + table + start.size()),
+                   std::vector<T>(A.grads() + table, A.grads() + table + start.size())};
+    };
+    const Run one = run(1), two = run(2), again = run(2);
+    CHECK(one.loss == two.loss, "the loss differs on two threads");
+    CHECK(one.values == two.values && two.values == again.values, "the stepped parameters differ on two threads");
+    CHECK(one.grads == two.grads && two.grads == again.grads, "the gradients differ on two threads");
+}
+
 // Which layers split on two threads: by multiply-adds from a few rows on, by weights below
 // gemm::kAxpyRows rows, where a split hands W between the cores every step and pays only for a W
 // beyond one core's cache.
@@ -317,6 +359,8 @@ int main() {
     // rows of 7 ids' values (x 35 wide, its last panel cut): lookups across the panels' edges
     test_lookup_into_a_layer<float>(64, 7, 5);
     test_lookup_into_a_layer<double>(256, 7, 5);
+    test_lookup_linear_tables<float>(96, 64, 8);
+    test_lookup_linear_tables<double>(40, 23, 8);  // table columns and units cut within a panel
     test_threaded_replay();
     test_fork_child_has_a_working_pool();
     std::printf("test_threads: %d failures\n", failures);

@@ -47,15 +47,16 @@ class MakemoreMLP(Module):
         return _core.cross_entropy(self.forward(context), target)
 
     def loss_batch(self, samples: Sequence[tuple[Sequence[int], int]]) -> _core.Value:
-        """Mean loss of k (context, target) samples as ONE graph: the contexts' embeddings form a
-        (k x block*emb) view and each layer is one record over k rows (W is read once, not k times)."""
+        """Mean loss of k (context, target) samples as ONE graph: each layer is one record over k
+        rows (W is read once, not k times), the first one with the lookup inside it
+        (``lookup_linear``: from 1.5 V rows on it works through the table instead of k contexts)."""
         ids: list[int] = []
         for ctx, _ in samples:
             if len(ctx) != self.block:
                 raise ValueError(f"MakemoreMLP expects contexts of {self.block} token ids, got {len(ctx)}")
             ids.extend(ctx)
-        x = self.embed(ids).reshape(len(samples), self.block * self.emb_dim)
-        return _core.cross_entropy(self.fc2(self.fc1(x).tanh()), [t for _, t in samples])
+        h = _core.lookup_linear(self.embed.weight, ids, self.fc1.weight, self.fc1.bias)
+        return _core.cross_entropy(self.fc2(h.tanh()), [t for _, t in samples])
 
     def extra_repr(self) -> str:
         return f"vocab={self.vocab}, block={self.block}, emb={self.emb_dim}, hidden={self.hidden}"

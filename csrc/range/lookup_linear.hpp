@@ -1,0 +1,195 @@
+// A lookup feeding a linear layer, as one record: y = x W^T + b, where row r of x is the table
+// rows ids[r P], ..., ids[r P + P - 1] side by side (P = in / d positions of d values: a chunk's
+// embedded contexts into its first layer). Operands: the table (one span, V x d), W (one span,
+// out x in), optionally b (one span of out). Tail: [rows, in, out, has_bias, d, ids (rows P)].
+//
+// A chunk of many rows repeats the table's few rows at every position, so from rows >= 1.5 V the
+// record computes through per-position tables instead of x. With W_p the d columns of W that
+// position p reads:
+//   forward:  T_p = table W_p^T (V x out);  y[r] = b + T_0[ids(r, 0)] + ... + T_{P-1}[ids(r, P-1)]
+//   backward: G_p = the rows of gy summed by ids(., p) (V x out);
+//             g(table) += sum_p G_p W_p;  gW_p += G_p^T table (or W_p takes its SGD step)
+// V rows of work per position instead of `rows`, and no input gradient to scatter. At W4's shape
+// (27 ids, 16 positions of 64, one Zen 3 core) the layer's three products took 27-48 % less time
+// at 64 rows and 19-32 % less at 48 (e = 64 and 512); at 32 rows the two paths were within 8 %
+// either way, and at 24 the tables took 21-26 % more. Below 1.5 V rows the record gathers x and runs the linear
+// layer's own products (kernels/linear.hpp), with their bits.
+//
+// Either way the path depends on the shape alone, so eager appends and replays compute the same
+// bits, and so does any thread count: tasks split the tables by output units (forward) or by
+// positions (G_p, and gW_p or W_p's step), and the table's gradient by its columns, so every
+// element is one chain in a fixed order. The table's gradient is complete, from the old W_p,
+// before any W_p steps.
+#pragma once
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+
+#include "../kernels/linear.hpp"
+#include "common.hpp"
+
+namespace bt {
+
+struct LookupLinearShape {
+    uint32_t rows, nin, nout, d, P, V, table, w;
+    bool has_bias;
+    const uint32_t* ids;  // rows P of them, row by row
+    explicit LookupLinearShape(const Operands& o)
+        : rows(o.tail[0]),
+          nin(o.tail[1]),
+          nout(o.tail[2]),
+          d(o.tail[4]),
+          P(o.tail[1] / o.tail[4]),
+          V(o.v[0].len(0) / o.tail[4]),
+          table(o.v[0].first(0)),
+          w(o.v[1].first(0)),
+          has_bias(o.tail[3] != 0),
+          ids(o.tail + 5) {}
+    bool by_tables() const { return size_t(3) * V <= size_t(2) * rows; }
+    size_t nx() const { return size_t(rows) * nin; }
+    size_t table_size() const { return size_t(V) * nout; }  // one T_p or G_p
+    uint32_t id(size_t r, size_t p) const { return ids[r * P + p]; }
+};
+
+template <typename T>
+inline uint32_t append_lookup_linear(Arena<T>& A, const Spans& table, const Spans& W, const Spans* b, uint32_t d,
+                                     const uint32_t* ids, uint32_t rows, uint32_t nin, uint32_t nout) {
+    const uint32_t tail[5] = {rows, nin, nout, b ? 1u : 0u, d};
+    const size_t ny = size_t(rows) * nout, nids = size_t(rows) * (nin / d);
+    Appended ap = b ? append_range(A, Op::lookup_linear, {&table, &W, b}, tail, 5, ny, 0, 0.0, ids, nids)
+                    : append_range(A, Op::lookup_linear, {&table, &W}, tail, 5, ny, 0, 0.0, ids, nids);
+    range_forward(A.frame(), ap.rec, ap.args);
+    return ap.out;
+}
+
+// x (rows x in) from the table, row by row.
+template <typename T>
+inline void lookup_rows(const LookupLinearShape& s, const T* table, T* x) {
+    const size_t n = size_t(s.rows) * s.P;
+    for (size_t i = 0; i < n; ++i)
+        std::copy(table + size_t(s.ids[i]) * s.d, table + size_t(s.ids[i] + 1) * s.d, x + i * s.d);
+}
+
+// Tasks the tables' products split into: by their multiply-adds, as a linear layer's are.
+inline size_t lookup_table_tasks(const LookupLinearShape& s, size_t items) {
+    return threads::tasks_for(double(s.V) * s.nin * s.nout, kLinearParallelWork, items);
+}
+
+template <typename T>
+inline void lookup_linear_forward(const Frame<T>& A, const Record& r, const Operands& o) {
+    const LookupLinearShape s(o);
+    const T* table = A.values() + s.table;
+    const T* W = A.weight(s.w);
+    const T* b = s.has_bias ? A.values() + o.v[2].first(0) : nullptr;
+    T* y = A.values() + r.out;
+    if (!s.by_tables()) {
+        const size_t tasks = linear_tasks(s.rows, s.nin, s.nout);
+        const size_t nw = linear_forward_scratch(s.rows, s.nin, s.nout, false, tasks);
+        T* x = A.scratch(s.nx() + nw).data();
+        lookup_rows(s, table, x);
+        return linear_fwd<T>(x, W, b, y, s.rows, s.nin, s.nout, nw ? x + s.nx() : nullptr, nullptr, tasks);
+    }
+    // Task t: output units [o0, o1) of y, from its columns of each T_p (a buffer shared by columns).
+    const size_t tasks = lookup_table_tasks(s, (size_t(s.nout) + kLinearAlign - 1) / kLinearAlign);
+    T* tp = A.scratch(s.table_size()).data();
+    auto units = [&](size_t o0, size_t o1) {
+        const size_t n = o1 - o0;
+        for (size_t i = 0; i < s.rows; ++i) {
+            T* yr = y + i * s.nout + o0;
+            if (b)
+                std::copy(b + o0, b + o1, yr);
+            else
+                std::fill(yr, yr + n, T(0));
+        }
+        for (size_t p = 0; p < s.P; ++p) {
+            gemm::for_each_tile<T>(s.V, n, s.d, table, s.d, 1, W + o0 * s.nin + p * s.d, s.nin, true, true,
+                                   gemm::zero_tile<T>(), gemm::to_tile(tp + o0, s.nout));
+            for (size_t i = 0; i < s.rows; ++i)
+                kernels::add(y + i * s.nout + o0, tp + size_t(s.id(i, p)) * s.nout + o0, n);
+        }
+    };
+    if (tasks <= 1) return units(0, s.nout);
+    threads::parallel_tasks(tasks, [&](size_t t) {
+        const auto [o0, o1] = threads::split(s.nout, tasks, t, kLinearAlign);
+        if (o0 < o1) units(o0, o1);
+    });
+}
+
+// Scratch: [x (rows x in) | gx (rows x in) | linear_bwd's partials], as a linear layer over the
+// looked-up rows; then gx's rows go into the table's grads in lookup order.
+template <typename T>
+inline void lookup_linear_backward_direct(const Frame<T>& A, const Record& r, const Operands& o,
+                                          const LookupLinearShape& s, const FusedSgd* f, T* gW, bool gw_add) {
+    T* g = A.grads();
+    T* buf = A.scratch(2 * s.nx() + linear_bwd_scratch<T>(s.rows, s.nin, s.nout, f != nullptr)).data();
+    T* x = buf;
+    T* gx = buf + s.nx();
+    lookup_rows(s, A.values() + s.table, x);
+    const gemm::SgdSink<T> sgd{const_cast<T*>(A.weight(s.w)), T(f ? f->lr : 0.0), T(f ? f->weight_decay : 0.0)};
+    linear_bwd(x, A.weight(s.w), g + r.out, gx, gW, s.has_bias ? g + o.v[2].first(0) : nullptr, s.rows, s.nin, s.nout,
+               f ? &sgd : nullptr, false, gw_add, false, buf + 2 * s.nx());
+    T* gt = g + s.table;
+    const size_t n = size_t(s.rows) * s.P;
+    for (size_t i = 0; i < n; ++i) kernels::add(gt + size_t(s.ids[i]) * s.d, gx + i * s.d, s.d);
+}
+
+template <typename T>
+inline void lookup_linear_backward(const Frame<T>& A, const Record& r, const Operands& o) {
+    const LookupLinearShape s(o);
+    const FusedSgd* f = A.applies_sgd(s.w) ? A.fused_sgd : nullptr;
+    bool gw_add = true;
+    T* gW = A.weight_grad(s.w, gw_add);
+    if (!s.by_tables()) return lookup_linear_backward_direct(A, r, o, s, f, gW, gw_add);
+    const T* table = A.values() + s.table;
+    T* W = const_cast<T*>(A.weight(s.w));  // a fused step writes it in place
+    T* gt = A.grads() + s.table;
+    const T* gy = A.grads() + r.out;
+    // G_p, for every p when tasks share them out, else one at a time
+    const size_t tasks = std::min(lookup_table_tasks(s, s.P), size_t(s.P));
+    T* G = A.scratch(s.table_size() * (tasks > 1 ? s.P : 1)).data();
+    auto sums = [&](size_t p, T* gp) {
+        std::fill(gp, gp + s.table_size(), T(0));
+        for (size_t i = 0; i < s.rows; ++i) kernels::add(gp + size_t(s.id(i, p)) * s.nout, gy + i * s.nout, s.nout);
+    };
+    // g(table)[:, [c0, c1)] += G_p W_p, each element's chain over the units in order
+    auto table_grad = [&](size_t p, const T* gp, size_t c0, size_t c1) {
+        gemm::for_each_tile<T>(s.V, c1 - c0, s.nout, gp, s.nout, 1, W + p * s.d + c0, s.nin, true, false,
+                               gemm::from_tile<T>(gt + c0, s.d), gemm::to_tile(gt + c0, s.d));
+    };
+    // gW_p += G_p^T table, or W_p's step; each chain over the table's rows from zero (or from gW)
+    auto weight_grad = [&](size_t p, const T* gp) {
+        if (f)
+            gemm::for_each_tile<T>(s.nout, s.d, s.V, gp, 1, s.nout, table, s.d, true, false, gemm::zero_tile<T>(),
+                                   gemm::sgd_to_tile(W + p * s.d, s.nin, T(f->lr), T(f->weight_decay)));
+        else if (gw_add)
+            gemm::for_each_tile<T>(s.nout, s.d, s.V, gp, 1, s.nout, table, s.d, true, false,
+                                   gemm::from_tile<T>(gW + p * s.d, s.nin), gemm::to_tile(gW + p * s.d, s.nin));
+        else
+            gemm::for_each_tile<T>(s.nout, s.d, s.V, gp, 1, s.nout, table, s.d, true, false, gemm::zero_tile<T>(),
+                                   gemm::to_tile(gW + p * s.d, s.nin));
+    };
+    if (tasks <= 1) {
+        for (size_t p = 0; p < s.P; ++p) {  // W_p steps after its own product read it, before W_{p+1}
+            sums(p, G);
+            table_grad(p, G, 0, s.d);
+            weight_grad(p, G);
+        }
+    } else {
+        threads::parallel_tasks(tasks, [&](size_t t) {
+            const auto [p0, p1] = threads::split(s.P, tasks, t);
+            for (size_t p = p0; p < p1; ++p) sums(p, G + p * s.table_size());
+        });
+        const size_t tc = std::min(tasks, (size_t(s.d) + kLinearAlign - 1) / kLinearAlign);
+        threads::parallel_tasks(tc, [&](size_t t) {
+            const auto [c0, c1] = threads::split(s.d, tc, t, kLinearAlign);
+            for (size_t p = 0; c0 < c1 && p < s.P; ++p) table_grad(p, G + p * s.table_size(), c0, c1);
+        });
+        threads::parallel_tasks(tasks, [&](size_t t) {
+            const auto [p0, p1] = threads::split(s.P, tasks, t);
+            for (size_t p = p0; p < p1; ++p) weight_grad(p, G + p * s.table_size());
+        });
+    }
+    if (s.has_bias) gemm::grad_bias(gy, A.grads() + o.v[2].first(0), s.rows, s.nout, 0, s.nout);
+}
+
+}  // namespace bt

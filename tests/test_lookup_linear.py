@@ -1,0 +1,199 @@
+"""lookup_linear: a lookup feeding a linear layer as one record, by the gathered rows below 1.5 V
+rows and by per-position tables from 1.5 V rows on. Both paths against the two records it replaces,
+finite differences and PyTorch; the same bits on one and two threads and in replays; bad input."""
+import random
+
+import numpy as np
+import pytest
+
+import burtorch as bt
+from burtorch import _core, nn
+from finite_diff import central_difference
+from lookup_models import TwoRecordMLP
+
+
+def _operands(rng, V, d, P, out, rows, bias=True):
+    table = bt.leaves([rng.uniform(-1, 1) for _ in range(V * d)], shape=(V, d))
+    W = bt.leaves([rng.uniform(-1, 1) for _ in range(out * P * d)], shape=(out, P * d))
+    b = bt.leaves([rng.uniform(-1, 1) for _ in range(out)]) if bias else None
+    ids = [rng.randrange(V) for _ in range(rows * P)]
+    return table, W, b, ids
+
+
+def _loss(y, weights):
+    """sum(y * weights): every output reaches the loss with its own weight."""
+    return bt.dot(y.flatten(), weights)
+
+
+def _grads(*vs):
+    return [np.array(v.grad) for v in vs if v is not None]
+
+
+# rows < 1.5 V: the gathered rows; rows >= 1.5 V: the tables
+SHAPES = [dict(V=5, d=3, P=4, out=7, rows=7), dict(V=5, d=3, P=4, out=7, rows=8),
+          dict(V=5, d=8, P=3, out=40, rows=23), dict(V=2, d=1, P=1, out=1, rows=4)]
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"rows{s['rows']}-V{s['V']}-out{s['out']}")
+@pytest.mark.parametrize("bias", [True, False])
+def test_equals_the_lookup_then_the_layer(shape, bias):
+    """The same values and gradients as embedding + linear: to the bit through the gathered rows
+    (the same kernels), to rounding through the tables (another order of the same sums)."""
+    rng = random.Random(1)
+    with bt.Arena(dtype=bt.float64):
+        table, W, b, ids = _operands(rng, shape["V"], shape["d"], shape["P"], shape["out"], shape["rows"], bias)
+        wts = [rng.uniform(-1, 1) for _ in range(shape["rows"] * shape["out"])]
+        y = bt.lookup_linear(table, ids, W, b)
+        assert y.shape == (shape["rows"], shape["out"])
+        _loss(y, wts).backward()
+        mine = [np.array(y.tolist())] + _grads(table, W, b)
+        for v in (table, W, b):
+            if v is not None:
+                v.zero_grad()
+        x = bt.embedding(table, ids).reshape(shape["rows"], shape["P"] * shape["d"])
+        z = bt.linear(x, W, b)
+        _loss(z, wts).backward()
+        theirs = [np.array(z.tolist())] + _grads(table, W, b)
+    by_tables = 2 * shape["rows"] >= 3 * shape["V"]
+    for m, t in zip(mine, theirs):
+        if by_tables:
+            np.testing.assert_allclose(m, t, rtol=1e-12, atol=1e-12 * np.abs(t).max())
+        else:
+            np.testing.assert_array_equal(m, t)
+
+
+@pytest.mark.parametrize("rows", [3, 12])
+def test_gradients_against_finite_differences(rows):
+    rng = random.Random(2)
+    with bt.Arena(dtype=bt.float64):
+        table, W, b, ids = _operands(rng, 4, 3, 2, 5, rows)
+        wts = [rng.uniform(-1, 1) for _ in range(rows * 5)]
+        f = lambda: _loss(bt.lookup_linear(table, ids, W, b), wts)  # noqa: E731
+        f().backward()
+        for v in (table, W, b):
+            g = v.grad
+            for i in range(len(g)):
+                fd = central_difference(v.flatten()[i], f, 1e-6)
+                assert g[i] == pytest.approx(fd, rel=1e-7, abs=1e-8), (v, i)
+
+
+@pytest.mark.parametrize("rows", [3, 30])
+def test_against_pytorch(rows):
+    torch = pytest.importorskip("torch")
+    rng = random.Random(3)
+    V, d, P, out = 6, 4, 3, 9
+    with bt.Arena(dtype=bt.float64):
+        table, W, b, ids = _operands(rng, V, d, P, out, rows)
+        t = [rng.randrange(out) for _ in range(rows)]
+        loss = bt.cross_entropy(bt.lookup_linear(table, ids, W, b).tanh(), t)
+        loss.backward()
+        f64 = dict(dtype=torch.float64, requires_grad=True)
+        tt, tW, tb = (torch.tensor(v.tolist(), **f64) for v in (table, W, b))
+        x = tt.view(V, d)[torch.tensor(ids)].reshape(rows, P * d)
+        tl = torch.nn.functional.cross_entropy(torch.tanh(x @ tW.view(out, P * d).T + tb), torch.tensor(t))
+        tl.backward()
+        assert loss.data == pytest.approx(tl.item(), rel=1e-12)
+        for mine, theirs in ((table, tt), (W, tW), (b, tb)):
+            np.testing.assert_allclose(mine.grad, theirs.grad.numpy(), rtol=1e-10, atol=1e-13)
+
+
+def _mlp_grads(model, batch, threads, **kw):
+    bt.grad_oracle(model, batch, chunk=len(batch), threads=threads, **kw)
+    return model.parameter_vector().numpy("grads").copy()
+
+
+@pytest.mark.parametrize("dtype", [bt.float32, bt.float64])
+def test_one_and_two_threads_and_replays_give_the_same_bits(dtype):
+    """Through the tables (64 rows of 27 ids), split by output units, positions and table
+    columns: one and two threads, eager and compiled, all the same bits; the two records it
+    replaces agree to rounding."""
+    bt.manual_seed(3)
+    model = nn.MakemoreMLP(vocab=27, block=16, emb=16, hidden=96, dtype=dtype)
+    r = random.Random(4)
+    batch = [([r.randrange(27) for _ in range(16)], r.randrange(27)) for _ in range(64)]
+    one = _mlp_grads(model, batch, 1)
+    for threads, kw in ((2, {}), (1, {"compile": True}), (2, {"compile": True})):
+        np.testing.assert_array_equal(_mlp_grads(model, batch, threads, **kw), one, err_msg=f"{threads} {kw}")
+    apart = TwoRecordMLP(vocab=27, block=16, emb=16, hidden=96, dtype=dtype)
+    apart.parameter_vector().set_data(model.parameter_vector().tolist())
+    tol = 1e-5 if dtype == bt.float32 else 1e-12
+    two_records = _mlp_grads(apart, batch, 1)
+    np.testing.assert_allclose(two_records, one, rtol=0, atol=tol * np.abs(one).max())
+    assert not np.array_equal(two_records, one), "64 rows of 27 ids go through the tables, another order"
+
+
+def test_fused_sgd_steps_through_the_tables_as_the_unfused_step():
+    """fused_step steps fc1's W inside the record, after the table's gradient read the old W:
+    the bits of grad_oracle + step, eager and compiled, on one and two threads."""
+    from burtorch.optim import SGD
+
+    bt.manual_seed(5)
+    r = random.Random(6)
+    batch = [([r.randrange(27) for _ in range(16)], r.randrange(27)) for _ in range(64)]
+    models = [nn.MakemoreMLP(vocab=27, block=16, emb=16, hidden=64, dtype=bt.float32) for _ in range(5)]
+    for m in models[1:]:
+        m.parameter_vector().set_data(models[0].parameter_vector().tolist())
+    ref = SGD(models[0].parameters(), lr=0.3, weight_decay=0.01)
+    bt.grad_oracle(models[0], batch, chunk=64, threads=1)
+    ref.step()
+    want = np.array(models[0].parameter_vector().tolist())
+    for m, (threads, compile_) in zip(models[1:], ((1, False), (2, False), (1, True), (2, True))):
+        opt = SGD(m.parameters(), lr=0.3, weight_decay=0.01)
+        opt.fused_step(m, batch, chunk=64, threads=threads, compile=compile_)
+        assert opt.fused_weights == 2
+        np.testing.assert_array_equal(np.array(m.parameter_vector().tolist()), want, err_msg=f"{threads} {compile_}")
+
+
+def test_compiled_chunks_through_the_tables_equal_eager_chunks():
+    """Chunks of 12 rows over a 5-id vocabulary take the tables, a last chunk of 4 the gathered
+    rows; the replay reads each chunk's ids as its inputs and gives the eager chunks' bits."""
+    bt.manual_seed(7)
+    model = nn.MakemoreMLP(vocab=5, block=3, emb=4, hidden=9, dtype=bt.float64)
+    r = random.Random(8)
+    batch = [([r.randrange(5) for _ in range(3)], r.randrange(5)) for _ in range(28)]
+    pv = model.parameter_vector()
+    loss = bt.grad_oracle(model, batch, chunk=12)
+    eager = pv.numpy("grads").copy()
+    assert bt.grad_oracle(model, batch, chunk=12, compile=True, threads=1) == loss
+    np.testing.assert_array_equal(pv.numpy("grads"), eager)
+    other = [([r.randrange(5) for _ in range(3)], r.randrange(5)) for _ in range(28)]
+    loss = bt.grad_oracle(model, other, chunk=12)
+    eager = pv.numpy("grads").copy()
+    assert bt.grad_oracle(model, other, chunk=12, compile=True, threads=1) == loss
+    np.testing.assert_array_equal(pv.numpy("grads"), eager)
+
+
+def test_bad_input_is_a_clear_error():
+    rng = random.Random(9)
+    with bt.Arena(dtype=bt.float64):
+        table, W, b, ids = _operands(rng, 5, 3, 2, 4, 3)
+        with pytest.raises(IndexError):
+            bt.lookup_linear(table, ids[:-1] + [5], W, b)
+        with pytest.raises(IndexError):
+            bt.lookup_linear(table, ids[:-1] + [-1], W, b)
+        with pytest.raises(ValueError, match="whole rows"):
+            bt.lookup_linear(table, ids[:-1], W, b)
+        with pytest.raises(ValueError, match="whole rows"):
+            bt.lookup_linear(table, [], W, b)
+        with pytest.raises(ValueError, match="whole number"):
+            bt.lookup_linear(table, ids, bt.leaves([0.0] * 20, shape=(4, 5)), b)
+        with pytest.raises(ValueError, match="bias"):
+            bt.lookup_linear(table, ids, W, bt.leaves([0.0] * 3))
+        with pytest.raises(ValueError, match="table"):
+            bt.lookup_linear(table.flatten(), ids, W, b)
+        with pytest.raises(ValueError, match="W must"):
+            bt.lookup_linear(table, ids, W.columns(0, 3), b)
+        with pytest.raises(TypeError):
+            bt.lookup_linear(table, [1.5] * 6, W, b)
+        W32 = bt.leaves([0.0] * 24, shape=(4, 6), arena=bt.Arena(dtype=bt.float32))
+        with pytest.raises(TypeError, match="float64 and float32"):
+            bt.lookup_linear(table, ids, W32, b)
+        with pytest.raises(ValueError, match="arena"):
+            bt.lookup_linear(table, ids, bt.leaves([0.0] * 24, shape=(4, 6), arena=bt.Arena()), b)
+        cp = bt.current_arena().checkpoint()
+        late = bt.leaves([0.0] * 4)
+        bt.current_arena().rewind(cp)
+        with pytest.raises(_core.StaleValueError):
+            bt.lookup_linear(table, ids, W, late)
+        y = bt.lookup_linear(table, ids, W, b)  # nothing above broke the arena
+        assert len(y.tolist()) == 12
