@@ -89,29 +89,36 @@ inline void lookup_linear_forward(const Frame<T>& A, const Record& r, const Oper
         lookup_rows(s, table, x);
         return linear_fwd<T>(x, W, b, y, s.rows, s.nin, s.nout, nw ? x + s.nx() : nullptr, nullptr, tasks);
     }
-    // Task t: output units [o0, o1) of y, from its columns of each T_p (a buffer shared by columns).
+    // Task t: output units [o0, o1) of y, from its columns of each T_p. On several tasks each
+    // builds its T_p and its block of y in scratch of its own, [T_p (V x n) | y's block (rows x n)]
+    // at (V + rows) o0, and copies the block out once: added into y itself, the tasks' columns
+    // met within the cache lines that straddle o0 (y's slots are not line-aligned) 16 times a row,
+    // and two threads took longer than one at W4's e = 64.
     const size_t tasks = lookup_table_tasks(s, (size_t(s.nout) + kLinearAlign - 1) / kLinearAlign);
-    T* tp = A.scratch(s.table_size()).data();
-    auto units = [&](size_t o0, size_t o1) {
+    T* scratch = A.scratch(tasks > 1 ? (size_t(s.V) + s.rows) * s.nout : s.table_size()).data();
+    auto units = [&](size_t o0, size_t o1, T* tp, T* acc, size_t ld) {
         const size_t n = o1 - o0;
         for (size_t i = 0; i < s.rows; ++i) {
-            T* yr = y + i * s.nout + o0;
             if (b)
-                std::copy(b + o0, b + o1, yr);
+                std::copy(b + o0, b + o1, acc + i * ld);
             else
-                std::fill(yr, yr + n, T(0));
+                std::fill(acc + i * ld, acc + i * ld + n, T(0));
         }
         for (size_t p = 0; p < s.P; ++p) {
             gemm::for_each_tile<T>(s.V, n, s.d, table, s.d, 1, W + o0 * s.nin + p * s.d, s.nin, true, true,
-                                   gemm::zero_tile<T>(), gemm::to_tile(tp + o0, s.nout));
-            for (size_t i = 0; i < s.rows; ++i)
-                kernels::add(y + i * s.nout + o0, tp + size_t(s.id(i, p)) * s.nout + o0, n);
+                                   gemm::zero_tile<T>(), gemm::to_tile(tp, n));
+            for (size_t i = 0; i < s.rows; ++i) kernels::add(acc + i * ld, tp + size_t(s.id(i, p)) * n, n);
         }
     };
-    if (tasks <= 1) return units(0, s.nout);
+    if (tasks <= 1) return units(0, s.nout, scratch, y, s.nout);
     threads::parallel_tasks(tasks, [&](size_t t) {
         const auto [o0, o1] = threads::split(s.nout, tasks, t, kLinearAlign);
-        if (o0 < o1) units(o0, o1);
+        if (o0 >= o1) return;
+        const size_t n = o1 - o0;
+        T* tp = scratch + (size_t(s.V) + s.rows) * o0;
+        T* acc = tp + size_t(s.V) * n;
+        units(o0, o1, tp, acc, n);
+        for (size_t i = 0; i < s.rows; ++i) std::copy(acc + i * n, acc + (i + 1) * n, y + i * s.nout + o0);
     });
 }
 
@@ -144,17 +151,20 @@ inline void lookup_linear_backward(const Frame<T>& A, const Record& r, const Ope
     T* W = const_cast<T*>(A.weight(s.w));  // a fused step writes it in place
     T* gt = A.grads() + s.table;
     const T* gy = A.grads() + r.out;
-    // G_p, for every p when tasks share them out, else one at a time
+    // G_p, for every p when tasks share them out, else one at a time; after them, on several
+    // tasks, each task's columns of g(table) (V x its width, at V c0), for the reason the
+    // forward keeps its block of y apart
     const size_t tasks = std::min(lookup_table_tasks(s, s.P), size_t(s.P));
-    T* G = A.scratch(s.table_size() * (tasks > 1 ? s.P : 1)).data();
+    T* G = A.scratch(tasks > 1 ? s.table_size() * s.P + size_t(s.V) * s.d : s.table_size()).data();
     auto sums = [&](size_t p, T* gp) {
         std::fill(gp, gp + s.table_size(), T(0));
         for (size_t i = 0; i < s.rows; ++i) kernels::add(gp + size_t(s.id(i, p)) * s.nout, gy + i * s.nout, s.nout);
     };
-    // g(table)[:, [c0, c1)] += G_p W_p, each element's chain over the units in order
-    auto table_grad = [&](size_t p, const T* gp, size_t c0, size_t c1) {
+    // g += G_p W_p over columns [c0, c1) of g(table) (g: V rows, ldg apart), each element's chain
+    // over the units in order
+    auto table_grad = [&](size_t p, const T* gp, T* g, size_t ldg, size_t c0, size_t c1) {
         gemm::for_each_tile<T>(s.V, c1 - c0, s.nout, gp, s.nout, 1, W + p * s.d + c0, s.nin, true, false,
-                               gemm::from_tile<T>(gt + c0, s.d), gemm::to_tile(gt + c0, s.d));
+                               gemm::from_tile<T>(g, ldg), gemm::to_tile(g, ldg));
     };
     // gW_p += G_p^T table, or W_p's step; each chain over the table's rows from zero (or from gW)
     auto weight_grad = [&](size_t p, const T* gp) {
@@ -171,7 +181,7 @@ inline void lookup_linear_backward(const Frame<T>& A, const Record& r, const Ope
     if (tasks <= 1) {
         for (size_t p = 0; p < s.P; ++p) {  // W_p steps after its own product read it, before W_{p+1}
             sums(p, G);
-            table_grad(p, G, 0, s.d);
+            table_grad(p, G, gt, s.d, 0, s.d);
             weight_grad(p, G);
         }
     } else {
@@ -182,7 +192,12 @@ inline void lookup_linear_backward(const Frame<T>& A, const Record& r, const Ope
         const size_t tc = std::min(tasks, (size_t(s.d) + kLinearAlign - 1) / kLinearAlign);
         threads::parallel_tasks(tc, [&](size_t t) {
             const auto [c0, c1] = threads::split(s.d, tc, t, kLinearAlign);
-            for (size_t p = 0; c0 < c1 && p < s.P; ++p) table_grad(p, G + p * s.table_size(), c0, c1);
+            const size_t n = c1 - c0;
+            if (n == 0) return;
+            T* g = G + s.table_size() * s.P + size_t(s.V) * c0;
+            for (size_t v = 0; v < s.V; ++v) std::copy(gt + v * s.d + c0, gt + v * s.d + c1, g + v * n);
+            for (size_t p = 0; p < s.P; ++p) table_grad(p, G + p * s.table_size(), g, n, c0, c1);
+            for (size_t v = 0; v < s.V; ++v) std::copy(g + v * n, g + (v + 1) * n, gt + v * s.d + c0);
         });
         threads::parallel_tasks(tasks, [&](size_t t) {
             const auto [p0, p1] = threads::split(s.P, tasks, t);
