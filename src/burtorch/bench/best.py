@@ -13,7 +13,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from .specs import FLOOR
+from .specs import FLOOR, config_threads
 
 HEADER = ("| W | config | best burtorch row, 1 thread (ms) | best at 2 threads (ms) | 2 threads / 1 thread "
           "| fastest peer (ms) | best burtorch (any) / fastest peer | torch-eager (ms) | best / torch-eager "
@@ -28,7 +28,7 @@ def step_medians(doc: dict) -> dict:
             continue
         c = r["config"]
         key = ("W4" if r["workload"] == "mlp" else "W5", c.get("e"), c["b"])
-        rows.setdefault(key, {})[(r["entry"], int(c.get("threads", 1)))] = statistics.median(r["times"]["step"]) * 1e3
+        rows.setdefault(key, {})[(r["entry"], config_threads(c))] = statistics.median(r["times"]["step"]) * 1e3
     return rows
 
 

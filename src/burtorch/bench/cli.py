@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from ..app.arguments import int_list, non_negative_float, non_negative_int, positive_float, positive_int
-from .specs import WORKLOAD_ORDER
+from .specs import WORKLOAD_ORDER, config_threads
 
 WORKLOAD_CHOICES = (*WORKLOAD_ORDER, "all")
 
@@ -172,7 +172,7 @@ def run_suite(args) -> int:
     # Two-thread rows depend on how much of two cores the machine gives right now: probed
     # before and after the runs, printed with the tables.
     pair: list[int] = []
-    if any(int(j.config.get("threads", 1)) > 1 for j in jobs):
+    if any(config_threads(j.config) > 1 for j in jobs):
         cores = harness.cores_for(cpu, 2)  # the cores the two-thread rows run on
         pair = [int(c) for c in cores] if isinstance(cores, list) else []
     probes: dict = {}

@@ -18,7 +18,7 @@ from typing import Any
 
 from . import frameworks as fw
 from .child import PREFIX
-from .specs import FLOOR, PAPER_ITERS, W4_BATCH, W4_EMBED, W5_BATCH, WORKLOAD_ORDER, WORKLOADS
+from .specs import FLOOR, PAPER_ITERS, W4_BATCH, W4_EMBED, W5_BATCH, WORKLOAD_ORDER, WORKLOADS, config_threads
 
 # One thread per library, whatever the library: the process is pinned to one core.
 THREAD_ENV = {
@@ -135,7 +135,7 @@ def plan(workloads, entries, preset="full", overrides=None, against=()) -> tuple
             if entry.name in absent or workload not in entry.workloads:
                 continue
             for config in configs_for(workload, entry, preset, overrides):
-                t = int(config.get("threads", 1))
+                t = config_threads(config)
                 jobs.append(Job(entry, workload, config, label=f"{entry.name} ({t} threads)" if t > 1 else "",
                                 env=blas_threads_env(entry, t)))
                 if entry.name in ("burtorch", "burtorch-compiled"):
@@ -158,7 +158,7 @@ def cores_for(cpu, threads: int):
 def run_job(job: Job, cpu=None, timeout: float = 900.0) -> dict:
     """Spawns the child, times init from the spawn to its 'first' event, returns its result."""
     spec = {"entry": job.entry.name, "workload": job.workload, "config": job.config,
-            "cpu": cores_for(cpu, int(job.config.get("threads", 1)))}
+            "cpu": cores_for(cpu, config_threads(job.config))}
     env = {**os.environ, **THREAD_ENV, **job.env}
     cmd = [job.python, "-m", "burtorch.bench.child", json.dumps(spec)]
     with tempfile.TemporaryFile(mode="w+") as err:
@@ -247,6 +247,6 @@ def merge_processes(runs: list) -> dict:
 
 def describe_config(config: dict) -> str:
     parts = [f"{k}={config[k]}" for k in ("e", "b") if k in config]
-    if config.get("threads", 1) != 1:
-        parts.append(f"threads={config['threads']}")
+    if config_threads(config) != 1:
+        parts.append(f"threads={config_threads(config)}")
     return " ".join(parts)

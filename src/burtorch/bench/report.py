@@ -15,7 +15,7 @@ from typing import Any
 from ..io.atomic import write_atomic
 from ..viz.plots import save_figure
 from . import agreement, paper
-from .specs import FLOOR, PAPER_ITERS, WORKLOAD_ORDER, WORKLOADS
+from .specs import FLOOR, PAPER_ITERS, WORKLOAD_ORDER, WORKLOADS, config_threads
 
 
 def write_text(path, text: str) -> None:
@@ -97,7 +97,7 @@ def _fmt(x, digits=4) -> str:
 
 
 def _threads(row: dict) -> int:
-    return int((row.get("config") or {}).get("threads", 1))
+    return config_threads(row.get("config"))
 
 
 def table_rows(rows: list) -> tuple:

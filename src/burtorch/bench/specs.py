@@ -33,6 +33,11 @@ FLOOR = "gemm-floor"
 CHUNK_ROWS = 64
 
 
+def config_threads(config: dict | None) -> int:
+    """The thread count a row's config asks for (1 when it names none)."""
+    return int((config or {}).get("threads", 1))
+
+
 def replay_chunk(workload: str, b: int, threads: int) -> int:
     """Samples per chunk of the compiled-chunk rows for a batch of b samples: about CHUNK_ROWS rows,
     and at most b / threads, so that every thread replays chunks of its own."""

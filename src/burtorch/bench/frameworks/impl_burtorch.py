@@ -10,7 +10,7 @@ from burtorch.data import ArrayBatch
 from burtorch.oracle import mean_loss
 
 from ...app.paper_graphs import w1_graph, w2_graph, w2_nodes
-from ..specs import GPT_LR, MLP_LR, W3_NAMES
+from ..specs import GPT_LR, MLP_LR, W3_NAMES, config_threads
 from . import Unavailable
 from .training import TrainRunner
 
@@ -133,7 +133,7 @@ class BurtorchTrainRunner(TrainRunner):
         self._chunk = chunk
         self._fused = fused
         self._compiled = compiled
-        self._threads = int(config.get("threads", 1))
+        self._threads = config_threads(config)
         bt.set_num_threads(self._threads)
         if chunk > 1:
             self.timed_region = (self.compiled_fused_region if compiled else self.fused_region) if fused \

@@ -54,9 +54,10 @@ class CompiledChunkRunner(BurtorchTrainRunner):
     over a chunk: no Python per chunk, and with two threads each thread replays its own chunks
     (the layers' weights read once per chunk)."""
 
-    timed_region = ("grad_oracle(model, batch, compile=True, chunk=k): k = min(64 / rows per sample, b // threads) "
-                    "(W4 64, W5 8 samples at most); per chunk shape one trace of loss_batch (first step), every "
-                    "chunk replayed natively with seed k/b, threads replaying blocks of chunks; then SGD.step()")
+    timed_region = ("grad_oracle(model, batch, compile=True, chunk=k): k = max(1, min(64 // rows per sample, "
+                    "b // threads)) (W4 64, W5 8 samples at most); per chunk shape one trace of loss_batch (first "
+                    "step), every chunk replayed natively with seed k/b, threads replaying blocks of chunks; then "
+                    "SGD.step()")
 
     def step(self, params, batch):
         chunk = replay_chunk(self.workload, len(batch), self._threads)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..data import mlp_dataset
-from ..specs import MLP_BLOCK, MLP_EMBED_DIM
+from ..specs import MLP_BLOCK, MLP_EMBED_DIM, config_threads
 
 
 def versions() -> dict:
@@ -33,7 +33,7 @@ class FloorRunner:
         self.h, self.logits, self.gh = mat(b, e), mat(b, vocab), mat(b, e)
         self.gW2, self.gW1, self.gx = mat(vocab, e), mat(e, n_in), mat(b, n_in)
         self.W1t, self.W2t, self.glt, self.ght = self.W1.T, self.W2.T, self.gl.T, self.gh.T
-        self.info = {"vocab": vocab, "data": source, "BLAS threads": int(config.get("threads", 1))}
+        self.info = {"vocab": vocab, "data": source, "BLAS threads": config_threads(config)}
         self._gflop = 2.0 * 3 * (b * n_in * e + b * e * vocab) / 1e9
 
     def run(self, phase: str, n: int) -> None:
