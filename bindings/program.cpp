@@ -1003,9 +1003,10 @@ void init_program(nb::module_& m) {
         .def_prop_ro(
             "lookups_into_layers",
             [](const ProgramBox& b) { return b.visit_prog([](const auto& p) { return p.gather_linears.size(); }); },
-            "Lookups whose rows only one linear layer reads, as its input (a chunk's embedded contexts into\n"
-            "its first layer). On several threads, an SGD.fused_step replay runs each with its layer as one op:\n"
-            "every thread looks all the rows up itself, so they never pass between the cores.")
+            "Lookups whose rows only the next linear record reads, as its input (a traced embedding, reshaped,\n"
+            "into bt.linear). On several threads, an SGD.fused_step replay runs each with its layer as one op:\n"
+            "every thread looks all the rows up itself, so they never pass between the cores. A lookup_linear\n"
+            "record is already one op and counts none.")
         .def_prop_ro(
             "weights_read_in_place",
             [](const ProgramBox& b) {
