@@ -83,6 +83,17 @@ static nb::object vdot(nb::handle x_h, nb::handle w_h) {
 }
 
 // ---------------------------------------------------------------- layers
+// A layer's W: an (out x in) matrix in one block; its bias, if any: `out` contiguous elements.
+static void check_layer(const VectorBox& W, const std::optional<VectorBox>& b, const char* what) {
+    const std::string op(what);
+    if (!W.rows) throw nb::value_error((op + ": W must be a matrix (out x in)").c_str());
+    if (!W.contiguous())
+        throw nb::value_error((op + ": W must be contiguous (a parameter block), not a view with gaps").c_str());
+    if (b && (b->size != W.rows || !b->contiguous()))
+        throw nb::value_error(
+            (op + ": the bias must be a contiguous vector of " + std::to_string(W.rows) + " elements").c_str());
+}
+
 static VectorBox linear(nb::handle x_h, nb::handle W_h, nb::handle b_h) {
     ConstantsGuard guard;
     auto anchor = pick_anchor({W_h, x_h, b_h});
@@ -95,18 +106,13 @@ static VectorBox linear(nb::handle x_h, nb::handle W_h, nb::handle b_h) {
     x.check();
     W.check();
     if (b) b->check();
-    if (!W.rows) throw nb::value_error("linear(): W must be a matrix (out x in)");
-    if (!W.contiguous())
-        throw nb::value_error("linear(): W must be contiguous (a parameter block), not a view with gaps");
+    check_layer(W, b, "linear()");
     const uint32_t in = W.cols, out = W.rows;
     const size_t rows = x.nrows();
     if (x.row_len() != in)
         throw nb::value_error(("linear(): x has shape " + shape_str(x) + " but W expects " + std::to_string(in) +
                                " inputs (W is " + shape_str(W) + ")")
                                   .c_str());
-    if (b && (b->size != out || !b->contiguous()))
-        throw nb::value_error(
-            ("linear(): the bias must be a contiguous vector of " + std::to_string(out) + " elements").c_str());
     const uint32_t r32 = bt::checked_u32(rows);
     return emit(x, rows * out, x.rows ? r32 : 0, out,
                 [&](auto& A) { return bt::append_linear(A, x.spans, W.spans, b ? &b->spans : nullptr, r32, in, out); });
@@ -122,16 +128,12 @@ static VectorBox lookup_linear(const VectorBox& table, nb::handle ids_h, const V
     if (b) same_arena(table, *b, "lookup_linear()");
     if (!table.rows || !table.contiguous())
         throw nb::value_error("lookup_linear(): the table must be a contiguous matrix (V x d)");
-    if (!W.rows || !W.contiguous())
-        throw nb::value_error("lookup_linear(): W must be a contiguous matrix (out x in), a parameter block");
+    check_layer(W, b, "lookup_linear()");
     const uint32_t d = table.cols, in = W.cols, out = W.rows;
     if (in % d != 0)
         throw nb::value_error(("lookup_linear(): W's " + std::to_string(in) + " inputs are not a whole number of " +
                                std::to_string(d) + "-wide table rows")
                                   .c_str());
-    if (b && (b->size != out || !b->contiguous()))
-        throw nb::value_error(
-            ("lookup_linear(): the bias must be a contiguous vector of " + std::to_string(out) + " elements").c_str());
     std::vector<uint32_t> ids;
     {
         IdRead reading;
