@@ -8,7 +8,7 @@
 // position p reads:
 //   forward:  T_p = table W_p^T (V x out);  y[r] = b + T_0[ids(r, 0)] + ... + T_{P-1}[ids(r, P-1)]
 //   backward: G_p = the rows of gy summed by ids(., p) (V x out);
-//             g(table) += sum_p G_p W_p;  gW_p += G_p^T table (or W_p takes its SGD step)
+//             g(table) += G_0 W_0 + G_1 W_1 + ...;  gW_p += G_p^T table (or W_p takes its SGD step)
 // V rows of work per position instead of `rows`, and no input gradient to scatter. At W4's shape
 // (27 ids, 16 positions of 64, one Zen 3 core) the layer's three products took 27-48 % less time
 // at 64 rows and 19-32 % less at 48 (e = 64 and 512); at 32 rows the two paths were within 8 %
@@ -17,9 +17,8 @@
 //
 // Either way the path depends on the shape alone, so eager appends and replays compute the same
 // bits, and so does any thread count: tasks split the tables by output units (forward) or by
-// positions (G_p, and gW_p or W_p's step), and the table's gradient by its columns, so every
-// element is one chain in a fixed order. The table's gradient is complete, from the old W_p,
-// before any W_p steps.
+// positions (backward), so every element is one chain in a fixed order. Each G_p W_p reads W_p
+// before W_p steps.
 #pragma once
 #include <algorithm>
 #include <cstddef>
@@ -151,23 +150,21 @@ inline void lookup_linear_backward(const Frame<T>& A, const Record& r, const Ope
     T* W = const_cast<T*>(A.weight(s.w));  // a fused step writes it in place
     T* gt = A.grads() + s.table;
     const T* gy = A.grads() + r.out;
-    // G_p, for every p when tasks share them out, else one at a time; after them, on several
-    // tasks, each task's columns of g(table) (V x its width, at V c0), for the reason the
-    // forward keeps its block of y apart
+    // Each position is self-contained: G_p, then H_p = G_p W_p (the table's gradient from p, read
+    // from the old W_p), then gW_p or W_p's step. So tasks split the positions in one region, each
+    // keeping its G_p in cache, and g(table) += H_0 + H_1 + ... after it, in position order, on
+    // any number of tasks. Scratch: one G (V x out) per task, then H_p (V x d) for every p (for
+    // one, as one task adds each H_p as soon as it has it).
     const size_t tasks = std::min(lookup_table_tasks(s, s.P), size_t(s.P));
-    T* G = A.scratch(tasks > 1 ? s.table_size() * s.P + size_t(s.V) * s.d : s.table_size()).data();
-    auto sums = [&](size_t p, T* gp) {
+    const size_t nh = size_t(s.V) * s.d;
+    T* scratch = A.scratch(s.table_size() * tasks + nh * (tasks > 1 ? s.P : 1)).data();
+    T* H = scratch + s.table_size() * tasks;
+    auto position = [&](size_t p, T* gp, T* hp) {
         std::fill(gp, gp + s.table_size(), T(0));
         for (size_t i = 0; i < s.rows; ++i) kernels::add(gp + size_t(s.id(i, p)) * s.nout, gy + i * s.nout, s.nout);
-    };
-    // g += G_p W_p over columns [c0, c1) of g(table) (g: V rows, ldg apart), each element's chain
-    // over the units in order
-    auto table_grad = [&](size_t p, const T* gp, T* g, size_t ldg, size_t c0, size_t c1) {
-        gemm::for_each_tile<T>(s.V, c1 - c0, s.nout, gp, s.nout, 1, W + p * s.d + c0, s.nin, true, false,
-                               gemm::from_tile<T>(g, ldg), gemm::to_tile(g, ldg));
-    };
-    // gW_p += G_p^T table, or W_p's step; each chain over the table's rows from zero (or from gW)
-    auto weight_grad = [&](size_t p, const T* gp) {
+        gemm::for_each_tile<T>(s.V, s.d, s.nout, gp, s.nout, 1, W + p * s.d, s.nin, true, false, gemm::zero_tile<T>(),
+                               gemm::to_tile(hp, s.d));
+        // gW_p += G_p^T table, or W_p's step; each chain over the table's rows from zero (or from gW)
         if (f)
             gemm::for_each_tile<T>(s.nout, s.d, s.V, gp, 1, s.nout, table, s.d, true, false, gemm::zero_tile<T>(),
                                    gemm::sgd_to_tile(W + p * s.d, s.nin, T(f->lr), T(f->weight_decay)));
@@ -179,30 +176,16 @@ inline void lookup_linear_backward(const Frame<T>& A, const Record& r, const Ope
                                    gemm::to_tile(gW + p * s.d, s.nin));
     };
     if (tasks <= 1) {
-        for (size_t p = 0; p < s.P; ++p) {  // W_p steps after its own product read it, before W_{p+1}
-            sums(p, G);
-            table_grad(p, G, gt, s.d, 0, s.d);
-            weight_grad(p, G);
+        for (size_t p = 0; p < s.P; ++p) {
+            position(p, scratch, H);
+            kernels::add(gt, H, nh);
         }
     } else {
         threads::parallel_tasks(tasks, [&](size_t t) {
             const auto [p0, p1] = threads::split(s.P, tasks, t);
-            for (size_t p = p0; p < p1; ++p) sums(p, G + p * s.table_size());
+            for (size_t p = p0; p < p1; ++p) position(p, scratch + s.table_size() * t, H + nh * p);
         });
-        const size_t tc = std::min(tasks, (size_t(s.d) + kLinearAlign - 1) / kLinearAlign);
-        threads::parallel_tasks(tc, [&](size_t t) {
-            const auto [c0, c1] = threads::split(s.d, tc, t, kLinearAlign);
-            const size_t n = c1 - c0;
-            if (n == 0) return;
-            T* g = G + s.table_size() * s.P + size_t(s.V) * c0;
-            for (size_t v = 0; v < s.V; ++v) std::copy(gt + v * s.d + c0, gt + v * s.d + c1, g + v * n);
-            for (size_t p = 0; p < s.P; ++p) table_grad(p, G + p * s.table_size(), g, n, c0, c1);
-            for (size_t v = 0; v < s.V; ++v) std::copy(g + v * n, g + (v + 1) * n, gt + v * s.d + c0);
-        });
-        threads::parallel_tasks(tasks, [&](size_t t) {
-            const auto [p0, p1] = threads::split(s.P, tasks, t);
-            for (size_t p = p0; p < p1; ++p) weight_grad(p, G + p * s.table_size());
-        });
+        for (size_t p = 0; p < s.P; ++p) kernels::add(gt, H + nh * p, nh);
     }
     if (s.has_bias) gemm::grad_bias(gy, A.grads() + o.v[2].first(0), s.rows, s.nout, 0, s.nout);
 }
