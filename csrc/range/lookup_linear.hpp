@@ -154,7 +154,10 @@ inline void lookup_linear_backward(const Frame<T>& A, const Record& r, const Ope
     // from the old W_p), then gW_p or W_p's step. So tasks split the positions in one region, each
     // keeping its G_p in cache, and g(table) += H_0 + H_1 + ... after it, in position order, on
     // any number of tasks. Scratch: one G (V x out) per task, then H_p (V x d) for every p (for
-    // one, as one task adds each H_p as soon as it has it).
+    // one, as one task adds each H_p as soon as it has it). Against three regions (sums, then the
+    // table's gradient by columns, then W's step, handing G_p between the cores), W4 b = 64
+    // compiled fused steps took 0.89-0.96x the time on two threads and 0.97-1.00x on one (Zen 3,
+    // e = 64 to 1024, both in one process, their order alternating).
     const size_t tasks = std::min(lookup_table_tasks(s, s.P), size_t(s.P));
     const size_t nh = size_t(s.V) * s.d;
     T* scratch = A.scratch(s.table_size() * tasks + nh * (tasks > 1 ? s.P : 1)).data();
