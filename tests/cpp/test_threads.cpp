@@ -226,8 +226,8 @@ static void test_lookup_into_a_layer(uint32_t out, uint32_t d = 64, uint32_t blo
 }
 
 // A lookup feeding a layer as one record (range/lookup_linear.hpp), through its per-position
-// tables (rows >= 1.5 V), in an eager fused SGD step: on two threads its tasks split the tables
-// by units, positions and table columns, and every result has one thread's bits.
+// tables (rows >= 1.5 V), in an eager fused SGD step: on two threads its tasks split the forward
+// by units and the sweep by positions, and every result has one thread's bits.
 template <typename T>
 static void test_lookup_linear_tables(uint32_t out, uint32_t d, uint32_t block) {
     if (th::num_threads() < 2) return;
