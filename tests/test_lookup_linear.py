@@ -104,8 +104,8 @@ def _mlp_grads(model, batch, threads, **kw):
 
 @pytest.mark.parametrize("dtype", [bt.float32, bt.float64])
 def test_one_and_two_threads_and_replays_give_the_same_bits(dtype):
-    """Through the tables (64 rows of 27 ids), split by output units, positions and table
-    columns: one and two threads, eager and compiled, all the same bits; the two records it
+    """Through the tables (64 rows of 27 ids), the forward split by output units and the sweep by
+    positions: one and two threads, eager and compiled, all the same bits; the two records it
     replaces agree to rounding."""
     bt.manual_seed(3)
     model = nn.MakemoreMLP(vocab=27, block=16, emb=16, hidden=96, dtype=dtype)
@@ -161,6 +161,35 @@ def test_compiled_chunks_through_the_tables_equal_eager_chunks():
     eager = pv.numpy("grads").copy()
     assert bt.grad_oracle(model, other, chunk=12, compile=True, threads=1) == loss
     np.testing.assert_array_equal(pv.numpy("grads"), eager)
+
+
+class _Doubled(nn.Linear):
+    def forward(self, x):
+        return super().forward(x) * 2.0
+
+
+class _Halved(nn.Embedding):
+    def forward(self, ids):
+        return super().forward(ids) * 0.5
+
+
+@pytest.mark.parametrize("layer", ["embed", "fc1"])
+def test_a_layer_with_its_own_forward_is_called_in_the_chunked_loss(layer):
+    """loss_batch runs a subclass's forward of embed or fc1 over the chunk's rows, as forward runs
+    it per sample (lookup_linear would skip it): the chunk's loss and grads are the samples'."""
+    bt.manual_seed(9)
+    model = nn.MakemoreMLP(vocab=5, block=3, emb=4, hidden=6, dtype=bt.float64)
+    if layer == "fc1":
+        model.fc1 = _Doubled(12, 6, dtype=bt.float64)
+    else:
+        model.embed = _Halved(5, 4, dtype=bt.float64)
+    r = random.Random(10)
+    batch = [([r.randrange(5) for _ in range(3)], r.randrange(5)) for _ in range(12)]
+    pv = model.parameter_vector()
+    per_sample = bt.grad_oracle(model, batch, chunk=1)
+    want = pv.numpy("grads").copy()
+    assert bt.grad_oracle(model, batch, chunk=12) == pytest.approx(per_sample, rel=1e-13)
+    np.testing.assert_allclose(pv.numpy("grads"), want, rtol=0, atol=1e-14)
 
 
 def test_bad_input_is_a_clear_error():

@@ -49,13 +49,18 @@ class MakemoreMLP(Module):
     def loss_batch(self, samples: Sequence[tuple[Sequence[int], int]]) -> _core.Value:
         """Mean loss of k (context, target) samples as ONE graph: each layer is one record over k
         rows (W is read once, not k times), the first one with the lookup inside it
-        (``lookup_linear``: from 1.5 V rows on it works through the table instead of k contexts)."""
+        (``lookup_linear``: from 1.5 V rows on it works through the table instead of k contexts).
+        A subclass of ``Embedding`` or ``Linear`` with its own ``forward`` in ``embed`` or ``fc1``
+        is called instead, as ``forward`` calls it, over the k contexts' rows."""
         ids: list[int] = []
         for ctx, _ in samples:
             if len(ctx) != self.block:
                 raise ValueError(f"MakemoreMLP expects contexts of {self.block} token ids, got {len(ctx)}")
             ids.extend(ctx)
-        h = _core.lookup_linear(self.embed.weight, ids, self.fc1.weight, self.fc1.bias)
+        if type(self.embed).forward is Embedding.forward and type(self.fc1).forward is Linear.forward:
+            h = _core.lookup_linear(self.embed.weight, ids, self.fc1.weight, self.fc1.bias)
+        else:
+            h = self.fc1(self.embed(ids).reshape(len(samples), self.block * self.emb_dim))
         return _core.cross_entropy(self.fc2(h.tanh()), [t for _, t in samples])
 
     def extra_repr(self) -> str:
