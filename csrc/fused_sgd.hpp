@@ -23,8 +23,9 @@
 
 namespace bt {
 
-// The W operands of linear records (reads_linear_weight) swept from `root` that lie inside `params` and that no other
-// argument of a swept record touches, by first slot (sorted, each once).
+// The W operands of linear records (reads_linear_weight) swept from `root` that lie inside
+// `params` and that no other argument of a swept record touches, by first slot (sorted, each
+// once).
 template <typename T>
 std::vector<Span> fusable_weights(const Arena<T>& A, uint32_t root, const std::vector<Span>& params) {
     std::vector<Span> cand;
