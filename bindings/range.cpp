@@ -84,14 +84,16 @@ static nb::object vdot(nb::handle x_h, nb::handle w_h) {
 
 // ---------------------------------------------------------------- layers
 // A layer's W: an (out x in) matrix in one block; its bias, if any: `out` contiguous elements.
+// The message is built only on failure: linear() runs once a sample in an eager loop.
 static void check_layer(const VectorBox& W, const std::optional<VectorBox>& b, const char* what) {
-    const std::string op(what);
-    if (!W.rows) throw nb::value_error((op + ": W must be a matrix (out x in)").c_str());
+    if (!W.rows) throw nb::value_error((std::string(what) + ": W must be a matrix (out x in)").c_str());
     if (!W.contiguous())
-        throw nb::value_error((op + ": W must be contiguous (a parameter block), not a view with gaps").c_str());
+        throw nb::value_error(
+            (std::string(what) + ": W must be contiguous (a parameter block), not a view with gaps").c_str());
     if (b && (b->size != W.rows || !b->contiguous()))
         throw nb::value_error(
-            (op + ": the bias must be a contiguous vector of " + std::to_string(W.rows) + " elements").c_str());
+            (std::string(what) + ": the bias must be a contiguous vector of " + std::to_string(W.rows) + " elements")
+                .c_str());
 }
 
 static VectorBox linear(nb::handle x_h, nb::handle W_h, nb::handle b_h) {
