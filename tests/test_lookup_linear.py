@@ -173,16 +173,20 @@ class _Halved(nn.Embedding):
         return super().forward(ids) * 0.5
 
 
-@pytest.mark.parametrize("layer", ["embed", "fc1"])
+@pytest.mark.parametrize("layer", ["embed", "fc1", "fc1 instance"])
 def test_a_layer_with_its_own_forward_is_called_in_the_chunked_loss(layer):
-    """loss_batch runs a subclass's forward of embed or fc1 over the chunk's rows, as forward runs
-    it per sample (lookup_linear would skip it): the chunk's loss and grads are the samples'."""
+    """loss_batch runs a subclass's forward of embed or fc1 (or one set on the module) over the
+    chunk's rows, as forward runs it per sample (lookup_linear would skip it): the chunk's loss
+    and grads are the samples'."""
     bt.manual_seed(9)
     model = nn.MakemoreMLP(vocab=5, block=3, emb=4, hidden=6, dtype=bt.float64)
     if layer == "fc1":
         model.fc1 = _Doubled(12, 6, dtype=bt.float64)
-    else:
+    elif layer == "embed":
         model.embed = _Halved(5, 4, dtype=bt.float64)
+    else:
+        plain = model.fc1.forward
+        model.fc1.forward = lambda x: plain(x) * 2.0
     r = random.Random(10)
     batch = [([r.randrange(5) for _ in range(3)], r.randrange(5)) for _ in range(12)]
     pv = model.parameter_vector()

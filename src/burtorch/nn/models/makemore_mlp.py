@@ -9,6 +9,11 @@ from ..linear import Linear
 from ..module import Module
 
 
+def _plain(module: Module, cls: type[Module]) -> bool:
+    """Whether ``module`` runs ``cls.forward`` itself: not a subclass's, nor one set on it."""
+    return type(module).forward is cls.forward and "forward" not in vars(module)
+
+
 class MakemoreMLP(Module):
     """The character MLP of Bengio et al. (2003) as makemore builds it (the paper's W4).
 
@@ -51,13 +56,14 @@ class MakemoreMLP(Module):
         rows (W is read once, not k times), the first one with the lookup inside it
         (``lookup_linear``: from 1.5 V rows on it works through the table instead of k contexts).
         A subclass of ``Embedding`` or ``Linear`` with its own ``forward`` in ``embed`` or ``fc1``
-        is called instead, as ``forward`` calls it, over the k contexts' rows."""
+        (or a ``forward`` set on the module itself) is called instead, as ``forward`` calls it,
+        over the k contexts' rows."""
         ids: list[int] = []
         for ctx, _ in samples:
             if len(ctx) != self.block:
                 raise ValueError(f"MakemoreMLP expects contexts of {self.block} token ids, got {len(ctx)}")
             ids.extend(ctx)
-        if type(self.embed).forward is Embedding.forward and type(self.fc1).forward is Linear.forward:
+        if _plain(self.embed, Embedding) and _plain(self.fc1, Linear):
             h = _core.lookup_linear(self.embed.weight, ids, self.fc1.weight, self.fc1.bias)
         else:
             h = self.fc1(self.embed(ids).reshape(len(samples), self.block * self.emb_dim))
