@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 #include <random>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -323,9 +324,16 @@ static void run_all() {
             for (T wd : {T(0), T(0.01)}) check_fused_sgd<T>(rows, in, out, wd);
 }
 
-int main() {
-    run_all<float>();
-    run_all<double>();
+// `test_gemm float` or `test_gemm double` checks one element type (CMake registers the two as
+// separate tests, so that ctest -j runs them side by side); no argument checks both.
+int main(int argc, char** argv) {
+    const std::string only = argc > 1 ? argv[1] : "";
+    if (only != "" && only != "float" && only != "double") {
+        std::fprintf(stderr, "usage: test_gemm [float|double]\n");
+        return 2;
+    }
+    if (only != "double") run_all<float>();
+    if (only != "float") run_all<double>();
     std::printf("test_gemm (%s kernels, %dx%d tile): %ld checks, %d failures\n", bt::simd::isa, bt::gemm::kMR,
                 bt::gemm::kNV, checks, failures);
     return failures == 0 ? 0 : 1;
