@@ -10,16 +10,10 @@
 
 #include "../csrc/fused_sgd.hpp"
 #include "../csrc/threads.hpp"
+#include "optim_state.hpp"
 #include "vector.hpp"
 
 namespace btpy {
-
-struct OptimState {
-    bt::DType dtype;
-    std::vector<double> buf;  // nbuf buffers of the parameters' size, one after another
-    uint32_t nbuf;
-    uint64_t steps = 0;
-};
 
 static void check_state(const VectorBox& p, const OptimState& st, uint32_t nbuf) {
     p.check();

@@ -17,6 +17,7 @@
 #include "../csrc/fused_sgd.hpp"
 #include "../csrc/replay_threads.hpp"
 #include "common.hpp"
+#include "optim_state.hpp"
 #include "vector.hpp"
 
 namespace btpy {
@@ -386,10 +387,12 @@ static const double* float_inputs(const P& prog, const Buffer* X, size_t n, std:
 // The oracle's accumulation (mode "arena") over `threads` blocks of samples, one workspace each,
 // with the GIL released (csrc/replay_threads.hpp): each block sums its samples' grads apart,
 // then the sums are added to the arena's grads in block order.
+// step (with zero): the parameters stepped instead when every sample replays (*stepped then).
 template <typename T>
 static std::vector<size_t> run_replay_threads(ProgramBox& box, const bt::Program<T>& P, bt::Arena<T>& A,
                                               const bt::Samples& in, bool zero, double seed, double* values,
-                                              int threads) {
+                                              int threads, const bt::ReduceStep<T>* step = nullptr,
+                                              bool* stepped = nullptr) {
     if (const char* why = bt::threads::thread_count_problem(threads)) throw nb::value_error(why);
     std::vector<T*> dst;
     for (const bt::Span& w : box.wrt_arena) dst.push_back(A.grads() + w.first);
@@ -397,10 +400,11 @@ static std::vector<size_t> run_replay_threads(ProgramBox& box, const bt::Program
     {
         nb::gil_scoped_release unlocked;
         res = bt::replay_accumulate(P, A.values(), dst.data(), in, static_cast<T>(seed), values, size_t(threads),
-                                    std::get<std::vector<bt::Workspace<T>>>(box.task_ws), zero);
+                                    std::get<std::vector<bt::Workspace<T>>>(box.task_ws), zero, step);
     }
+    if (stepped) *stepped = res.stepped;
     if (res.non_finite >= 0) {  // nothing was added: the grads are as they were
-        if (zero)               // as the one-thread replay leaves them: zeroed
+        if (zero && !step)      // as the one-thread replay leaves them: zeroed (a step leaves them be)
             for (size_t i = 0; i < dst.size(); ++i) std::fill(dst[i], dst[i] + P.wrt[i].second, T(0));
         PyErr_Format(PyExc_FloatingPointError,
                      "the loss is %s for sample %ld; lower the learning rate or check the data",
@@ -850,6 +854,54 @@ static nb::tuple replay_chunks_typed(ProgramBox& box, bt::Program<T>& P, bt::Wor
     return nb::make_tuple(stop, to_list(failed, 0));
 }
 
+// _sgd_chunks(batch, k, count, shape, seed, values, params, state, lr, weight_decay, threads) ->
+// (stop, failed, stepped): SGD.fused_step(model, batch, chunk=k, compile=True) on several
+// threads, the batch being `count` chunks of k samples of `shape`. As _replay_chunks from sample 0
+// with the grads taken as zero, then, when every chunk replayed, a plain SGD step of `params` (the
+// program's wrt, span for span) taken where the threads' grads are added (csrc/replay_threads.hpp's
+// ReduceStep): the parameters stepped and counted in `state`, their grads left as they were. When
+// a chunk's guard fails the grads are written as _replay_chunks writes them (stepped false: the
+// caller replays that chunk eagerly and steps). A chunk of another shape, or parameters that are
+// not the program's wrt: nothing is replayed (stop < count; stop = 0 for the latter). A
+// non-finite loss raises and changes nothing.
+template <typename T>
+static nb::tuple sgd_chunks_typed(ProgramBox& box, bt::Program<T>& P, nb::handle batch_h, size_t k, size_t count,
+                                  const std::vector<int64_t>& shape, double seed, nb::handle values_h,
+                                  const VectorBox& params, OptimState& state, double lr, double wd, int threads) {
+    box.check_alive();
+    params.check();
+    if (params.arena != box.arena) throw nb::value_error("the parameters and the program live in different arenas");
+    if (state.dtype != params.dtype() || state.nbuf != 0 || !state.buf.empty())
+        throw nb::value_error("the optimizer state is not plain SGD's for these parameters");
+    auto joined = [](std::vector<bt::Span> spans) {
+        std::sort(spans.begin(), spans.end());
+        std::vector<bt::Span> out;
+        for (const bt::Span& sp : spans)
+            if (!out.empty() && out.back().first + out.back().second == sp.first)
+                out.back().second += sp.second;
+            else if (sp.second)
+                out.push_back(sp);
+        return out;
+    };
+    if (joined(params.spans) != joined(box.wrt_arena)) return nb::make_tuple(0, nb::list(), false);
+    std::vector<uint32_t> ids;
+    const size_t stop = chunk_ids(P, BatchIds(batch_h, shape), 0, k, count, shape, ids);
+    if (stop < count) return nb::make_tuple(stop, nb::list(), false);
+    bt::Samples in;
+    in.n = stop;
+    in.ids = ids.data();
+    Output<double> values(values_h, count, "values");
+    bt::Arena<T>& A = typed<T>(box.arena);
+    std::vector<T*> w;
+    for (const bt::Span& s : box.wrt_arena) w.push_back(A.values() + s.first);
+    const bt::ReduceStep<T> step{w.data(), static_cast<T>(lr), static_cast<T>(wd)};
+    bool stepped = false;
+    const std::vector<size_t> failed =
+        run_replay_threads(box, P, A, in, true, seed, values.data, threads, &step, &stepped);
+    if (stepped) ++state.steps;
+    return nb::make_tuple(stop, to_list(failed, 0), stepped);
+}
+
 // SGD.fused_step(model, batch, chunk >= len(batch), compile=True): the whole batch (k samples of
 // `shape`) replayed once as one chunk of this program, every linear weight that it reads in
 // place, that one record alone reads and that lies inside `params` updated inside the sweep
@@ -960,6 +1012,19 @@ static nb::tuple replay_chunks(ProgramBox& box, nb::handle batch, size_t start, 
     if (const char* why = bt::threads::thread_count_problem(threads)) throw nb::value_error(why);
     return box.visit([&](auto& P, auto& W) {
         return replay_chunks_typed(box, P, W, batch, start, k, count, shape, seed, values, zero, threads);
+    });
+}
+
+static nb::tuple sgd_chunks(ProgramBox& box, nb::handle batch, size_t k, size_t count,
+                            const std::vector<int64_t>& shape, double seed, nb::handle values, const VectorBox& params,
+                            OptimState& state, double lr, double weight_decay, int threads) {
+    if (!std::isfinite(seed)) throw nb::value_error("seed must be finite");
+    if (!std::isfinite(lr) || !std::isfinite(weight_decay)) throw nb::value_error("lr and weight_decay must be finite");
+    if (const char* why = bt::threads::thread_count_problem(threads)) throw nb::value_error(why);
+    if (threads < 2 || count < 2 || k < 1)
+        throw nb::value_error("_sgd_chunks steps where the threads' grads add: two threads and two chunks at least");
+    return box.visit([&](auto& P, auto&) {
+        return sgd_chunks_typed(box, P, batch, k, count, shape, seed, values, params, state, lr, weight_decay, threads);
     });
 }
 
@@ -1085,6 +1150,9 @@ void init_program(nb::module_& m) {
         .def("_replay_chunks", &replay_chunks, nb::arg("batch"), nb::arg("start"), nb::arg("k"), nb::arg("count"),
              nb::arg("shape"), nb::arg("seed"), nb::arg("values").none() = nb::none(), nb::arg("zero") = false,
              nb::arg("threads") = 1)
+        .def("_sgd_chunks", &sgd_chunks, nb::arg("batch"), nb::arg("k"), nb::arg("count"), nb::arg("shape"),
+             nb::arg("seed"), nb::arg("values").none(), nb::arg("params"), nb::arg("state"), nb::arg("lr"),
+             nb::arg("weight_decay"), nb::arg("threads"))
         .def("_fused_sgd_chunk", &fused_sgd_chunk, nb::arg("batch"), nb::arg("shape"), nb::arg("params"), nb::arg("lr"),
              nb::arg("weight_decay"));
 }

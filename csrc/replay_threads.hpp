@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "optim.hpp"
 #include "program.hpp"
 #include "threads.hpp"
 
@@ -21,10 +22,22 @@ namespace bt {
 // Elements (parameters x blocks) above which the final sum of the blocks' grads is split.
 inline constexpr double kReduceParallelWork = 1 << 15;
 
+// A plain SGD step taken where the blocks' grads are added (SGD.fused_step over chunks on several
+// threads): each wrt element becomes sgd_update(w, g, lr, weight_decay) with g the batch's
+// gradient, which is then not written to the arena's grads. The same expression as the step after
+// the oracle, so the same bits, and one pass over the parameters instead of a pass to write the
+// grads and a parallel region to read them back.
+template <typename T>
+struct ReduceStep {
+    T* const* wrt_values;  // the arena's values of P.wrt[i]
+    T lr, weight_decay;
+};
+
 struct ParallelReplayResult {
     std::vector<size_t> failed;  // samples whose guards failed (nothing added for them)
     long non_finite = -1;        // the first sample whose loss is inf or nan, if any
     double non_finite_value = 0.0;
+    bool stepped = false;  // the ReduceStep was taken (not when a sample failed: grads are written then)
 };
 
 // Adds seed * d loss_s / d wrt for every sample s of `in` to wrt_grads[i] (the arena's grads of
@@ -33,11 +46,13 @@ struct ParallelReplayResult {
 // training loop calls this every step: laying a frame out anew and faulting its pages in each
 // time cost a quarter of a W5 b=8 step); it grows to `tasks` entries.
 // zero: the arena's grads are taken as zero (not read) and overwritten with the sum. Nothing is
-// written to them when a loss is not finite.
+// written to them when a loss is not finite. step (with zero only): the sum steps the parameters
+// instead, when every sample replayed (see ReduceStep).
 template <typename T>
 inline ParallelReplayResult replay_accumulate(const Program<T>& P, const T* arena_values, T* const* wrt_grads,
                                               const Samples& in, T seed, double* values, size_t tasks,
-                                              std::vector<Workspace<T>>& ws, bool zero = false) {
+                                              std::vector<Workspace<T>>& ws, bool zero = false,
+                                              const ReduceStep<T>* step = nullptr) {
     ParallelReplayResult out;
     if (in.n == 0) return out;
     tasks = std::max<size_t>(1, std::min(tasks, in.n));
@@ -67,6 +82,7 @@ inline ParallelReplayResult replay_accumulate(const Program<T>& P, const T* aren
         }
     }
     if (out.non_finite >= 0) return out;
+    out.stepped = step && zero && out.failed.empty();
     // The blocks' sums are added element by element in block order (the same sum on every run),
     // the elements split between the tasks: a serial pass over every block's copy of the
     // parameters' grads cost as much as the replay itself on a wide layer.
@@ -76,8 +92,9 @@ inline ParallelReplayResult replay_accumulate(const Program<T>& P, const T* aren
     // split over the threads this call was given (not the global count), unless it is small
     const size_t parts = double(total) * double(tasks) < kReduceParallelWork ? 1 : tasks;
     // dst[j] = (dst[j] or 0) + block 0's g[j] + block 1's ..., each block's g zeroed as it is read:
-    // one pass over every buffer, a strip at a time so that the partial sums stay in L1.
-    auto add_blocks = [&](T* dst, size_t src, size_t len) {
+    // one pass over every buffer, a strip at a time so that the partial sums stay in L1. Stepping,
+    // w[j] = sgd_update(w[j], that sum) instead.
+    auto add_blocks = [&](T* dst, T* w, size_t src, size_t len) {
         constexpr size_t kStrip = 256;
         T acc[kStrip];
         for (size_t s0 = 0; s0 < len; s0 += kStrip) {
@@ -88,7 +105,10 @@ inline ParallelReplayResult replay_accumulate(const Program<T>& P, const T* aren
                 for (size_t j = 0; j < n; ++j) acc[j] += g[j];
                 std::fill(g, g + n, T(0));
             }
-            std::copy(acc, acc + n, dst + s0);
+            if (out.stepped)
+                for (size_t j = 0; j < n; ++j) w[s0 + j] = sgd_update(w[s0 + j], acc[j], step->lr, step->weight_decay);
+            else
+                std::copy(acc, acc + n, dst + s0);
         }
     };
     threads::Pool::instance().run(parts, int(parts), [&](size_t p) {
@@ -97,7 +117,8 @@ inline ParallelReplayResult replay_accumulate(const Program<T>& P, const T* aren
         for (size_t j0 = b; j0 < e; ++i) {
             const size_t j1 = std::min(e, at[i + 1]);
             const size_t off = j0 - at[i], len = j1 - j0;
-            add_blocks(wrt_grads[i] + off, size_t(P.wrt[i].first) + off, len);
+            add_blocks(wrt_grads[i] + off, out.stepped ? step->wrt_values[i] + off : nullptr,
+                       size_t(P.wrt[i].first) + off, len);
             j0 = j1;
         }
     });

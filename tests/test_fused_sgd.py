@@ -409,3 +409,96 @@ def test_sgd_step_around_fused_checks_its_spans():
     with pytest.raises(ValueError, match="finite"):
         _core.sgd_step_around_fused(opt.params, opt.state, float("nan"), 0.0, [], [])
     assert first > 0
+
+
+# ---- the step taken where the threads' gradients add (several chunks on two threads)
+
+def _gpt_arrays(rng, b, steps):
+    from burtorch.data import ArrayBatch
+    return [ArrayBatch(np.array([[rng.randrange(65) for _ in range(8)] for _ in range(b)]),
+                       np.array([[rng.randrange(65) for _ in range(8)] for _ in range(b)])) for _ in range(steps)]
+
+
+def _fused_chunks_against_unfused(m1, m2, o1, o2, batches, chunk, threads=2):
+    """Steps m1 by grad_oracle + SGD.step and m2 by fused_step over the same batches; returns,
+    per batch, whether m2's grads kept the sentinel they were given (the step taken where the
+    threads' gradients add writes none)."""
+    kept = []
+    for batch in batches:
+        l1 = grad_oracle(m1, batch, compile=True, chunk=chunk, threads=threads)
+        o1.step()
+        pv = m2.parameter_vector()
+        sentinel = np.full(pv.size, 7.0)
+        pv.set_grad(sentinel)
+        assert o2.fused_step(m2, batch, chunk=chunk, threads=threads, compile=True) == l1
+        grads = pv.numpy("grads")
+        kept.append(bool(np.array_equal(grads, sentinel)))
+        if not kept[-1]:  # stepped unfused: the grads are the batch's
+            assert np.array_equal(grads, m1.parameter_vector().numpy("grads"))
+        assert o2.state.steps == o1.state.steps
+    _assert_same_params(m1, m2)
+    return kept
+
+
+@pytest.mark.parametrize("dtype", [bt.float32, bt.float64])
+@pytest.mark.parametrize("wd", [0.0, 0.01])
+@pytest.mark.parametrize("arrays", [False, True])
+def test_a_step_over_chunks_on_two_threads_has_the_unfused_bits_gpt(dtype, wd, arrays, rng):
+    bt.manual_seed(4)
+    m1, m2 = _twins(lambda: nn.MiniGPT.paper(vocab=65, dtype=dtype))
+    o1, o2 = SGD(m1.parameters(), lr=0.05, weight_decay=wd), SGD(m2.parameters(), lr=0.05, weight_decay=wd)
+    batches = _gpt_arrays(rng, 8, 3) if arrays else _gpt_batches(rng, 8, 3)
+    assert _fused_chunks_against_unfused(m1, m2, o1, o2, batches, chunk=2) == [True] * 3
+    assert o2.fused_weights == 0
+
+
+@pytest.mark.parametrize("dtype", [bt.float32, bt.float64])
+@pytest.mark.parametrize("wd", [0.0, 0.01])
+def test_a_step_over_chunks_on_two_threads_has_the_unfused_bits_mlp(dtype, wd, rng):
+    """Three chunks on two threads: blocks of two chunks and one."""
+    m1, m2 = _twins(lambda: nn.MakemoreMLP(vocab=27, block=16, emb=8, hidden=48, dtype=dtype))
+    o1, o2 = SGD(m1.parameters(), lr=0.1, weight_decay=wd), SGD(m2.parameters(), lr=0.1, weight_decay=wd)
+    assert _fused_chunks_against_unfused(m1, m2, o1, o2, _mlp_batches(rng, 12, 3), chunk=4) == [True] * 3
+
+
+@pytest.mark.parametrize("case", ["one thread", "ragged", "some parameters", "momentum"])
+def test_a_step_over_chunks_falls_back_with_the_same_result(case, rng):
+    m1, m2 = _twins(lambda: nn.MakemoreMLP(vocab=27, block=16, emb=8, hidden=48, dtype=bt.float64))
+    which = (lambda m: [m.fc1.weight, m.fc2.weight]) if case == "some parameters" else (lambda m: m.parameters())
+    momentum = 0.9 if case == "momentum" else 0.0
+    o1, o2 = SGD(which(m1), lr=0.1, momentum=momentum), SGD(which(m2), lr=0.1, momentum=momentum)
+    b = 10 if case == "ragged" else 12
+    threads = 1 if case == "one thread" else 2
+    kept = _fused_chunks_against_unfused(m1, m2, o1, o2, _mlp_batches(rng, b, 2), chunk=4, threads=threads)
+    assert kept == [False] * 2  # stepped unfused: the grads are the batch's
+
+
+def test_a_step_over_chunks_whose_guard_fails_runs_that_chunk_eagerly_then_steps(rng):
+    class Branchy(nn.MakemoreMLP):
+        def loss_batch(self, samples):
+            loss = super().loss_batch(samples)
+            return loss * 0.5 if loss > 2.4 else loss * 2.0  # ln 11 = 2.40: chunks fall on both sides
+
+    m1, m2 = _twins(lambda: Branchy(vocab=11, block=4, emb=5, hidden=7, dtype=bt.float64))
+    o1, o2 = SGD(m1.parameters(), lr=0.3), SGD(m2.parameters(), lr=0.3)
+    r = random.Random(8)
+    batches = [[([r.randrange(11) for _ in range(4)], r.randrange(11)) for _ in range(4)] for _ in range(12)]
+    kept = _fused_chunks_against_unfused(m1, m2, o1, o2, batches, chunk=2)
+    assert set(kept) == {True, False}, "some steps should replay every chunk, others not"
+
+
+def test_a_step_over_chunks_refuses_a_non_finite_loss_and_changes_nothing(rng):
+    m = nn.MakemoreMLP(vocab=27, block=2, emb=4, hidden=8)
+    opt = SGD(m.parameters(), lr=0.1)
+    batch = [([1, 2], 0), ([3, 4], 1), ([5, 6], 2), ([7, 8], 3)]
+    opt.fused_step(m, batch, chunk=2, threads=2, compile=True)  # traced while finite
+    m.fc2.bias.set_data([float("inf")] + [0.0] * 26)
+    before, steps = _params(m), opt.state.steps
+    m.parameter_vector().set_grad(np.full(m.parameter_vector().size, 3.0))
+    with pytest.raises(FloatingPointError):
+        opt.fused_step(m, batch, chunk=2, threads=2, compile=True)
+    after = _params(m)
+    for k in before:
+        assert np.array_equal(before[k], after[k], equal_nan=True), k
+    assert np.array_equal(m.parameter_vector().numpy("grads"), np.full(m.parameter_vector().size, 3.0))
+    assert opt.state.steps == steps

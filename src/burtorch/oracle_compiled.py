@@ -283,6 +283,45 @@ def compiled_fused_step(opt, model, batch):
     return loss
 
 
+def compiled_sgd_chunks(opt, model, batch, k: int, threads: int):
+    """SGD.fused_step(model, batch, chunk=k, compile=True) on two threads or more, len(batch) a
+    multiple of k > 1: the chunks replayed as grad_oracle(..., compile=True, chunk=k, threads)
+    replays them, each thread its block of chunks, then the step taken in the pass that adds the
+    threads' gradients, so the parameters' grads are neither written nor read back (they keep
+    their values). Returns the mean loss, or None with nothing changed when the batch cannot
+    replay so (another kind of batch, a sample of another shape, an optimizer over other
+    parameters than the model's): the caller steps unfused. A chunk whose guard fails runs
+    eagerly, and the step then follows as opt.step(): the same values either way."""
+    if type(batch) is not list and type(batch) is not ArrayBatch:
+        return None
+    n = len(batch)
+    if n % k:
+        return None
+    shape = _shape_at(batch, 0)
+    key = _uniform_chunk_key(k, shape)
+    prog = _cached_program(model, key)
+    if prog is None:
+        uniform = (shape,) * k
+        if _chunk_shapes(batch[:k]) != uniform:
+            return None
+        prog = _program(model, _compound(batch[:k], uniform), key, _ChunkLoss(uniform), None)
+    out = array("d", [0.0]) * (n // k)
+    stop, failed, stepped = prog._sgd_chunks(_ids(batch), k, len(out), list(shape), k / n, out, opt.params, opt.state,
+                                             opt.lr, opt.weight_decay, threads)
+    if stop < len(out):
+        return None
+    if not stepped:  # the grads were written: the failed chunks add theirs eagerly, then the step
+        arena = _parameters(model).arena
+        for f in failed:
+            out[f] = _eager_sample(model, batch[f * k:(f + 1) * k], lambda m, g: m.loss_batch(g), arena, k / n)
+        opt.step()
+    total = 0.0
+    for v in out:  # in batch order, as the chunked oracle adds
+        total += v * k
+    opt.fused_weights = 0
+    return total / n
+
+
 def _eager_sample(model, sample, loss_fn, arena, seed):
     cp = arena.checkpoint()
     try:

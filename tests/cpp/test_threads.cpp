@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdio>
@@ -330,6 +331,57 @@ static void test_threaded_replay() {
     }
 }
 
+// SGD's step taken where replay_accumulate adds the tasks' grads (ReduceStep): the parameters get
+// the bits of the grads it writes otherwise, each followed by sgd_update, on every task count; the
+// layer is wide enough (41,120 weights) for the adding pass to split across the threads.
+static void test_replay_steps_where_the_grads_add() {
+    using bt::Op;
+    using bt::Spans;
+    using T = float;
+    const uint32_t in = 256, out = 160, n = 7;
+    bt::Arena<T> A;
+    const uint32_t w = A.new_slots(size_t(out) * in), b = A.new_slots(out);
+    std::mt19937 rng(9);
+    std::uniform_real_distribution<double> u(-0.5, 0.5);
+    for (uint32_t i = w; i < b + out; ++i) A.values()[i] = T(u(rng) * 0.2);
+    std::vector<uint32_t> target(1, 3);
+    bt::TraceSpec s;
+    s.base = A.checkpoint();
+    for (uint32_t i = 0; i < in; ++i) s.inputs.push_back(A.leaf(0));
+    const Spans bias{{b, out}};
+    const uint32_t y = bt::append_linear(A, Spans{{s.inputs[0], in}}, Spans{{w, out * in}}, &bias, 1, in, out);
+    const uint32_t h = bt::append_map_unary(A, Op::tanh, Spans{{y, out}}, 0.0);
+    s.root = bt::append_cross_entropy(A, Spans{{h, out}}, 1, out, target.data());
+    s.wrt = {{w, out * in}, {b, out}};
+    const auto P = bt::Program<T>::build(A, s);
+    A.rewind(s.base);
+    const std::vector<T> start(A.values() + w, A.values() + b + out);
+    std::vector<double> xs(size_t(n) * in);
+    for (double& x : xs) x = u(rng);
+    bt::Samples batch;
+    batch.n = n;
+    batch.x = xs.data();
+    const T lr = T(0.3), wd = T(0.01);
+    std::vector<bt::Workspace<T>> ws;
+    for (size_t tasks : {size_t(1), size_t(2), size_t(3)}) {
+        std::copy(start.begin(), start.end(), A.values() + w);
+        std::vector<T> g(start.size(), T(-7));  // taken as zero (zero = true), overwritten
+        T* grads[2] = {g.data(), g.data() + size_t(out) * in};
+        auto r = bt::replay_accumulate(P, A.values(), grads, batch, T(1) / T(n), nullptr, tasks, ws, true);
+        CHECK(r.failed.empty() && r.non_finite < 0 && !r.stepped, "tasks %zu: grads written", tasks);
+        std::vector<T> expect(start.size());
+        for (size_t j = 0; j < start.size(); ++j) expect[j] = bt::sgd_update(start[j], g[j], lr, wd);
+        std::fill(g.begin(), g.end(), T(-7));
+        T* values[2] = {A.values() + w, A.values() + b};
+        const bt::ReduceStep<T> step{values, lr, wd};
+        r = bt::replay_accumulate(P, A.values(), grads, batch, T(1) / T(n), nullptr, tasks, ws, true, &step);
+        CHECK(r.stepped, "tasks %zu: stepped", tasks);
+        CHECK(std::equal(expect.begin(), expect.end(), A.values() + w), "tasks %zu: the step's bits", tasks);
+        CHECK(std::all_of(g.begin(), g.end(), [](T v) { return v == T(-7); }), "tasks %zu: a step writes no grads",
+              tasks);
+    }
+}
+
 // A child made by fork() while the parent's pool has workers gets a pool of its own that works.
 static void test_fork_child_has_a_working_pool() {
     th::Pool::instance().run(4, 2, [](size_t) {});  // the parent's workers exist
@@ -362,6 +414,7 @@ int main() {
     test_lookup_linear_tables<float>(96, 64, 8);
     test_lookup_linear_tables<double>(40, 23, 8);  // table columns and units cut within a panel
     test_threaded_replay();
+    test_replay_steps_where_the_grads_add();
     test_fork_child_has_a_working_pool();
     std::printf("test_threads: %d failures\n", failures);
     return failures ? 1 : 0;

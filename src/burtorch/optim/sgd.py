@@ -62,6 +62,15 @@ class SGD(Optimizer):
         runs unfused, with the same result. ``fused_weights`` says how many weights the last call
         fused; their ``.grad`` is left as it was, every other gradient is the batch's.
 
+        One more fusion, across chunks: with ``compile=True``, no momentum, two threads or more
+        and ``len(batch)`` a multiple of ``chunk`` (``1 < chunk < len(batch)``), each thread
+        replays its block of chunks as ``grad_oracle(..., compile=True, chunk=chunk)`` does, and
+        every parameter steps in the pass that adds the threads' gradients: no ``.grad`` is
+        written (each keeps its values) and ``fused_weights`` is 0. The values are those of the
+        unfused step on that many threads. It needs the optimizer's parameters to be the model's
+        (``model.parameter_vector()``); otherwise, or when a chunk cannot replay, the step runs
+        unfused.
+
         With ``compile=True`` and the whole batch as one chunk of samples of one shape, the step
         replays a recorded program of ``model.loss_batch`` (traced on first use, as
         ``grad_oracle(..., compile=True, chunk=k)`` traces it) instead of building the graph in
@@ -84,12 +93,20 @@ class SGD(Optimizer):
         checked_threads, grad_oracle, thread_cap = oracle.checked_threads, oracle.grad_oracle, oracle.thread_cap
         n = len(batch)
         good_chunk = isinstance(chunk, int) and not isinstance(chunk, bool) and chunk >= 1
+        if (compile and not self.momentum and good_chunk and 1 < chunk < n and n % chunk == 0 and loss_fn is None
+                and hasattr(model, "loss_batch") and hasattr(model, "parameter_vector")):
+            n_threads = checked_threads(threads)
+            if n_threads > 1:
+                with thread_cap(n_threads):
+                    loss = late.module("oracle_compiled").compiled_sgd_chunks(self, model, batch, chunk, n_threads)
+                if loss is not None:
+                    return loss
         one_graph = good_chunk and (n == 1 or (n > 1 and chunk >= n and loss_fn is None
                                                and hasattr(model, "loss_batch")))
         if self.momentum or not one_graph or not hasattr(model, "parameter_vector"):
             # grad_oracle raises for a bad chunk, an empty batch or a model it cannot use
             self.fused_weights = 0
-            loss = grad_oracle(model, batch, loss_fn, chunk=chunk, threads=threads)
+            loss = grad_oracle(model, batch, loss_fn, chunk=chunk, threads=threads, compile=compile)
             self.step()
             return loss
         n_threads = checked_threads(threads)

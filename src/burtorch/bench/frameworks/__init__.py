@@ -33,6 +33,8 @@ ENTRIES = (
           ("tiny", "small", "mlp", "gpt")),
     Entry("burtorch-compiled-chunk", "impl_burtorch_compiled", "compiled-chunked", ("burtorch",),
           "pip install burtorch", ("mlp", "gpt")),
+    Entry("burtorch-compiled-chunk-fused", "impl_burtorch_compiled", "compiled-chunked-fused", ("burtorch",),
+          "pip install burtorch", ("mlp", "gpt")),
     Entry("torch-eager", "impl_torch", "eager", ("torch",), "pip install torch==2.13.0",
           ("tiny", "small", "saveload", "mlp", "gpt")),
     Entry("torch-script", "impl_torch", "script", ("torch",), "pip install torch==2.13.0", _W12),

@@ -66,12 +66,28 @@ class CompiledChunkRunner(BurtorchTrainRunner):
         return params, loss
 
 
+class CompiledChunkFusedRunner(CompiledChunkRunner):
+    """The same chunks stepped by SGD.fused_step: with the batch one chunk, the linear weights'
+    update inside the sweep; with several chunks on two threads, the step taken in the pass that
+    adds the threads' gradients."""
+
+    timed_region = ("SGD.fused_step(model, batch, chunk=k, compile=True), k as burtorch-compiled-chunk's: one chunk "
+                    "(k = b): replayed with the linear weights' SGD update inside the sweep; several chunks on two "
+                    "threads: each thread replays its block of chunks natively and the SGD step is taken in the pass "
+                    "that adds the threads' gradients; several chunks on one thread: as burtorch-compiled-chunk")
+
+    def step(self, params, batch):
+        chunk = replay_chunk(self.workload, len(batch), self._threads)
+        return params, self._opt.fused_step(self.model, batch, chunk=chunk, threads=self._threads, compile=True)
+
+
 def make_runner(workload: str, variant: str, config: dict):
     if workload == "tiny":
         return CompiledGraphRunner(w1_expr, (-41.0, 2.0))
     if workload == "small":
         return CompiledGraphRunner(_w2_root, (-4.0, 2.0))
     if workload in ("mlp", "gpt"):
-        runner = CompiledChunkRunner if variant == "compiled-chunked" else CompiledTrainRunner
+        runner = {"compiled-chunked": CompiledChunkRunner,
+                  "compiled-chunked-fused": CompiledChunkFusedRunner}.get(variant, CompiledTrainRunner)
         return runner(workload, config, _models())
     raise ValueError(f"burtorch-compiled does not implement workload {workload!r}")
