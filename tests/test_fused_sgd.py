@@ -372,16 +372,20 @@ def test_compiled_fused_step_refuses_a_non_finite_loss_and_changes_nothing(rng):
     assert np.array_equal(m.parameter_vector().numpy("grads"), grads)
 
 
+class _Branchy(nn.MakemoreMLP):
+    """A loss whose branch depends on its value: a replay's guard fails where the branch differs
+    from the trace's."""
+
+    def loss_batch(self, samples):
+        loss = super().loss_batch(samples)
+        return loss * 0.5 if loss > 2.4 else loss * 2.0  # ln 11 = 2.40: batches fall on both sides
+
+
 def test_compiled_fused_step_steps_eagerly_where_it_cannot_replay(rng):
     """Mixed sample shapes, and a batch whose guard comes out differently from the trace, step
     eagerly with the same result; so does a chunk smaller than the batch (several graphs)."""
 
-    class Branchy(nn.MakemoreMLP):
-        def loss_batch(self, samples):
-            loss = super().loss_batch(samples)
-            return loss * 0.5 if loss > 2.4 else loss * 2.0  # ln 11 = 2.40: batches fall on both sides
-
-    m1, m2 = _twins(lambda: Branchy(vocab=11, block=4, emb=5, hidden=7, dtype=bt.float64))
+    m1, m2 = _twins(lambda: _Branchy(vocab=11, block=4, emb=5, hidden=7, dtype=bt.float64))
     o1, o2 = SGD(m1.parameters(), lr=0.3), SGD(m2.parameters(), lr=0.3)
     r = random.Random(5)
     branches = set()
@@ -474,12 +478,7 @@ def test_a_step_over_chunks_falls_back_with_the_same_result(case, rng):
 
 
 def test_a_step_over_chunks_whose_guard_fails_runs_that_chunk_eagerly_then_steps(rng):
-    class Branchy(nn.MakemoreMLP):
-        def loss_batch(self, samples):
-            loss = super().loss_batch(samples)
-            return loss * 0.5 if loss > 2.4 else loss * 2.0  # ln 11 = 2.40: chunks fall on both sides
-
-    m1, m2 = _twins(lambda: Branchy(vocab=11, block=4, emb=5, hidden=7, dtype=bt.float64))
+    m1, m2 = _twins(lambda: _Branchy(vocab=11, block=4, emb=5, hidden=7, dtype=bt.float64))
     o1, o2 = SGD(m1.parameters(), lr=0.3), SGD(m2.parameters(), lr=0.3)
     r = random.Random(8)
     batches = [[([r.randrange(11) for _ in range(4)], r.randrange(11)) for _ in range(4)] for _ in range(12)]
