@@ -91,25 +91,38 @@ inline ParallelReplayResult replay_accumulate(const Program<T>& P, const T* aren
     const size_t total = at.back();
     // split over the threads this call was given (not the global count), unless it is small
     const size_t parts = double(total) * double(tasks) < kReduceParallelWork ? 1 : tasks;
-    // dst[j] = (dst[j] or 0) + block 0's g[j] + block 1's ..., each block's g zeroed as it is read:
-    // one pass over every buffer, a strip at a time so that the partial sums stay in L1. Stepping,
-    // w[j] = sgd_update(w[j], that sum) instead.
-    auto add_blocks = [&](T* dst, T* w, size_t src, size_t len) {
-        constexpr size_t kStrip = 256;
+    // acc[j] = (init[j] or 0) + block 0's g[j] + block 1's ..., each block's g zeroed as it is read:
+    // one pass over every buffer, a strip at a time so that the partial sums stay in L1.
+    constexpr size_t kStrip = 256;
+    auto sum_strip = [&](T* acc, const T* init, size_t src, size_t n) {
+        for (size_t j = 0; j < n; ++j) acc[j] = init ? init[j] : T(0);
+        for (size_t t = 0; t < tasks; ++t) {
+            T* g = ws[t].g.data() + src;
+            for (size_t j = 0; j < n; ++j) acc[j] += g[j];
+            std::fill(g, g + n, T(0));
+        }
+    };
+    auto add_blocks = [&](T* dst, size_t src, size_t len) {
         T acc[kStrip];
         for (size_t s0 = 0; s0 < len; s0 += kStrip) {
             const size_t n = std::min(kStrip, len - s0);
-            for (size_t j = 0; j < n; ++j) acc[j] = zero ? T(0) : dst[s0 + j];
-            for (size_t t = 0; t < tasks; ++t) {
-                T* g = ws[t].g.data() + src + s0;
-                for (size_t j = 0; j < n; ++j) acc[j] += g[j];
-                std::fill(g, g + n, T(0));
-            }
-            if (out.stepped)
-                for (size_t j = 0; j < n; ++j) w[s0 + j] = sgd_update(w[s0 + j], acc[j], step->lr, step->weight_decay);
-            else
-                std::copy(acc, acc + n, dst + s0);
+            sum_strip(acc, zero ? nullptr : dst + s0, src + s0, n);
+            std::copy(acc, acc + n, dst + s0);
         }
+    };
+    // Stepping: w[j] = sgd_update(w[j], that sum). Split across threads, the new values go out
+    // through streaming stores (optim.hpp's write_blocks): every core read the weights during the
+    // replay, and an ordinary store first waits for the line to leave the other core's cache.
+    auto step_blocks = [&](T* w, size_t src, size_t len) {
+        write_blocks(w, len, parts > 1, [&](size_t i0, size_t i1, T* o) {
+            T acc[kStrip];
+            for (size_t s0 = i0; s0 < i1; s0 += kStrip) {
+                const size_t n = std::min(kStrip, i1 - s0);
+                sum_strip(acc, nullptr, src + s0, n);
+                for (size_t j = 0; j < n; ++j)
+                    o[s0 - i0 + j] = sgd_update(w[s0 + j], acc[j], step->lr, step->weight_decay);
+            }
+        });
     };
     threads::Pool::instance().run(parts, int(parts), [&](size_t p) {
         const auto [b, e] = threads::split(total, parts, p, 16);
@@ -117,8 +130,10 @@ inline ParallelReplayResult replay_accumulate(const Program<T>& P, const T* aren
         for (size_t j0 = b; j0 < e; ++i) {
             const size_t j1 = std::min(e, at[i + 1]);
             const size_t off = j0 - at[i], len = j1 - j0;
-            add_blocks(wrt_grads[i] + off, out.stepped ? step->wrt_values[i] + off : nullptr,
-                       size_t(P.wrt[i].first) + off, len);
+            if (out.stepped)
+                step_blocks(step->wrt_values[i] + off, size_t(P.wrt[i].first) + off, len);
+            else
+                add_blocks(wrt_grads[i] + off, size_t(P.wrt[i].first) + off, len);
             j0 = j1;
         }
     });
