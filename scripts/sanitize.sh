@@ -31,7 +31,7 @@ sanitized_cxx=(-DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBIN
   -DBURTORCH_TEST_GEMM_FLAGS=-O1 -DBURTORCH_SANITIZE=address,undefined)
 # Ninja where it is installed: given several targets, a Makefile build makes them one at a time.
 generator="Unix Makefiles"
-if command -v ninja >/dev/null; then generator=Ninja; fi
+if ninja --version >/dev/null 2>&1; then generator=Ninja; fi  # runs, not only found (a shim may not)
 # cxx_tests NAME TEST_REGEX TARGETS... -- CMAKE_ARGS...: builds those targets in cpp-NAME and runs
 # the tests matching TEST_REGEX.
 cxx_tests() {
