@@ -23,12 +23,13 @@ step() { echo "sanitize: $1 (${SECONDS} s so far)"; }
 # Runs a command into a log: its last lines if it passes, all of it if it fails.
 logged() { local log="$1"; shift; if "$@" > "$log" 2>&1; then tail -n 2 "$log"; else cat "$log"; return 1; fi; }
 
-# The C++ builds at -O0 -g1 (line tables for ASan's reports), test_gemm at -O1: its sweeps are most
-# of the tests' run time, the other tests run in seconds and build in about half the time at -O0
-# (57 against 31 s for test_value on a two-core Zen 3 host; at RelWithDebInfo's -O2 -g the whole
-# portable build took 540 s). Two tests at a time (test_gemm's float and double halves side by side).
+# The C++ builds at -O0 -g1 (line tables for ASan's reports), test_gemm and test_vmath at -O1:
+# their sweeps are most of the tests' run time (test_vmath: 39 s at -O0, 8 at -O1; it builds in a
+# second), the other tests run in seconds and build in about half the time at -O0 (57 against 31 s
+# for test_value on a two-core Zen 3 host; at RelWithDebInfo's -O2 -g the whole portable build took
+# 540 s). Two tests at a time (test_gemm's float and double halves side by side).
 sanitized_cxx=(-DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O0 -g1 -DNDEBUG"
-  -DBURTORCH_TEST_GEMM_FLAGS=-O1 -DBURTORCH_SANITIZE=address,undefined)
+  -DBURTORCH_SWEEP_TEST_FLAGS=-O1 -DBURTORCH_SANITIZE=address,undefined)
 # Ninja where it is installed: given several targets, a Makefile build makes them one at a time.
 generator="Unix Makefiles"
 if ninja --version >/dev/null 2>&1; then generator=Ninja; fi  # runs, not only found (a shim may not)
