@@ -873,6 +873,8 @@ static nb::tuple sgd_chunks_typed(ProgramBox& box, bt::Program<T>& P, nb::handle
     if (params.arena != box.arena) throw nb::value_error("the parameters and the program live in different arenas");
     if (state.dtype != params.dtype() || state.nbuf != 0 || !state.buf.empty())
         throw nb::value_error("the optimizer state is not plain SGD's for these parameters");
+    // Adjacent spans joined, overlapping ones kept apart (not program.hpp's merged()): SGD.step
+    // steps an element of two overlapping parameter spans twice, so those must not pass as the wrt.
     auto joined = [](std::vector<bt::Span> spans) {
         std::sort(spans.begin(), spans.end());
         std::vector<bt::Span> out;

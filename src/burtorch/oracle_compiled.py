@@ -202,6 +202,20 @@ def _uniform_chunk_key(k: int, shape: tuple) -> tuple:
     return ("chunk", k, shape)
 
 
+def _uniform_chunk_program(model, batch, start: int, k: int, shape: tuple):
+    """The program of model.loss_batch over k samples of `shape` (the shape of batch[start]),
+    traced from batch[start:start + k] on first sight; None when one of those has another shape
+    and nothing is cached (the slice is taken only then: this runs every step)."""
+    key = _uniform_chunk_key(k, shape)
+    prog = _cached_program(model, key)
+    if prog is None:
+        uniform = (shape,) * k
+        group = batch[start:start + k]
+        if _chunk_shapes(group) == uniform:
+            prog = _program(model, _compound(group, uniform), key, _ChunkLoss(uniform), None)
+    return prog
+
+
 def _chunk_key(shapes: tuple) -> tuple:
     """The program cache's key for a chunk of samples of these shapes (every shape when they
     differ)."""
@@ -225,11 +239,7 @@ def _chunked_oracle(model, batch, zero_grad, threads, chunk) -> float:
     while i < n:
         k = min(chunk, n - i)
         shape = _shape_at(batch, i)
-        uniform = (shape,) * k
-        key = _uniform_chunk_key(k, shape)
-        prog = _cached_program(model, key)
-        if prog is None and _chunk_shapes(batch[i:i + k]) == uniform:  # first sight: trace it
-            prog = _program(model, _compound(batch[i:i + k], uniform), key, _ChunkLoss(uniform), None)
+        prog = _uniform_chunk_program(model, batch, i, k, shape)
         stop = 0
         if prog is not None:  # a run of chunks of this shape, ids packed natively
             out = array("d", [0.0]) * ((n - i) // k)
@@ -267,13 +277,9 @@ def compiled_fused_step(opt, model, batch):
         return None
     n = len(batch)
     shape = _shape_at(batch, 0)
-    key = _uniform_chunk_key(n, shape)
-    prog = _cached_program(model, key)
+    prog = _uniform_chunk_program(model, batch, 0, n, shape)
     if prog is None:
-        uniform = (shape,) * n
-        if _chunk_shapes(batch) != uniform:
-            return None
-        prog = _program(model, _compound(batch, uniform), key, _ChunkLoss(uniform), None)
+        return None
     replayed, loss, weights, applied = prog._fused_sgd_chunk(_ids(batch), list(shape), opt.params, opt.lr,
                                                              opt.weight_decay)
     if not replayed:
@@ -298,13 +304,9 @@ def compiled_sgd_chunks(opt, model, batch, k: int, threads: int):
     if n % k:
         return None
     shape = _shape_at(batch, 0)
-    key = _uniform_chunk_key(k, shape)
-    prog = _cached_program(model, key)
+    prog = _uniform_chunk_program(model, batch, 0, k, shape)
     if prog is None:
-        uniform = (shape,) * k
-        if _chunk_shapes(batch[:k]) != uniform:
-            return None
-        prog = _program(model, _compound(batch[:k], uniform), key, _ChunkLoss(uniform), None)
+        return None
     out = array("d", [0.0]) * (n // k)
     stop, failed, stepped = prog._sgd_chunks(_ids(batch), k, len(out), list(shape), k / n, out, opt.params, opt.state,
                                              opt.lr, opt.weight_decay, threads)
