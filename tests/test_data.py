@@ -1,5 +1,7 @@
 """Tokenizer, datasets, the embedded corpus and file checks."""
 import random
+import subprocess
+import sys
 
 import pytest
 
@@ -44,6 +46,20 @@ def test_embedded_corpus_is_always_there():
     assert len(text) > 100_000 and len(words) > 1000
     assert all(w.isalpha() and w.islower() for w in words)
     assert data.default_text() == text  # deterministic
+
+
+def test_embedded_corpus_does_not_stay_imported():
+    # A fresh interpreter: the suite may have imported pydoc_data.topics by other routes. Its strings
+    # must be freed once the text is built (they were a tenth of `burtorch train gpt`'s peak memory).
+    code = (
+        "import sys\n"
+        "from burtorch import data\n"
+        "text = data.default_text()\n"
+        "assert 'pydoc_data.topics' not in sys.modules, 'the topics module stayed imported'\n"
+        "from pydoc_data.topics import topics\n"
+        "assert text == '\\n'.join(topics[k] for k in sorted(topics))\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 
 
 def test_read_text_rejects_bad_files(tmp_path):

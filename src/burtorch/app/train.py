@@ -291,6 +291,10 @@ def _main(args) -> int:
     else:
         train_set = data.TextDataset(train_items, cfg["block"], tok)
         val_set = data.TextDataset(val_items, cfg["block"], tok)
+    # The datasets hold the ids; the text itself (a corpus' size, three times over with its split)
+    # would only add to the run's peak memory.
+    prompt_text = val_items[:1] if args.model == "gpt" else ""
+    del items, train_items, val_items
     model = _build(args.model, cfg, tok.vocab_size, run["dtype"])
     optimizer = _optimizer(run["optimizer"], model, run["lr"])
     rng = random.Random(run["seed"])
@@ -363,7 +367,7 @@ def _main(args) -> int:
         words = ["".join(tok.decode(sample_text(model, tok, srng, 30, stop_id=0))) for _ in range(n_sample)]
         print("sampled words:", ", ".join(w or "(empty)" for w in words))
     elif n_sample > 0:
-        prompt = tok.encode(val_items[:1])
+        prompt = tok.encode(prompt_text)
         print("sampled text:\n" + tok.decode(prompt + sample_text(model, tok, srng, n_sample, prompt)))
     print(f"total time {time.perf_counter() - t_start:.1f} s")
     return 0

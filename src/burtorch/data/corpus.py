@@ -6,6 +6,7 @@ case letters only, 3-12 long, distinct) are the default word list for the name-g
 """
 from __future__ import annotations
 
+import importlib.util
 import re
 
 from ..io.regular_file import read_regular
@@ -15,10 +16,14 @@ _TEXT_LIMIT = 2_000_000
 
 def default_text() -> str:
     """The embedded corpus: pydoc's topic texts, joined in a fixed (sorted) order."""
-    try:
-        from pydoc_data.topics import topics
-    except ImportError as e:  # some minimal Python builds strip it
-        raise RuntimeError("this Python has no pydoc_data; pass --data FILE") from e
+    # Executed into a module object of its own rather than imported: an import would keep its half
+    # megabyte of strings in sys.modules for the life of the process, after the text is built.
+    spec = importlib.util.find_spec("pydoc_data.topics") if importlib.util.find_spec("pydoc_data") else None
+    if spec is None or spec.loader is None:  # some minimal Python builds strip it
+        raise RuntimeError("this Python has no pydoc_data; pass --data FILE")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    topics = module.topics
     return "\n".join(topics[k] for k in sorted(topics))
 
 
