@@ -102,19 +102,20 @@ def _mlp_grads(model, batch, threads, **kw):
     return model.parameter_vector().numpy("grads").copy()
 
 
+@pytest.mark.parametrize("hidden", [96, 320])  # 320: from 256 units, more tasks than threads
 @pytest.mark.parametrize("dtype", [bt.float32, bt.float64])
-def test_one_and_two_threads_and_replays_give_the_same_bits(dtype):
+def test_one_and_two_threads_and_replays_give_the_same_bits(dtype, hidden):
     """Through the tables (64 rows of 27 ids), the forward split by output units and the sweep by
     positions: one and two threads, eager and compiled, all the same bits; the two records it
     replaces agree to rounding."""
     bt.manual_seed(3)
-    model = nn.MakemoreMLP(vocab=27, block=16, emb=16, hidden=96, dtype=dtype)
+    model = nn.MakemoreMLP(vocab=27, block=16, emb=16, hidden=hidden, dtype=dtype)
     r = random.Random(4)
     batch = [([r.randrange(27) for _ in range(16)], r.randrange(27)) for _ in range(64)]
     one = _mlp_grads(model, batch, 1)
     for threads, kw in ((2, {}), (1, {"compile": True}), (2, {"compile": True})):
         np.testing.assert_array_equal(_mlp_grads(model, batch, threads, **kw), one, err_msg=f"{threads} {kw}")
-    apart = TwoRecordMLP(vocab=27, block=16, emb=16, hidden=96, dtype=dtype)
+    apart = TwoRecordMLP(vocab=27, block=16, emb=16, hidden=hidden, dtype=dtype)
     apart.parameter_vector().set_data(model.parameter_vector().tolist())
     tol = 1e-5 if dtype == bt.float32 else 1e-12
     two_records = _mlp_grads(apart, batch, 1)
@@ -122,7 +123,8 @@ def test_one_and_two_threads_and_replays_give_the_same_bits(dtype):
     assert not np.array_equal(two_records, one), "64 rows of 27 ids go through the tables, another order"
 
 
-def test_fused_sgd_steps_through_the_tables_as_the_unfused_step():
+@pytest.mark.parametrize("hidden", [64, 320])
+def test_fused_sgd_steps_through_the_tables_as_the_unfused_step(hidden):
     """fused_step steps fc1's W inside the record, after the table's gradient read the old W:
     the bits of grad_oracle + step, eager and compiled, on one and two threads."""
     from burtorch.optim import SGD
@@ -130,7 +132,7 @@ def test_fused_sgd_steps_through_the_tables_as_the_unfused_step():
     bt.manual_seed(5)
     r = random.Random(6)
     batch = [([r.randrange(27) for _ in range(16)], r.randrange(27)) for _ in range(64)]
-    models = [nn.MakemoreMLP(vocab=27, block=16, emb=16, hidden=64, dtype=bt.float32) for _ in range(5)]
+    models = [nn.MakemoreMLP(vocab=27, block=16, emb=16, hidden=hidden, dtype=bt.float32) for _ in range(5)]
     for m in models[1:]:
         m.parameter_vector().set_data(models[0].parameter_vector().tolist())
     ref = SGD(models[0].parameters(), lr=0.3, weight_decay=0.01)

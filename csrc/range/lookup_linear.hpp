@@ -69,9 +69,16 @@ inline void lookup_rows(const LookupLinearShape& s, const T* table, T* x) {
         std::copy(table + size_t(s.ids[i]) * s.d, table + size_t(s.ids[i] + 1) * s.d, x + i * s.d);
 }
 
-// Tasks the tables' products split into: by their multiply-adds, as a linear layer's are.
-inline size_t lookup_table_tasks(const LookupLinearShape& s, size_t items) {
-    return threads::tasks_for(double(s.V) * s.nin * s.nout, kLinearParallelWork, items);
+// Tasks the tables' products split into, if they split (by their multiply-adds, as a linear
+// layer's): one a thread, or from 256 output units `fine` ones, more than the threads, which the
+// threads claim as they come free. Split in halves, the helper's took 1.3x as long as the
+// caller's (W4 b = 64, e = 128 and 512, an Emerald Rapids host: it reads gy and the rows of W
+// that records on the caller's core just wrote), and the record waited for it; in small tasks
+// the caller takes the larger share. Below 256 units a task's products are too small for that
+// to pay (W4 e = 64 and 128 steps took 3-5 % longer).
+inline size_t lookup_table_tasks(const LookupLinearShape& s, size_t fine, size_t most) {
+    const size_t tasks = threads::tasks_for(double(s.V) * s.nin * s.nout, kLinearParallelWork, most);
+    return tasks > 1 && s.nout >= 256 ? std::min(std::max(fine, tasks), most) : tasks;
 }
 
 template <typename T>
@@ -93,7 +100,9 @@ inline void lookup_linear_forward(const Frame<T>& A, const Record& r, const Oper
     // at (V + rows) o0, and copies the block out once: added into y itself, the tasks' columns
     // met within the cache lines that straddle o0 (y's slots are not line-aligned) 16 times a row,
     // and two threads took longer than one at W4's e = 64.
-    const size_t tasks = lookup_table_tasks(s, (size_t(s.nout) + kLinearAlign - 1) / kLinearAlign);
+    // fine: blocks of 64 units (narrower products lose more at their edges than they balance)
+    const size_t tasks =
+        lookup_table_tasks(s, (size_t(s.nout) + 63) / 64, (size_t(s.nout) + kLinearAlign - 1) / kLinearAlign);
     T* scratch = A.scratch(tasks > 1 ? (size_t(s.V) + s.rows) * s.nout : s.table_size()).data();
     auto units = [&](size_t o0, size_t o1, T* tp, T* acc, size_t ld) {
         const size_t n = o1 - o0;
@@ -153,15 +162,16 @@ inline void lookup_linear_backward(const Frame<T>& A, const Record& r, const Ope
     // Each position is self-contained: G_p, then H_p = G_p W_p (the table's gradient from p, read
     // from the old W_p), then gW_p or W_p's step. So tasks split the positions in one region, each
     // keeping its G_p in cache, and g(table) += H_0 + H_1 + ... after it, in position order, on
-    // any number of tasks. Scratch: one G (V x out) per task, then H_p (V x d) for every p (for
-    // one, as one task adds each H_p as soon as it has it). Against three regions (sums, then the
-    // table's gradient by columns, then W's step, handing G_p between the cores), W4 b = 64
-    // compiled fused steps took 0.89-0.96x the time on two threads and 0.97-1.00x on one (Zen 3,
-    // e = 64 to 1024, both in one process, their order alternating).
-    const size_t tasks = std::min(lookup_table_tasks(s, s.P), size_t(s.P));
+    // any number of tasks. Scratch: H_p (V x d) for every p, and G (V x out) in
+    // each thread's own buffer (on one task, one G and one H, as it adds each H_p as soon as it
+    // has it). Against three regions (sums, then the table's gradient by columns, then W's step,
+    // handing G_p between the cores), W4 b = 64 compiled fused steps took 0.89-0.96x the time on
+    // two threads and 0.97-1.00x on one (Zen 3, e = 64 to 1024, both in one process, their order
+    // alternating).
+    const size_t tasks = lookup_table_tasks(s, s.P, s.P);
     const size_t nh = size_t(s.V) * s.d;
-    T* scratch = A.scratch(s.table_size() * tasks + nh * (tasks > 1 ? s.P : 1)).data();
-    T* H = scratch + s.table_size() * tasks;
+    T* scratch = A.scratch(tasks > 1 ? nh * s.P : s.table_size() + nh).data();
+    T* H = tasks > 1 ? scratch : scratch + s.table_size();
     auto position = [&](size_t p, T* gp, T* hp) {
         std::fill(gp, gp + s.table_size(), T(0));
         for (size_t i = 0; i < s.rows; ++i) kernels::add(gp + size_t(s.id(i, p)) * s.nout, gy + i * s.nout, s.nout);
@@ -186,7 +196,8 @@ inline void lookup_linear_backward(const Frame<T>& A, const Record& r, const Ope
     } else {
         threads::parallel_tasks(tasks, [&](size_t t) {
             const auto [p0, p1] = threads::split(s.P, tasks, t);
-            for (size_t p = p0; p < p1; ++p) position(p, scratch + s.table_size() * t, H + nh * p);
+            T* gp = gemm::pack_buffer<T, 3>(s.table_size());
+            for (size_t p = p0; p < p1; ++p) position(p, gp, H + nh * p);
         });
         for (size_t p = 0; p < s.P; ++p) kernels::add(gt, H + nh * p, nh);
     }

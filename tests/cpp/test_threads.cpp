@@ -413,6 +413,7 @@ int main() {
     test_lookup_into_a_layer<double>(256, 7, 5);
     test_lookup_linear_tables<float>(96, 64, 8);
     test_lookup_linear_tables<double>(40, 23, 8);  // table columns and units cut within a panel
+    test_lookup_linear_tables<float>(272, 16, 8);  // from 256 units: more tasks than threads
     test_threaded_replay();
     test_replay_steps_where_the_grads_add();
     test_fork_child_has_a_working_pool();
