@@ -69,13 +69,14 @@ inline void lookup_rows(const LookupLinearShape& s, const T* table, T* x) {
         std::copy(table + size_t(s.ids[i]) * s.d, table + size_t(s.ids[i] + 1) * s.d, x + i * s.d);
 }
 
-// Tasks the tables' products split into, if they split (by their multiply-adds, as a linear
-// layer's): one a thread, or from 256 output units `fine` ones, more than the threads, which the
-// threads claim as they come free. Split in halves, the helper's took 1.3x as long as the
-// caller's (W4 b = 64, e = 128 and 512, an Emerald Rapids host: it reads gy and the rows of W
-// that records on the caller's core just wrote), and the record waited for it; in small tasks
-// the caller takes the larger share. Below 256 units a task's products are too small for that
-// to pay (W4 e = 64 and 128 steps took 3-5 % longer).
+// How many tasks the tables' products split into (whether they split at all goes by their
+// multiply-adds, as a linear layer's does). Below 256 output units, one task per thread; from
+// 256, `fine` tasks, more than the threads, which the threads claim as they come free. Split in
+// halves, the helper's half took 1.3x as long as the caller's (W4 b = 64, e = 128 and 512, an
+// Emerald Rapids host: it reads gy and the rows of W that records on the caller's core just
+// wrote), and the record waited for it; with small tasks the caller takes the larger share.
+// Below 256 units the tasks' products are too small for that to pay (W4 e = 64 and 128 steps
+// took 3-5 % longer).
 inline size_t lookup_table_tasks(const LookupLinearShape& s, size_t fine, size_t most) {
     const size_t tasks = threads::tasks_for(double(s.V) * s.nin * s.nout, kLinearParallelWork, most);
     return tasks > 1 && s.nout >= 256 ? std::min(std::max(fine, tasks), most) : tasks;
@@ -100,7 +101,7 @@ inline void lookup_linear_forward(const Frame<T>& A, const Record& r, const Oper
     // at (V + rows) o0, and copies the block out once: added into y itself, the tasks' columns
     // met within the cache lines that straddle o0 (y's slots are not line-aligned) 16 times a row,
     // and two threads took longer than one at W4's e = 64.
-    // fine: blocks of 64 units (narrower products lose more at their edges than they balance)
+    // Fine tasks take 64 units each: narrower products lose more at their edges than they balance.
     const size_t tasks =
         lookup_table_tasks(s, (size_t(s.nout) + 63) / 64, (size_t(s.nout) + kLinearAlign - 1) / kLinearAlign);
     T* scratch = A.scratch(tasks > 1 ? (size_t(s.V) + s.rows) * s.nout : s.table_size()).data();
