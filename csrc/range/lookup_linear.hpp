@@ -77,9 +77,12 @@ inline void lookup_rows(const LookupLinearShape& s, const T* table, T* x) {
 // wrote), and the record waited for it; with small tasks the caller takes the larger share.
 // Below 256 units the tasks' products are too small for that to pay (W4 e = 64 and 128 steps
 // took 3-5 % longer).
+inline constexpr size_t kLookupFineFrom = 256;
+// Units a fine forward task takes: narrower products lose more at their edges than they balance.
+inline constexpr size_t kLookupFineUnits = 64;
 inline size_t lookup_table_tasks(const LookupLinearShape& s, size_t fine, size_t most) {
     const size_t tasks = threads::tasks_for(double(s.V) * s.nin * s.nout, kLinearParallelWork, most);
-    return tasks > 1 && s.nout >= 256 ? std::min(std::max(fine, tasks), most) : tasks;
+    return tasks > 1 && s.nout >= kLookupFineFrom ? std::min(std::max(fine, tasks), most) : tasks;
 }
 
 template <typename T>
@@ -101,9 +104,8 @@ inline void lookup_linear_forward(const Frame<T>& A, const Record& r, const Oper
     // at (V + rows) o0, and copies the block out once: added into y itself, the tasks' columns
     // met within the cache lines that straddle o0 (y's slots are not line-aligned) 16 times a row,
     // and two threads took longer than one at W4's e = 64.
-    // Fine tasks take 64 units each: narrower products lose more at their edges than they balance.
-    const size_t tasks =
-        lookup_table_tasks(s, (size_t(s.nout) + 63) / 64, (size_t(s.nout) + kLinearAlign - 1) / kLinearAlign);
+    const size_t tasks = lookup_table_tasks(s, (size_t(s.nout) + kLookupFineUnits - 1) / kLookupFineUnits,
+                                            (size_t(s.nout) + kLinearAlign - 1) / kLinearAlign);
     T* scratch = A.scratch(tasks > 1 ? (size_t(s.V) + s.rows) * s.nout : s.table_size()).data();
     auto units = [&](size_t o0, size_t o1, T* tp, T* acc, size_t ld) {
         const size_t n = o1 - o0;
