@@ -140,6 +140,42 @@ def test_softmax_and_cross_entropy(arena, rng):
     fd_check(lambda: bt.cross_entropy(z.columns(1, 4), [0, 1, 2]), [z], rng)
 
 
+@pytest.mark.parametrize("dtype", [bt.float32, bt.float64])
+@pytest.mark.parametrize("V", [27, 65])
+def test_cross_entropy_rows_in_lanes(dtype, V, rng):
+    """37 rows: two blocks that the kernels take across SIMD lanes, then five row by row; loss and
+    every gradient against double-precision math, and a NaN logit kept to its own row."""
+    rows = 37
+    zs = [rng.uniform(-4.0, 4.0) for _ in range(rows * V)]
+    t = [rng.randrange(V) for _ in range(rows)]
+    ref_rows, ref_grad = [], []
+    for r in range(rows):
+        row = zs[r * V:(r + 1) * V]
+        m = max(row)
+        e = [math.exp(v - m) for v in row]
+        s = sum(e)
+        ref_rows.append(m + math.log(s) - row[t[r]])
+        ref_grad += [(ev / s - (j == t[r])) / rows for j, ev in enumerate(e)]
+    tol = 2e-6 if dtype == bt.float32 else 1e-12
+    with bt.Arena(dtype=dtype):
+        z = bt.leaves(zs, shape=(rows, V), dtype=dtype)
+        loss = bt.cross_entropy(z, t)
+        loss.backward()
+        assert loss.data == pytest.approx(sum(ref_rows) / rows, rel=tol)
+        assert z.grad == pytest.approx(ref_grad, rel=tol, abs=tol / rows)
+    zs[3 * V + 5] = math.nan  # row 3, in the first block of lanes
+    with bt.Arena(dtype=dtype):
+        z = bt.leaves(zs, shape=(rows, V), dtype=dtype)
+        loss = bt.cross_entropy(z, t)
+        loss.backward()
+        g = z.grad
+        assert math.isnan(loss.data)
+        assert all(math.isnan(v) for v in g[3 * V:4 * V])
+        others = [r for r in range(rows) if r != 3]
+        assert all(g[r * V + j] == pytest.approx(ref_grad[r * V + j], rel=tol, abs=tol / rows)
+                   for r in others for j in range(V))
+
+
 def test_layer_norm(arena, rng):
     x = rand_leaves(rng, 15, shape=(3, 5), scale=2.0)
     g = rand_leaves(rng, 5)
