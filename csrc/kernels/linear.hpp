@@ -50,6 +50,11 @@ inline constexpr double kFewRowsParallelWeights = 1 << 20;
 // task keeps at least kFewOutputsMinRows rows, so that its forward takes the path (tiles or dot
 // products) that all the rows take.
 inline constexpr size_t kFewOutputsMinRows = 8;
+// Multiply-adds from which such a layer splits at all: four times kLinearParallelWork. Its tasks
+// each read all of W and the rows of x or gy that the layer before wrote on the caller's core,
+// and at W4's 64 x 64 -> 27 and 64 x 128 -> 27 (b = 64, an Emerald Rapids host) both products
+// took as long on two threads as on one or longer; 64 x 512 -> 27 took 0.69-0.77 of one thread's time.
+inline constexpr double kFewOutputsParallelWork = 4 * kLinearParallelWork;
 inline bool few_outputs(uint32_t rows, uint32_t out, size_t tasks) {
     return size_t(out) < 2 * kLinearAlign * tasks && rows >= 2 * kFewOutputsMinRows;
 }
@@ -66,7 +71,7 @@ inline size_t linear_tasks(uint32_t rows, uint32_t in, uint32_t out) {
     const size_t units = (size_t(out) + kLinearAlign - 1) / kLinearAlign;
     const size_t by_units = threads::tasks_for(linear_work(rows, in, out), kLinearParallelWork, units);
     if (by_units > 1 && few_outputs(rows, out, by_units))
-        return threads::tasks_for(linear_work(rows, in, out), kLinearParallelWork, rows / kFewOutputsMinRows);
+        return threads::tasks_for(linear_work(rows, in, out), kFewOutputsParallelWork, rows / kFewOutputsMinRows);
     return by_units;
 }
 

@@ -84,6 +84,12 @@ inline void map_unary_forward(const Frame<T>& A, const Record& r, const Operands
         map_unary_kernel<T>(static_cast<Op>(r.c), xs + b, ys + b, e - b, static_cast<T>(r.imm));
     });
 }
+// Work per element of a unary map's gradient, against kParallelItemWork. Its kernels are a
+// multiply or two an element (most of them), so the time goes to moving y, gy and gx, which the records around
+// it wrote on the caller's core: split in two, tanh's gradient over 8,192 and 32,768 floats took
+// longer than on one thread (W4 b = 64, e = 128 and 512, an Emerald Rapids host).
+inline constexpr double kMapGradWork = 0.5;
+
 // Scratch, for x in several spans: [x gathered (n) | gx (n)].
 template <typename T>
 inline void map_unary_backward(const Frame<T>& A, const Record& r, const Operands& o) {
@@ -97,7 +103,7 @@ inline void map_unary_backward(const Frame<T>& A, const Record& r, const Operand
         const T* xs = A.values() + o.v[0].first(0);
         T* gx = A.grads() + o.v[0].first(0);
         const bool first = A.first_write;  // x's grads unzeroed: 0 + piece, as scatter_add writes
-        for_item_blocks(n, 4, [&](size_t b, size_t e) {
+        for_item_blocks(n, kMapGradWork, [&](size_t b, size_t e) {
             constexpr size_t kPiece = 256;
             T piece[kPiece];
             for (size_t p = b; p < e; p += kPiece) {
@@ -114,7 +120,7 @@ inline void map_unary_backward(const Frame<T>& A, const Record& r, const Operand
     T* buf = A.scratch(2 * n).data();
     const T* xs = contiguous(A.values(), o.v[0], buf);
     T* gx = buf + n;
-    for_item_blocks(n, 4, [&](size_t b, size_t e) {
+    for_item_blocks(n, kMapGradWork, [&](size_t b, size_t e) {
         map_unary_grad_kernel<T>(static_cast<Op>(r.c), xs + b, ys + b, gy + b, gx + b, e - b, static_cast<T>(r.imm));
     });
     scatter_add(A.grads(), o.v[0], gx, A.first_write);
