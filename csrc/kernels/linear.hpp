@@ -53,7 +53,8 @@ inline constexpr size_t kFewOutputsMinRows = 8;
 // Multiply-adds from which such a layer splits at all: four times kLinearParallelWork. Its tasks
 // each read all of W and the rows of x or gy that the layer before wrote on the caller's core,
 // and at W4's 64 x 64 -> 27 and 64 x 128 -> 27 (b = 64, an Emerald Rapids host) both products
-// took as long on two threads as on one or longer; 64 x 512 -> 27 took 0.69-0.77 of one thread's time.
+// took as long on two threads as on one or longer; 64 x 512 -> 27 took 0.69-0.77 of one
+// thread's time.
 inline constexpr double kFewOutputsParallelWork = 4 * kLinearParallelWork;
 inline bool few_outputs(uint32_t rows, uint32_t out, size_t tasks) {
     return size_t(out) < 2 * kLinearAlign * tasks && rows >= 2 * kFewOutputsMinRows;
