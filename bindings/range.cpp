@@ -364,7 +364,9 @@ Row r of the layer's input is the table rows ``ids[r * P : (r + 1) * P]`` side b
 ``P = in / d``. The looked-up rows are never stored. From ``rows >= 1.5 V`` the record computes
 through one (V x out) product per position instead of the (rows x in) input, which is less
 work when a chunk repeats the table's rows. The path depends on the shapes alone, so a replay
-and any thread count compute the same bits. Ids may be traced program inputs.
+computes the same bits, and so does any thread count, but for the table's gradient through the
+tables: on several threads it is a sum over output units added up in one part per task, in task
+order (the same on every run for a given thread count). Ids may be traced program inputs.
 
 Args:
     table: a contiguous (V x d) matrix.

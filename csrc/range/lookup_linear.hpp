@@ -16,9 +16,11 @@
 // layer's own products (kernels/linear.hpp), with their bits.
 //
 // Either way the path depends on the shape alone, so eager appends and replays compute the same
-// bits, and so does any thread count: tasks split the tables by output units (forward) or by
-// positions (backward), so every element is one chain in a fixed order. Each G_p W_p reads W_p
-// before W_p steps.
+// bits. Tasks split the tables by output units, forward and backward alike, so each core reads
+// and steps the same rows of W: y, G_p and W's step (or gW) are one chain an element, the same
+// bits on any thread count; the table's gradient, a sum over the units, is added up in parts,
+// one a task, in task order: the same on every run for a given thread count, and within rounding
+// of one thread's. Each G_p W_p reads W_p before W_p steps.
 #pragma once
 #include <algorithm>
 #include <cstddef>
@@ -70,17 +72,20 @@ inline void lookup_rows(const LookupLinearShape& s, const T* table, T* x) {
 }
 
 // How many tasks the tables' products split into (whether they split at all goes by their
-// multiply-adds, as a linear layer's does). Below 256 output units, one task per thread; from
-// 256, `fine` tasks, more than the threads, which the threads claim as they come free. Split in
-// halves, the helper's half took 1.3x as long as the caller's (W4 b = 64, e = 128 and 512, an
-// Emerald Rapids host: it reads gy and the rows of W that records on the caller's core just
-// wrote), and the record waited for it; with small tasks the caller takes the larger share.
+// multiply-adds, as a linear layer's does), each a block of output units. Below 256 units, one
+// task per thread; from 256, blocks of kLookupFineUnits, more tasks than threads, which the
+// threads claim as they come free. Split in halves, the helper's half took 1.3x as long as the
+// caller's (W4 b = 64, e = 128 and 512, an Emerald Rapids host: it reads gy and the rows of W
+// that records on the caller's core just wrote), and the record waited for it; with small tasks
+// the caller takes the larger share.
 // Below 256 units the tasks' products are too small for that to pay (W4 e = 64 and 128 steps
 // took 3-5 % longer).
 inline constexpr size_t kLookupFineFrom = 256;
-// Units a fine forward task takes: narrower products lose more at their edges than they balance.
+// Units a fine task takes: narrower products lose more at their edges than they balance.
 inline constexpr size_t kLookupFineUnits = 64;
-inline size_t lookup_table_tasks(const LookupLinearShape& s, size_t fine, size_t most) {
+inline size_t lookup_table_tasks(const LookupLinearShape& s) {
+    const size_t most = (size_t(s.nout) + kLinearAlign - 1) / kLinearAlign;
+    const size_t fine = (size_t(s.nout) + kLookupFineUnits - 1) / kLookupFineUnits;
     const size_t tasks = threads::tasks_for(double(s.V) * s.nin * s.nout, kLinearParallelWork, most);
     return tasks > 1 && s.nout >= kLookupFineFrom ? std::min(std::max(fine, tasks), most) : tasks;
 }
@@ -104,8 +109,7 @@ inline void lookup_linear_forward(const Frame<T>& A, const Record& r, const Oper
     // at (V + rows) o0, and copies the block out once: added into y itself, the tasks' columns
     // met within the cache lines that straddle o0 (y's slots are not line-aligned) 16 times a row,
     // and two threads took longer than one at W4's e = 64.
-    const size_t tasks = lookup_table_tasks(s, (size_t(s.nout) + kLookupFineUnits - 1) / kLookupFineUnits,
-                                            (size_t(s.nout) + kLinearAlign - 1) / kLinearAlign);
+    const size_t tasks = lookup_table_tasks(s);
     T* scratch = A.scratch(tasks > 1 ? (size_t(s.V) + s.rows) * s.nout : s.table_size()).data();
     auto units = [&](size_t o0, size_t o1, T* tp, T* acc, size_t ld) {
         const size_t n = o1 - o0;
@@ -162,47 +166,61 @@ inline void lookup_linear_backward(const Frame<T>& A, const Record& r, const Ope
     T* W = const_cast<T*>(A.weight(s.w));  // a fused step writes it in place
     T* gt = A.grads() + s.table;
     const T* gy = A.grads() + r.out;
-    // Each position is self-contained: G_p, then H_p = G_p W_p (the table's gradient from p, read
-    // from the old W_p), then gW_p or W_p's step. So tasks split the positions in one region, each
-    // keeping its G_p in cache, and g(table) += H_0 + H_1 + ... after it, in position order, on
-    // any number of tasks. Scratch: H_p (V x d) for every p, and G (V x out) in
-    // each thread's own buffer (on one task, one G and one H, as it adds each H_p as soon as it
-    // has it). Against three regions (sums, then the table's gradient by columns, then W's step,
-    // handing G_p between the cores), W4 b = 64 compiled fused steps took 0.89-0.96x the time on
-    // two threads and 0.97-1.00x on one (Zen 3, e = 64 to 1024, both in one process, their order
-    // alternating).
-    const size_t tasks = lookup_table_tasks(s, s.P, s.P);
+    // Each position is self-contained over a block of units: G_p's columns, then their part of
+    // H_p = G_p W_p (the table's gradient from p, read from the old W_p), then those rows of gW_p
+    // or of W_p's step. Tasks take the forward's blocks of units. They took positions before
+    // (the table's gradient, H_0 + H_1 + ..., then had one thread's bits), but the forward split
+    // W by rows and the sweep by columns, so every step each core read and stepped rows of W that
+    // the other one had just read: with the blocks of units, W4 b = 64 compiled fused steps on two
+    // threads took 0.85-0.90 of the time at e = 512 and 1024, 0.96-0.97 at e = 128 and 0.98-1.03
+    // at e = 64 (an Emerald Rapids host; both in one process, alternating).
+    const size_t tasks = lookup_table_tasks(s);
     const size_t nh = size_t(s.V) * s.d;
-    T* scratch = A.scratch(tasks > 1 ? nh * s.P : s.table_size() + nh).data();
-    T* H = tasks > 1 ? scratch : scratch + s.table_size();
-    auto position = [&](size_t p, T* gp, T* hp) {
-        std::fill(gp, gp + s.table_size(), T(0));
-        for (size_t i = 0; i < s.rows; ++i) kernels::add(gp + size_t(s.id(i, p)) * s.nout, gy + i * s.nout, s.nout);
-        gemm::for_each_tile<T>(s.V, s.d, s.nout, gp, s.nout, 1, W + p * s.d, s.nin, true, false, gemm::zero_tile<T>(),
+    // Units [o0, o1) of position p: G_p's columns, their part of H_p into hp, and those rows of
+    // W_p's step (or of gW_p).
+    auto position = [&](size_t p, size_t o0, size_t o1, T* gp, T* hp) {
+        const size_t n = o1 - o0;
+        std::fill(gp, gp + size_t(s.V) * n, T(0));
+        for (size_t i = 0; i < s.rows; ++i) kernels::add(gp + size_t(s.id(i, p)) * n, gy + i * s.nout + o0, n);
+        T* wp = W + o0 * s.nin + p * s.d;
+        gemm::for_each_tile<T>(s.V, s.d, n, gp, n, 1, wp, s.nin, true, false, gemm::zero_tile<T>(),
                                gemm::to_tile(hp, s.d));
         // gW_p += G_p^T table, or W_p's step; each chain over the table's rows from zero (or from gW)
-        if (f)
-            gemm::for_each_tile<T>(s.nout, s.d, s.V, gp, 1, s.nout, table, s.d, true, false, gemm::zero_tile<T>(),
-                                   gemm::sgd_to_tile(W + p * s.d, s.nin, T(f->lr), T(f->weight_decay)));
-        else if (gw_add)
-            gemm::for_each_tile<T>(s.nout, s.d, s.V, gp, 1, s.nout, table, s.d, true, false,
-                                   gemm::from_tile<T>(gW + p * s.d, s.nin), gemm::to_tile(gW + p * s.d, s.nin));
-        else
-            gemm::for_each_tile<T>(s.nout, s.d, s.V, gp, 1, s.nout, table, s.d, true, false, gemm::zero_tile<T>(),
-                                   gemm::to_tile(gW + p * s.d, s.nin));
+        if (f) {
+            gemm::for_each_tile<T>(n, s.d, s.V, gp, 1, n, table, s.d, true, false, gemm::zero_tile<T>(),
+                                   gemm::sgd_to_tile(wp, s.nin, T(f->lr), T(f->weight_decay)));
+        } else {
+            T* gwp = gW + o0 * s.nin + p * s.d;
+            if (gw_add)
+                gemm::for_each_tile<T>(n, s.d, s.V, gp, 1, n, table, s.d, true, false, gemm::from_tile<T>(gwp, s.nin),
+                                       gemm::to_tile(gwp, s.nin));
+            else
+                gemm::for_each_tile<T>(n, s.d, s.V, gp, 1, n, table, s.d, true, false, gemm::zero_tile<T>(),
+                                       gemm::to_tile(gwp, s.nin));
+        }
     };
     if (tasks <= 1) {
+        T* scratch = A.scratch(s.table_size() + nh).data();
         for (size_t p = 0; p < s.P; ++p) {
-            position(p, scratch, H);
-            kernels::add(gt, H, nh);
+            position(p, 0, s.nout, scratch, scratch + s.table_size());
+            kernels::add(gt, scratch + s.table_size(), nh);
         }
     } else {
+        // Scratch: each task's sum of its parts of H_0, H_1, ... (V x d), added in task order.
+        T* partial = A.scratch(tasks * nh).data();
         threads::parallel_tasks(tasks, [&](size_t t) {
-            const auto [p0, p1] = threads::split(s.P, tasks, t);
-            T* gp = gemm::pack_buffer<T, 3>(s.table_size());
-            for (size_t p = p0; p < p1; ++p) position(p, gp, H + nh * p);
+            const auto [o0, o1] = threads::split(s.nout, tasks, t, kLinearAlign);
+            T* sum = partial + nh * t;
+            std::fill(sum, sum + nh, T(0));
+            if (o0 >= o1) return;
+            T* gp = gemm::pack_buffer<T, 3>(size_t(s.V) * (o1 - o0) + nh);
+            T* hp = gp + size_t(s.V) * (o1 - o0);
+            for (size_t p = 0; p < s.P; ++p) {
+                position(p, o0, o1, gp, hp);
+                kernels::add(sum, hp, nh);
+            }
         });
-        for (size_t p = 0; p < s.P; ++p) kernels::add(gt, H + nh * p, nh);
+        for (size_t t = 0; t < tasks; ++t) kernels::add(gt, partial + nh * t, nh);
     }
     if (s.has_bias) gemm::grad_bias(gy, A.grads() + o.v[2].first(0), s.rows, s.nout, 0, s.nout);
 }

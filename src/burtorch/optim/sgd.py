@@ -53,9 +53,10 @@ class SGD(Optimizer):
         partial gradient per thread, in thread order; and a compiled step runs a lookup whose
         rows only the next linear record reads together with that layer (each thread looks every
         row up itself), and the table's gradient is such a sum (``MakemoreMLP`` looks its rows up
-        inside its first layer's record, ``lookup_linear``, which keeps one thread's bits). Each
-        is within rounding of one thread's (which is the unfused step's), and the same on every
-        run for a given thread count.
+        inside its first layer's record, ``lookup_linear``, whose table gradient through its
+        tables is a sum of one part per task as well). Each is within rounding of one thread's
+        (which is the unfused step's on one thread), and the same on every run for a given thread
+        count.
 
         Fusing needs the whole batch as one graph (one sample, or ``chunk >= len(batch)`` with
         ``loss_batch``), no momentum, and a weight that no other op reads; otherwise the step
