@@ -1,7 +1,8 @@
 """One thread against two, side by side in one process: single range records at the sizes of the
 W4/W5 steps (where the split thresholds come from), then whole training steps (grad_oracle + SGD)
 of W4 and W5: chunked, compiled per sample, and compiled per chunk (chunks of about 64 rows and at
-most b / threads samples, so that each thread replays its own: specs.replay_chunk). Each line
+most b / threads samples, so that each thread replays its own: specs.replay_chunk); and W4's
+SGD.fused_step, eager and compiled (one graph of the batch, its records split across threads). Each line
 alternates the two counts run by run and prints medians, the speed-up and the CPU time per wall
 time of the two-thread runs (near 2 when both threads work; other processes on the machine lower
 it, so the header prints the load average).
@@ -110,11 +111,9 @@ def steps(reps: int) -> None:
 
     _header("training step (oracle + SGD, or SGD.fused_step)", "ms")
     r = random.Random(0)
-    for workload, e, b, mode in (("W4", 64, 64, "chunk"), ("W4", 64, 64, "compiled-chunk"), ("W4", 64, 64, "fused"),
-                                 ("W4", 128, 64, "chunk"), ("W4", 128, 64, "compiled-chunk"), ("W4", 128, 64, "fused"),
-                                 ("W4", 512, 64, "chunk"), ("W4", 512, 64, "compiled-chunk"), ("W4", 512, 64, "fused"),
-                                 ("W4", 1024, 64, "chunk"), ("W4", 1024, 64, "compiled-chunk"),
-                                 ("W4", 1024, 64, "fused"), ("W4", 1024, 1, "eager"), ("W4", 1024, 1, "fused"),
+    w4_b64 = [("W4", e, 64, mode) for e in (64, 128, 512, 1024)
+              for mode in ("chunk", "compiled-chunk", "fused", "compiled-fused")]
+    for workload, e, b, mode in (*w4_b64, ("W4", 1024, 1, "eager"), ("W4", 1024, 1, "fused"),
                                  ("W5", 0, 8, "chunk"), ("W5", 0, 8, "compiled"),
                                  ("W5", 0, 64, "chunk"), ("W5", 0, 64, "compiled"), ("W5", 0, 64, "compiled-chunk")):
         bt.manual_seed(0)
@@ -137,8 +136,8 @@ def steps(reps: int) -> None:
         def step(t, model=model, opt=opt, batches=batches, kw=kw, cursor=cursor, mode=mode, b=b, kind=kind):
             cursor[0] += 1
             batch = batches[cursor[0] % len(batches)]
-            if mode == "fused":  # one graph, the SGD update inside the sweep (SGD.fused_step)
-                opt.fused_step(model, batch, chunk=min(b, 64), threads=t)
+            if mode in ("fused", "compiled-fused"):  # one graph, the SGD update inside the sweep (SGD.fused_step)
+                opt.fused_step(model, batch, chunk=min(b, 64), threads=t, compile=mode == "compiled-fused")
                 return
             extra = {"compile": True, "chunk": replay_chunk(kind, b, t)} if mode == "compiled-chunk" else kw
             bt.grad_oracle(model, batch, threads=t, **extra)
