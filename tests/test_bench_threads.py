@@ -188,6 +188,32 @@ def test_the_stores_section_times_both_stores_and_restores_the_default():
         bt.set_num_threads(before)
 
 
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="this process may use one core only")
+def test_the_cpus_section_times_each_cpu_and_restores_the_affinity():
+    """python -m burtorch.bench.threads --only cpus: runs on each of two CPUs in turn (a step runs
+    pinned there), and the affinity and thread count are back afterwards."""
+    import burtorch as bt
+    from burtorch.bench.threads import cpu_runs
+
+    allowed, before = os.sched_getaffinity(0), bt.get_num_threads()
+    cpus = sorted(allowed)[:2]
+    seen = []
+    real = bt.optim.SGD.fused_step
+
+    def spy(self, *a, **kw):
+        seen.append(os.sched_getaffinity(0))
+        return real(self, *a, **kw)
+
+    bt.optim.SGD.fused_step = spy
+    try:
+        times = cpu_runs(cpus, reps=2, per_run=1, hidden=8)
+    finally:
+        bt.optim.SGD.fused_step = real
+    assert sorted(times) == cpus and all(len(v) == 2 and min(v) > 0 for v in times.values())
+    assert seen == [{cpus[0]}, {cpus[1]}] * 3
+    assert os.sched_getaffinity(0) == allowed and bt.get_num_threads() == before
+
+
 def test_step_paths_prints_a_positive_time_for_each_path():
     import contextlib
     import io

@@ -7,7 +7,11 @@ alternates the two counts run by run and prints medians, the speed-up and the CP
 time of the two-thread runs (near 2 when both threads work; other processes on the machine lower
 it, so the header prints the load average).
 
-    python -m burtorch.bench.threads [--reps 15] [--only ops|steps|stores]
+    python -m burtorch.bench.threads [--reps 15] [--only ops|steps|cpus|stores]
+
+The `cpus` section times one thread's W4 step (e = 64, b = 64, compiled fused) pinned to each of
+two CPUs in turn: on a virtual machine one vCPU can run slower than the other for a while, and a
+one-thread row then reads slower or faster by the CPU it landed on.
 
 The `stores` section times the two-thread W4 step with the SGD step's streaming stores against
 plain ones, split by the state of the CPUs' link (the round trip of a cache line between them).
@@ -148,6 +152,43 @@ def steps(reps: int) -> None:
         print(f"{name:<34} {m1:>12.3f} {m2:>13.3f} {m1 / m2:>8.2f}x {load:>9.2f}", flush=True)
 
 
+def cpu_runs(cpus: list[int], reps: int, per_run: int = 50, hidden: int = 64) -> dict[int, list[float]]:
+    """ms per one-thread W4 step (b = 64, compiled fused), pinned to each of `cpus` in turn, `reps`
+    runs of `per_run` steps each; the process's affinity and thread count are restored."""
+    import burtorch as bt
+    from burtorch import nn
+    from burtorch.optim import SGD
+
+    r = random.Random(0)
+    bt.manual_seed(0)
+    model = nn.MakemoreMLP.paper(hidden=hidden, vocab=27, dtype=bt.float32)
+    batches = [[([r.randrange(27) for _ in range(16)], r.randrange(27)) for _ in range(64)] for _ in range(8)]
+    opt = SGD(model.parameters(), lr=0.001)
+    allowed, threads = os.sched_getaffinity(0), bt.get_num_threads()
+    times: dict[int, list[float]] = {c: [] for c in cpus}
+    try:
+        for k in range(reps + 1):  # the first round warms up
+            for c in cpus:
+                os.sched_setaffinity(0, {c})
+                t0 = time.perf_counter()
+                for i in range(per_run):
+                    opt.fused_step(model, batches[i % len(batches)], chunk=64, threads=1, compile=True)
+                if k:
+                    times[c].append((time.perf_counter() - t0) / per_run * 1e3)
+    finally:
+        os.sched_setaffinity(0, allowed)
+        bt.set_num_threads(threads)
+    return times
+
+
+def cpus_section(reps: int) -> None:
+    cpus = sorted(os.sched_getaffinity(0))[:2]
+    times = cpu_runs(cpus, reps)
+    a, b = (statistics.median(times[c]) for c in cpus)
+    print(f"one thread, W4 e=64 b=64 compiled fused step (ms), medians of {reps} runs alternating the CPUs:")
+    print(f"CPU {cpus[0]} {a:.4f}  CPU {cpus[1]} {b:.4f}  slower / faster {max(a, b) / min(a, b):.2f}", flush=True)
+
+
 # Round trips (ns) at or above which a run counts as made while moving data between the CPUs is
 # slow: this VM's two vCPUs measure 60-75 ns at some times and 215-310 at others.
 SLOW_ROUND_TRIP_NS = 150.0
@@ -217,7 +258,7 @@ def stores(reps: int) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m burtorch.bench.threads", description=__doc__.split("\n\n")[0])
     ap.add_argument("--reps", type=positive_int, default=15, help="alternating runs per line (median reported)")
-    ap.add_argument("--only", choices=("ops", "steps", "stores"))
+    ap.add_argument("--only", choices=("ops", "steps", "cpus", "stores"))
     args = ap.parse_args(argv)
     if args.reps < 1:
         ap.error("--reps must be at least 1")
@@ -232,6 +273,8 @@ def main(argv: list[str] | None = None) -> int:
         ops(args.reps)
     if args.only in (None, "steps"):
         steps(args.reps)
+    if args.only in (None, "cpus"):
+        cpus_section(args.reps)
     if args.only in (None, "stores"):
         stores(args.reps)
     print(f"# load average at the end {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
