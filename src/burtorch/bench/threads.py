@@ -2,8 +2,8 @@
 W4/W5 steps (where the split thresholds come from), then whole training steps (grad_oracle + SGD)
 of W4 and W5: chunked, compiled per sample, and compiled per chunk (chunks of about 64 rows and at
 most b / threads samples, so that each thread replays its own: specs.replay_chunk); and W4's
-SGD.fused_step, eager and compiled (one graph of the batch, its records split across threads). Each line
-alternates the two counts run by run and prints medians, the speed-up and the CPU time per wall
+SGD.fused_step, eager and compiled (one graph of the batch, its records split across threads).
+Each line alternates the two counts run by run and prints medians, the speed-up and the CPU time per wall
 time of the two-thread runs (near 2 when both threads work; other processes on the machine lower
 it, so the header prints the load average).
 
