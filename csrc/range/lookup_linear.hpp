@@ -77,9 +77,8 @@ inline void lookup_rows(const LookupLinearShape& s, const T* table, T* x) {
 // threads claim as they come free. Split in halves, the helper's half took 1.3x as long as the
 // caller's (W4 b = 64, e = 128 and 512, an Emerald Rapids host: it reads gy and the rows of W
 // that records on the caller's core just wrote), and the record waited for it; with small tasks
-// the caller takes the larger share.
-// Below 256 units the tasks' products are too small for that to pay (W4 e = 64 and 128 steps
-// took 3-5 % longer).
+// the caller takes the larger share. Below 256 units the tasks' products are too small for that
+// to pay (W4 e = 64 and 128 steps took 3-5 % longer).
 inline constexpr size_t kLookupFineFrom = 256;
 // Units a fine task takes: narrower products lose more at their edges than they balance.
 inline constexpr size_t kLookupFineUnits = 64;
