@@ -264,7 +264,10 @@ def test_compiled_fused_step_on_two_threads_runs_the_lookup_with_its_layer(hidde
                 for k in p1:
                     if k != "embed.weight":
                         assert np.array_equal(p1[k], p2[k]), (cls.__name__, k)
-                assert not np.array_equal(p1["embed.weight"], p2["embed.weight"]), "the table took one sum"
+                # its gradient is a sum of parts (after the step, the values differ in a few
+                # elements at most, some batches in none)
+                g1, g2 = (np.array(m.embed.weight.grad) for m in (m1, m2))
+                assert not np.array_equal(g1, g2), "the table's gradient is one sum"
             for k in p1:
                 assert np.abs(p1[k] - p2[k]).max() <= 1e-5 * np.abs(p1[k]).max(), k
             _assert_same_params(m2, m3)
