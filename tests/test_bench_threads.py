@@ -189,29 +189,25 @@ def test_the_stores_section_times_both_stores_and_restores_the_default():
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="this process may use one core only")
-def test_the_cpus_section_times_each_cpu_and_restores_the_affinity():
-    """python -m burtorch.bench.threads --only cpus: runs on each of two CPUs in turn (a step runs
-    pinned there), and the affinity and thread count are back afterwards."""
-    import burtorch as bt
-    from burtorch.bench.threads import cpu_runs
+def test_the_cpus_section_times_a_w4_step_pinned_to_each_cpu_alone_and_at_once():
+    """python -m burtorch.bench.threads --only cpus: a worker process per CPU, which says where it
+    runs (one left unpinned fails to start), timed alone and then at once with the other."""
+    import contextlib
+    import io
 
-    allowed, before = os.sched_getaffinity(0), bt.get_num_threads()
-    cpus = sorted(allowed)[:2]
-    seen = []
-    real = bt.optim.SGD.fused_step
+    from burtorch.bench import capacity, threads
 
-    def spy(self, *a, **kw):
-        seen.append(os.sched_getaffinity(0))
-        return real(self, *a, **kw)
-
-    bt.optim.SGD.fused_step = spy
-    try:
-        times = cpu_runs(cpus, reps=2, per_run=1, hidden=8)
-    finally:
-        bt.optim.SGD.fused_step = real
-    assert sorted(times) == cpus and all(len(v) == 2 and min(v) > 0 for v in times.values())
-    assert seen == [{cpus[0]}, {cpus[1]}] * 3
-    assert os.sched_getaffinity(0) == allowed and bt.get_num_threads() == before
+    cpus = sorted(os.sched_getaffinity(0))[:2]
+    rates = capacity.pinned_rates(cpus, "w4", rounds=2, seconds=0.005)
+    assert sorted(rates) == sorted((k, c) for k in ("alone", "together") for c in cpus)
+    assert all(len(v) == 2 and min(v) > 0 for v in rates.values())
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        threads.cpus_section(1)
+    lines = out.getvalue().splitlines()
+    assert lines[1].startswith(f"alone: CPU {cpus[0]} ") and lines[2].startswith(f"at once: CPU {cpus[0]} ")
+    ratios = [float(w.rstrip(",")) for w in lines[3].split() if w[0].isdigit()]
+    assert len(ratios) == 2 and 0 < ratios[0] <= ratios[1]
 
 
 def test_step_paths_prints_a_positive_time_for_each_path():

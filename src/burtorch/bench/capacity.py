@@ -14,17 +14,22 @@ to each other.
 
 A virtual machine's CPUs can move between such states from one minute to the next, which a
 one-thread row does not see and a two-thread row does. `burtorch bench` measures both before
-and after any run with a two-thread row, and the tables print them.
+and after any run with a two-thread row, and the tables print them. The same workers time a W4
+step instead of the product for `python -m burtorch.bench.threads --only cpus` (pinned_rates),
+each CPU alone and then both at once, in rounds.
 
     python -m burtorch.bench.capacity [--cpus 1,0]
 """
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
+from typing import Any
 
 from .harness import THREAD_ENV
 
@@ -32,66 +37,79 @@ _SIZE = 192  # three float32 192 x 192 operands: 432 KiB, in L2
 _SECONDS = 0.25  # each timed phase
 
 
-def _worker(cpu: int) -> int:
-    """Pinned to `cpu`: calibrate, say 'ready', wait for a count on stdin, time that many
-    products, print the seconds."""
+def _workload(kind: str) -> Callable[[], Any]:
+    """One unit of work: "gemm", a fixed product (numpy, one BLAS thread, operands in cache), or
+    "w4", a one-thread W4 step (e = 64, b = 64, compiled fused: bench.threads' `cpus` section)."""
+    if kind == "w4":
+        from .threads import w4_step
+
+        step, count = w4_step(64), itertools.count()
+        return lambda: step(next(count))
     import numpy as np
 
+    rng = np.random.default_rng(0)
+    a, b = (rng.standard_normal((_SIZE, _SIZE)).astype(np.float32) for _ in range(2))
+    out = np.empty_like(a)
+    return lambda: np.dot(a, b, out=out)
+
+
+def _worker(cpu: int, kind: str) -> int:
+    """Pinned to `cpu`: calibrate, say 'ready' with the rate, then for each count read from stdin
+    time that many units of work and print the seconds, until stdin closes or sends a blank line."""
     if hasattr(os, "sched_setaffinity"):
         try:
             os.sched_setaffinity(0, {cpu})
         except (OSError, ValueError) as exc:
             print(f"cannot pin to CPU {cpu}: {exc}", flush=True)
             return 1
-    rng = np.random.default_rng(0)
-    a, b = (rng.standard_normal((_SIZE, _SIZE)).astype(np.float32) for _ in range(2))
-    out = np.empty_like(a)
+    work = _workload(kind)
+    for _ in range(3):  # the first units trace and allocate
+        work()
     t0 = time.perf_counter()
     calib = 0
     while time.perf_counter() - t0 < 0.05:
-        np.dot(a, b, out=out)
+        work()
         calib += 1
-    print(f"ready {calib / (time.perf_counter() - t0):.6g}", flush=True)
-    line = sys.stdin.readline()
-    if not line.strip():  # the parent gave up (its other worker failed): nothing to time
-        return 0
-    n = int(line)
-    t0 = time.perf_counter()
-    for _ in range(n):
-        np.dot(a, b, out=out)
-    print(f"{time.perf_counter() - t0:.9g}", flush=True)
+    pinned = ",".join(map(str, sorted(os.sched_getaffinity(0)))) if hasattr(os, "sched_getaffinity") else str(cpu)
+    print(f"ready {calib / (time.perf_counter() - t0):.6g} {pinned}", flush=True)
+    for line in sys.stdin:
+        if not line.strip():  # the parent gave up (its other worker failed): nothing to time
+            break
+        n = int(line)
+        t0 = time.perf_counter()
+        for _ in range(n):
+            work()
+        print(f"{time.perf_counter() - t0:.9g}", flush=True)
     return 0
 
 
-def _start(cpu: int) -> tuple[subprocess.Popen, float]:
-    proc = subprocess.Popen([sys.executable, "-m", "burtorch.bench.capacity", "--worker", str(cpu)],
+def _start(cpu: int, kind: str = "gemm") -> tuple[subprocess.Popen, float]:
+    proc = subprocess.Popen([sys.executable, "-m", "burtorch.bench.capacity", "--worker", str(cpu), "--work", kind],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                             env={**os.environ, **THREAD_ENV})
     assert proc.stdout is not None
     first = proc.stdout.readline()
     line = first.split()
-    if len(line) != 2 or line[0] != "ready":
+    if len(line) != 3 or line[0] != "ready" or line[2] != str(cpu):  # it runs where it was put, alone
         proc.kill()
         proc.wait()
-        raise RuntimeError(f"the capacity probe's worker did not start ({first.strip() or 'no output'})")
+        raise RuntimeError(f"the capacity probe's worker did not start on CPU {cpu} ({first.strip() or 'no output'})")
     return proc, float(line[1])
 
 
 def _release(procs: list) -> None:
-    """Ends workers waiting for a count (their stdin closes: they exit without timing)."""
+    """Ends the workers (their stdin closes: they exit)."""
     for p in procs:
         p.stdin.close()
         p.wait()
 
 
-def _run(procs: list, n: int) -> list[float]:
-    for p in procs:  # released together: each waits on its stdin
+def _run(procs: list, counts: list[int]) -> list[float]:
+    """Seconds each worker took for its count, all started together (each waits on its stdin)."""
+    for p, n in zip(procs, counts):
         p.stdin.write(f"{n}\n")
         p.stdin.flush()
-    times = [float(p.stdout.readline()) for p in procs]
-    for p in procs:
-        p.wait()
-    return times
+    return [float(p.stdout.readline()) for p in procs]
 
 
 def measure(cpus: list[int]) -> dict:
@@ -102,20 +120,45 @@ def measure(cpus: list[int]) -> dict:
         raise ValueError("the capacity probe needs two CPUs")
     lone, rate = _start(cpus[0])
     n = max(10, int(rate * _SECONDS))
-    (alone,) = _run([lone], n)
+    try:
+        (alone,) = _run([lone], [n])
+    finally:
+        _release([lone])
     pair: list = []
     try:
         for c in cpus[:2]:
             pair.append(_start(c)[0])
-    except RuntimeError:
-        _release(pair)  # the first of the pair started: it must not wait forever
-        raise
-    together = _run(pair, n)
+        together = _run(pair, [n, n])
+    finally:
+        _release(pair)  # also when the second did not start: the first must not wait forever
     from .. import _core
 
     round_trip = _core._line_round_trip_ns(cpus[0], cpus[1], 20_000) if cpus[0] != cpus[1] else None
     return {"cpus": list(cpus[:2]), "alone_s": alone, "together_s": together,
             "capacity": sum(alone / t for t in together), "round_trip_ns": round_trip}
+
+
+def pinned_rates(cpus: list[int], kind: str, rounds: int,
+                 seconds: float = _SECONDS) -> dict[tuple[str, int], list[float]]:
+    """Units of `kind` work per second in one worker process pinned to each of `cpus`: in each of
+    `rounds` rounds, each worker alone, then all at once; {("alone" or "together", cpu): rates}.
+    Each worker's count takes it about `seconds` alone, so that at once they run side by side."""
+    procs, counts = [], []
+    try:
+        for c in cpus:
+            p, rate = _start(c, kind)
+            procs.append(p)
+            counts.append(max(3, int(rate * seconds)))
+        rates: dict[tuple[str, int], list[float]] = {(k, c): [] for k in ("alone", "together") for c in cpus}
+        for _ in range(rounds):
+            for i, c in enumerate(cpus):
+                (t,) = _run([procs[i]], [counts[i]])
+                rates[("alone", c)].append(counts[i] / t)
+            for c, n, t in zip(cpus, counts, _run(procs, counts)):
+                rates[("together", c)].append(n / t)
+    finally:
+        _release(procs)
+    return rates
 
 
 def describe(probe: dict) -> str:
@@ -161,9 +204,10 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m burtorch.bench.capacity", description=__doc__.split("\n\n")[0])
     ap.add_argument("--cpus", default=None, help="two CPUs, e.g. 1,0 (default: the last two this process may use)")
     ap.add_argument("--worker", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--work", choices=("gemm", "w4"), default="gemm", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker is not None:
-        return _worker(args.worker)
+        return _worker(args.worker, args.work)
     if args.cpus:
         cpus = [int(c) for c in args.cpus.split(",")]
     else:

@@ -9,9 +9,10 @@ it, so the header prints the load average).
 
     python -m burtorch.bench.threads [--reps 15] [--only ops|steps|cpus|stores]
 
-The `cpus` section times one thread's W4 step (e = 64, b = 64, compiled fused) pinned to each of
-two CPUs in turn: on a virtual machine one vCPU can run slower than the other for a while, and a
-one-thread row then reads slower or faster by the CPU it landed on.
+The `cpus` section times one thread's W4 step (e = 64, b = 64, compiled fused) in a process pinned
+to each of two CPUs, each alone and then both at once. On a virtual machine one vCPU can run slower
+than the other for a while, and a one-thread row then reads slower or faster by the CPU it landed
+on; and the steps both CPUs run at once, over those one runs alone, bound what two threads can gain.
 
 The `stores` section times the two-thread W4 step with the SGD step's streaming stores against
 plain ones, split by the state of the CPUs' link (the round trip of a cache line between them).
@@ -152,9 +153,8 @@ def steps(reps: int) -> None:
         print(f"{name:<34} {m1:>12.3f} {m2:>13.3f} {m1 / m2:>8.2f}x {load:>9.2f}", flush=True)
 
 
-def cpu_runs(cpus: list[int], reps: int, per_run: int = 50, hidden: int = 64) -> dict[int, list[float]]:
-    """ms per one-thread W4 step (b = 64, compiled fused), pinned to each of `cpus` in turn, `reps`
-    runs of `per_run` steps each; the process's affinity and thread count are restored."""
+def w4_step(hidden: int) -> Callable[[int], None]:
+    """step(i): a one-thread W4 step (b = 64, compiled fused) on the i-th of 8 fixed batches."""
     import burtorch as bt
     from burtorch import nn
     from burtorch.optim import SGD
@@ -164,29 +164,31 @@ def cpu_runs(cpus: list[int], reps: int, per_run: int = 50, hidden: int = 64) ->
     model = nn.MakemoreMLP.paper(hidden=hidden, vocab=27, dtype=bt.float32)
     batches = [[([r.randrange(27) for _ in range(16)], r.randrange(27)) for _ in range(64)] for _ in range(8)]
     opt = SGD(model.parameters(), lr=0.001)
-    allowed, threads = os.sched_getaffinity(0), bt.get_num_threads()
-    times: dict[int, list[float]] = {c: [] for c in cpus}
-    try:
-        for k in range(reps + 1):  # the first round warms up
-            for c in cpus:
-                os.sched_setaffinity(0, {c})
-                t0 = time.perf_counter()
-                for i in range(per_run):
-                    opt.fused_step(model, batches[i % len(batches)], chunk=64, threads=1, compile=True)
-                if k:
-                    times[c].append((time.perf_counter() - t0) / per_run * 1e3)
-    finally:
-        os.sched_setaffinity(0, allowed)
-        bt.set_num_threads(threads)
-    return times
+
+    def step(i: int) -> None:
+        opt.fused_step(model, batches[i % len(batches)], chunk=64, threads=1, compile=True)
+
+    return step
 
 
 def cpus_section(reps: int) -> None:
+    """One-thread W4 steps in a process pinned to each CPU (capacity.pinned_rates), each alone and
+    then both at once: what both CPUs do at once over one alone, with nothing shared between them
+    (no data, no waiting), is the most a two-thread step can gain over one thread on either."""
+    from .capacity import pinned_rates
+
     cpus = sorted(os.sched_getaffinity(0))[:2]
-    times = cpu_runs(cpus, reps)
-    a, b = (statistics.median(times[c]) for c in cpus)
-    print(f"one thread, W4 e=64 b=64 compiled fused step (ms), medians of {reps} runs alternating the CPUs:")
-    print(f"CPU {cpus[0]} {a:.4f}  CPU {cpus[1]} {b:.4f}  slower / faster {max(a, b) / min(a, b):.2f}", flush=True)
+    rates = pinned_rates(cpus, "w4", reps)
+    alone = {c: statistics.median(rates[("alone", c)]) for c in cpus}
+    both = {c: statistics.median(rates[("together", c)]) for c in cpus}
+    a, b = (1e3 / alone[c] for c in cpus)
+    print(f"one thread, W4 e=64 b=64 compiled fused step (ms), a process pinned to each CPU, medians of {reps} "
+          "rounds (each alone, then both at once):")
+    print(f"alone: CPU {cpus[0]} {a:.4f}  CPU {cpus[1]} {b:.4f}  slower / faster {max(a, b) / min(a, b):.2f}")
+    print(f"at once: CPU {cpus[0]} {1e3 / both[cpus[0]]:.4f}  CPU {cpus[1]} {1e3 / both[cpus[1]]:.4f}")
+    total = sum(both.values())
+    print(f"steps at once / steps alone on the faster CPU {total / max(alone.values()):.2f}, "
+          f"on the slower {total / min(alone.values()):.2f}", flush=True)
 
 
 # Round trips (ns) at or above which a run counts as made while moving data between the CPUs is
