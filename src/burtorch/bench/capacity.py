@@ -2,10 +2,12 @@
 to each other.
 
 - Capacity: a fixed single-precision matrix product (numpy, one BLAS thread, operands in cache:
-  bound by multiply-adds) runs in one process pinned to one core, then in two processes at once,
-  pinned to two cores. The capacity is the sum of the two processes' speeds over the lone one's.
-  2 means two whole cores; near 1 means the two CPUs share one physical core's arithmetic (two
-  hyperthreads of one host core, or a host core also running another tenant).
+  bound by multiply-adds) runs in a process pinned to each of the two CPUs, each alone and then
+  both at once, three rounds. The capacity is the two processes' speeds at once over the faster
+  one's alone (medians). 2 means two whole cores of one speed; near 1 means the two CPUs share
+  one physical core's arithmetic (two hyperthreads of one host core, or a host core also running
+  another tenant); a CPU slower than the other, alone too, lowers it in between. (Set against
+  one CPU alone, as this probe did before, a slow moment of that CPU read as more than 2.)
 - Round trip: two threads pinned to the two CPUs hand one cache line back and forth; the time
   of a return trip, in nanoseconds. A threaded step hands its work and its data between the
   cores many times. On one virtual machine here it read 62-66 ns at some moments and 234-292 ns
@@ -25,6 +27,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -34,7 +37,8 @@ from typing import Any
 from .harness import THREAD_ENV
 
 _SIZE = 192  # three float32 192 x 192 operands: 432 KiB, in L2
-_SECONDS = 0.25  # each timed phase
+_SECONDS = 0.25  # each timed phase of pinned_rates
+_ROUNDS, _PROBE_SECONDS = 3, 0.1  # the probe's: three rounds of 0.1 s phases, medians
 
 
 def _workload(kind: str) -> Callable[[], Any]:
@@ -112,53 +116,43 @@ def _run(procs: list, counts: list[int]) -> list[float]:
     return [float(p.stdout.readline()) for p in procs]
 
 
-def measure(cpus: list[int]) -> dict:
-    """{"cpus", "alone_s", "together_s", "capacity", "round_trip_ns"}: the same number of products
-    timed in one process on cpus[0], then in two at once on cpus[0] and cpus[1]; then a cache
-    line's return trip between the two CPUs (None when they are one)."""
-    if len(cpus) < 2:
-        raise ValueError("the capacity probe needs two CPUs")
-    lone, rate = _start(cpus[0])
-    n = max(10, int(rate * _SECONDS))
-    try:
-        (alone,) = _run([lone], [n])
-    finally:
-        _release([lone])
-    pair: list = []
-    try:
-        for c in cpus[:2]:
-            pair.append(_start(c)[0])
-        together = _run(pair, [n, n])
-    finally:
-        _release(pair)  # also when the second did not start: the first must not wait forever
-    from .. import _core
-
-    round_trip = _core._line_round_trip_ns(cpus[0], cpus[1], 20_000) if cpus[0] != cpus[1] else None
-    return {"cpus": list(cpus[:2]), "alone_s": alone, "together_s": together,
-            "capacity": sum(alone / t for t in together), "round_trip_ns": round_trip}
-
-
-def pinned_rates(cpus: list[int], kind: str, rounds: int,
-                 seconds: float = _SECONDS) -> dict[tuple[str, int], list[float]]:
+def pinned_rates(cpus: list[int], kind: str, rounds: int, seconds: float = _SECONDS) -> dict[str, list[list[float]]]:
     """Units of `kind` work per second in one worker process pinned to each of `cpus`: in each of
-    `rounds` rounds, each worker alone, then all at once; {("alone" or "together", cpu): rates}.
-    Each worker's count takes it about `seconds` alone, so that at once they run side by side."""
+    `rounds` rounds, each worker alone, then all at once. {"alone": [the rates of the worker on
+    cpus[0], ...], "together": [...]}. Each worker's count takes it about `seconds` alone, so that
+    at once the workers run side by side."""
     procs, counts = [], []
     try:
         for c in cpus:
             p, rate = _start(c, kind)
             procs.append(p)
             counts.append(max(3, int(rate * seconds)))
-        rates: dict[tuple[str, int], list[float]] = {(k, c): [] for k in ("alone", "together") for c in cpus}
+        rates: dict[str, list[list[float]]] = {k: [[] for _ in cpus] for k in ("alone", "together")}
         for _ in range(rounds):
-            for i, c in enumerate(cpus):
+            for i in range(len(cpus)):
                 (t,) = _run([procs[i]], [counts[i]])
-                rates[("alone", c)].append(counts[i] / t)
-            for c, n, t in zip(cpus, counts, _run(procs, counts)):
-                rates[("together", c)].append(n / t)
+                rates["alone"][i].append(counts[i] / t)
+            for i, t in enumerate(_run(procs, counts)):
+                rates["together"][i].append(counts[i] / t)
     finally:
-        _release(procs)
+        _release(procs)  # also when a later worker did not start: the others must not wait forever
     return rates
+
+
+def measure(cpus: list[int]) -> dict:
+    """{"cpus", "alone_per_s", "together_per_s", "capacity", "round_trip_ns"}: products per second
+    of a worker pinned to each of the two CPUs, medians of _ROUNDS rounds of each alone and then
+    both at once, and the capacity, their sum at once over the faster one alone; then a cache
+    line's return trip between the two CPUs (None when they are one)."""
+    if len(cpus) < 2:
+        raise ValueError("the capacity probe needs two CPUs")
+    rates = pinned_rates(cpus[:2], "gemm", _ROUNDS, _PROBE_SECONDS)
+    alone, together = ([statistics.median(r) for r in rates[k]] for k in ("alone", "together"))
+    from .. import _core
+
+    round_trip = _core._line_round_trip_ns(cpus[0], cpus[1], 20_000) if cpus[0] != cpus[1] else None
+    return {"cpus": list(cpus[:2]), "alone_per_s": alone, "together_per_s": together,
+            "capacity": sum(together) / max(alone), "round_trip_ns": round_trip}
 
 
 def describe(probe: dict) -> str:

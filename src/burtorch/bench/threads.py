@@ -179,16 +179,14 @@ def cpus_section(reps: int) -> None:
 
     cpus = sorted(os.sched_getaffinity(0))[:2]
     rates = pinned_rates(cpus, "w4", reps)
-    alone = {c: statistics.median(rates[("alone", c)]) for c in cpus}
-    both = {c: statistics.median(rates[("together", c)]) for c in cpus}
-    a, b = (1e3 / alone[c] for c in cpus)
+    alone, both = ([statistics.median(r) for r in rates[k]] for k in ("alone", "together"))
+    a, b = (1e3 / r for r in alone)
     print(f"one thread, W4 e=64 b=64 compiled fused step (ms), a process pinned to each CPU, medians of {reps} "
           "rounds (each alone, then both at once):")
     print(f"alone: CPU {cpus[0]} {a:.4f}  CPU {cpus[1]} {b:.4f}  slower / faster {max(a, b) / min(a, b):.2f}")
-    print(f"at once: CPU {cpus[0]} {1e3 / both[cpus[0]]:.4f}  CPU {cpus[1]} {1e3 / both[cpus[1]]:.4f}")
-    total = sum(both.values())
-    print(f"steps at once / steps alone on the faster CPU {total / max(alone.values()):.2f}, "
-          f"on the slower {total / min(alone.values()):.2f}", flush=True)
+    print(f"at once: CPU {cpus[0]} {1e3 / both[0]:.4f}  CPU {cpus[1]} {1e3 / both[1]:.4f}")
+    print(f"steps at once / steps alone on the faster CPU {sum(both) / max(alone):.2f}, "
+          f"on the slower {sum(both) / min(alone):.2f}", flush=True)
 
 
 # Round trips (ns) at or above which a run counts as made while moving data between the CPUs is
