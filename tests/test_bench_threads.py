@@ -119,6 +119,23 @@ def test_the_capacity_probe_times_each_cpu_alone_then_both_and_never_stops_a_run
     assert line in report.render_terminal(doc)
 
 
+@pytest.mark.parametrize("cpus", ["x", "0", "1,2,3", "-1,0", "0,"])
+def test_the_capacity_command_rejects_a_bad_cpu_list(cpus, capsys):
+    from burtorch.bench import capacity
+
+    with pytest.raises(SystemExit) as exc:
+        capacity.main([f"--cpus={cpus}"])
+    assert exc.value.code == 2 and "expected two CPU numbers" in capsys.readouterr().err
+
+
+def test_the_capacity_command_reports_a_cpu_it_cannot_use(capsys):
+    from burtorch.bench import capacity
+
+    cpu = max(os.sched_getaffinity(0))
+    assert capacity.main(["--cpus", f"{cpu},100000"]) == 1
+    assert "capacity: " in (err := capsys.readouterr().err) and "cannot pin to CPU 100000" in err
+
+
 def test_a_run_with_two_thread_rows_probes_the_cores_before_and_after(tmp_path):
     import json
 

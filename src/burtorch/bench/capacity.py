@@ -194,22 +194,36 @@ def probe_or_error(cpus: list[int]) -> dict:
         return {"cpus": list(cpus), "capacity": None, "error": str(exc)}
 
 
+def _two_cpus(text: str) -> list[int]:
+    try:
+        cpus = [int(c) for c in text.split(",")]
+    except ValueError:
+        cpus = []
+    if len(cpus) != 2 or min(cpus) < 0:
+        raise argparse.ArgumentTypeError(f"expected two CPU numbers such as 1,0, got {text!r}")
+    return cpus
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m burtorch.bench.capacity", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--cpus", default=None, help="two CPUs, e.g. 1,0 (default: the last two this process may use)")
+    ap.add_argument("--cpus", type=_two_cpus, default=None,
+                    help="two CPUs, e.g. 1,0 (default: the last two this process may use)")
     ap.add_argument("--worker", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--work", choices=("gemm", "w4"), default="gemm", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker is not None:
         return _worker(args.worker, args.work)
-    if args.cpus:
-        cpus = [int(c) for c in args.cpus.split(",")]
-    else:
+    cpus = args.cpus
+    if cpus is None:
         cpus = sorted(os.sched_getaffinity(0), reverse=True)[:2] if hasattr(os, "sched_getaffinity") else []
-    if len(cpus) < 2:
-        print("this process may use one CPU: nothing to measure", file=sys.stderr)
+        if len(cpus) < 2:
+            print("this process may use one CPU: nothing to measure", file=sys.stderr)
+            return 1
+    try:
+        print(describe(measure(cpus)))
+    except (OSError, RuntimeError) as exc:  # a CPU this process may not use: its worker cannot pin itself
+        print(f"capacity: {exc}", file=sys.stderr)
         return 1
-    print(describe(measure(cpus)))
     return 0
 
 
