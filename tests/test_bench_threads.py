@@ -136,6 +136,18 @@ def test_the_capacity_command_reports_a_cpu_it_cannot_use(capsys):
     assert "capacity: " in (err := capsys.readouterr().err) and "cannot pin to CPU 100000" in err
 
 
+def test_a_capacity_worker_that_stops_is_an_error_not_a_hang():
+    from burtorch.bench import capacity
+
+    proc, rate = capacity._start(max(os.sched_getaffinity(0)))
+    assert rate > 0
+    proc.kill()
+    proc.wait()
+    with pytest.raises(RuntimeError, match="stopped before it timed"):
+        capacity._run([proc], [1])
+    capacity._release([proc])
+
+
 def test_a_run_with_two_thread_rows_probes_the_cores_before_and_after(tmp_path):
     import json
 

@@ -58,8 +58,9 @@ def _workload(kind: str) -> Callable[[], Any]:
 
 
 def _worker(cpu: int, kind: str) -> int:
-    """Pinned to `cpu`: calibrate, say 'ready' with the rate, then for each count read from stdin
-    time that many units of work and print the seconds, until stdin closes or sends a blank line."""
+    """Pinned to `cpu`: calibrate, say 'ready' with the rate and the CPUs it may run on, then for
+    each count read from stdin time that many units of work and print the seconds, until stdin
+    closes."""
     if hasattr(os, "sched_setaffinity"):
         try:
             os.sched_setaffinity(0, {cpu})
@@ -77,8 +78,6 @@ def _worker(cpu: int, kind: str) -> int:
     pinned = ",".join(map(str, sorted(os.sched_getaffinity(0)))) if hasattr(os, "sched_getaffinity") else str(cpu)
     print(f"ready {calib / (time.perf_counter() - t0):.6g} {pinned}", flush=True)
     for line in sys.stdin:
-        if not line.strip():  # the parent gave up (its other worker failed): nothing to time
-            break
         n = int(line)
         t0 = time.perf_counter()
         for _ in range(n):
@@ -104,16 +103,25 @@ def _start(cpu: int, kind: str = "gemm") -> tuple[subprocess.Popen, float]:
 def _release(procs: list) -> None:
     """Ends the workers (their stdin closes: they exit)."""
     for p in procs:
-        p.stdin.close()
+        try:
+            p.stdin.close()
+        except BrokenPipeError:  # it stopped on its own
+            pass
         p.wait()
 
 
 def _run(procs: list, counts: list[int]) -> list[float]:
     """Seconds each worker took for its count, all started together (each waits on its stdin)."""
-    for p, n in zip(procs, counts):
-        p.stdin.write(f"{n}\n")
-        p.stdin.flush()
-    return [float(p.stdout.readline()) for p in procs]
+    try:
+        for p, n in zip(procs, counts):
+            p.stdin.write(f"{n}\n")
+            p.stdin.flush()
+        lines = [p.stdout.readline() for p in procs]
+    except BrokenPipeError:
+        lines = []
+    if len(lines) < len(procs) or not all(lines):
+        raise RuntimeError("a capacity probe's worker stopped before it timed its count")
+    return [float(line) for line in lines]
 
 
 def pinned_rates(cpus: list[int], kind: str, rounds: int, seconds: float = _SECONDS) -> dict[str, list[list[float]]]:
