@@ -94,7 +94,17 @@ def test_floor_row_agrees_without_being_the_reference_and_gives_each_row_its_per
     assert [b[col] for b in body] == ["25", "40", "100", "100"]
 
 
-def test_the_capacity_probe_times_each_cpu_alone_then_both_and_never_stops_a_run():
+@pytest.fixture
+def short_probes(monkeypatch):
+    """The capacity probe in two rounds of 0.02 s phases instead of three of 0.1 s."""
+    from burtorch.bench import capacity
+
+    monkeypatch.setattr(capacity, "_ROUNDS", 2)
+    monkeypatch.setattr(capacity, "_PROBE_SECONDS", 0.02)
+    monkeypatch.setattr(capacity, "_SECONDS", 0.005)
+
+
+def test_the_capacity_probe_times_each_cpu_alone_then_both_and_never_stops_a_run(short_probes):
     from burtorch.bench import capacity
 
     cpu = max(os.sched_getaffinity(0))
@@ -139,7 +149,7 @@ def test_the_capacity_command_reports_a_cpu_it_cannot_use(capsys):
 def test_a_capacity_worker_that_stops_is_an_error_not_a_hang():
     from burtorch.bench import capacity
 
-    proc, rate = capacity._start(max(os.sched_getaffinity(0)))
+    (proc,), (rate,) = capacity._start([max(os.sched_getaffinity(0))])
     assert rate > 0
     proc.kill()
     proc.wait()
@@ -148,7 +158,7 @@ def test_a_capacity_worker_that_stops_is_an_error_not_a_hang():
     capacity._release([proc])
 
 
-def test_a_run_with_two_thread_rows_probes_the_cores_before_and_after(tmp_path):
+def test_a_run_with_two_thread_rows_probes_the_cores_before_and_after(tmp_path, short_probes):
     import json
 
     if len(os.sched_getaffinity(0)) < 2:
@@ -219,7 +229,7 @@ def test_the_stores_section_times_both_stores_and_restores_the_default():
 
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="this process may use one core only")
-def test_the_cpus_section_times_a_w4_step_pinned_to_each_cpu_alone_and_at_once():
+def test_the_cpus_section_times_a_w4_step_pinned_to_each_cpu_alone_and_at_once(monkeypatch, short_probes):
     """python -m burtorch.bench.threads --only cpus: a worker process per CPU, which says where it
     runs (one left unpinned fails to start), timed alone and then at once with the other."""
     import contextlib
@@ -228,12 +238,19 @@ def test_the_cpus_section_times_a_w4_step_pinned_to_each_cpu_alone_and_at_once()
     from burtorch.bench import capacity, threads
 
     cpus = sorted(os.sched_getaffinity(0))[:2]
-    rates = capacity.pinned_rates(cpus, "w4", rounds=2, seconds=0.005)
-    assert sorted(rates) == ["alone", "together"]
-    assert all(len(r) == 2 and len(r[i]) == 2 and min(r[i]) > 0 for r in rates.values() for i in (0, 1))
+    real, seen = capacity.pinned_rates, []
+
+    def spy(*a, **kw):
+        seen.append((a, real(*a, **kw)))
+        return seen[-1][1]
+
+    monkeypatch.setattr(capacity, "pinned_rates", spy)
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        threads.cpus_section(1)
+        threads.cpus_section(2)
+    ((args, rates),) = seen
+    assert args == (cpus, "w4", 2) and sorted(rates) == ["alone", "together"]
+    assert all(len(r) == 2 and len(r[i]) == 2 and min(r[i]) > 0 for r in rates.values() for i in (0, 1))
     lines = out.getvalue().splitlines()
     assert lines[1].startswith(f"alone: CPU {cpus[0]} ") and lines[2].startswith(f"at once: CPU {cpus[0]} ")
     ratios = [float(w.rstrip(",")) for w in lines[3].split() if w[0].isdigit()]

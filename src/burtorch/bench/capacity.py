@@ -86,18 +86,25 @@ def _worker(cpu: int, kind: str) -> int:
     return 0
 
 
-def _start(cpu: int, kind: str = "gemm") -> tuple[subprocess.Popen, float]:
-    proc = subprocess.Popen([sys.executable, "-m", "burtorch.bench.capacity", "--worker", str(cpu), "--work", kind],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                            env={**os.environ, **THREAD_ENV})
-    assert proc.stdout is not None
-    first = proc.stdout.readline()
-    line = first.split()
-    if len(line) != 3 or line[0] != "ready" or line[2] != str(cpu):  # it runs where it was put, alone
-        proc.kill()
-        proc.wait()
-        raise RuntimeError(f"the capacity probe's worker did not start on CPU {cpu} ({first.strip() or 'no output'})")
-    return proc, float(line[1])
+def _start(cpus: list[int], kind: str = "gemm") -> tuple[list[subprocess.Popen], list[float]]:
+    """A worker pinned to each of `cpus`, all started at once (a W4 worker takes most of a second to
+    trace its step), and the rates they calibrated. If one does not start, none is left running."""
+    procs = [subprocess.Popen([sys.executable, "-m", "burtorch.bench.capacity", "--worker", str(c), "--work", kind],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, **THREAD_ENV}) for c in cpus]
+    rates = []
+    for proc, cpu in zip(procs, cpus):
+        assert proc.stdout is not None
+        first = proc.stdout.readline()
+        line = first.split()
+        if len(line) != 3 or line[0] != "ready" or line[2] != str(cpu):  # it runs where it was put, alone
+            for p in procs:
+                p.kill()
+                p.wait()
+            raise RuntimeError(f"the capacity probe's worker did not start on CPU {cpu} "
+                               f"({first.strip() or 'no output'})")
+        rates.append(float(line[1]))
+    return procs, rates
 
 
 def _release(procs: list) -> None:
@@ -124,17 +131,15 @@ def _run(procs: list, counts: list[int]) -> list[float]:
     return [float(line) for line in lines]
 
 
-def pinned_rates(cpus: list[int], kind: str, rounds: int, seconds: float = _SECONDS) -> dict[str, list[list[float]]]:
+def pinned_rates(cpus: list[int], kind: str, rounds: int,
+                 seconds: float | None = None) -> dict[str, list[list[float]]]:
     """Units of `kind` work per second in one worker process pinned to each of `cpus`: in each of
     `rounds` rounds, each worker alone, then all at once. {"alone": [the rates of the worker on
-    cpus[0], ...], "together": [...]}. Each worker's count takes it about `seconds` alone, so that
-    at once the workers run side by side."""
-    procs, counts = [], []
+    cpus[0], ...], "together": [...]}. Each worker's count takes it about `seconds` (default
+    _SECONDS) alone, so that at once the workers run side by side."""
+    procs, calibrated = _start(cpus, kind)
+    counts = [max(3, int(rate * (_SECONDS if seconds is None else seconds))) for rate in calibrated]
     try:
-        for c in cpus:
-            p, rate = _start(c, kind)
-            procs.append(p)
-            counts.append(max(3, int(rate * seconds)))
         rates: dict[str, list[list[float]]] = {k: [[] for _ in cpus] for k in ("alone", "together")}
         for _ in range(rounds):
             for i in range(len(cpus)):
@@ -143,7 +148,7 @@ def pinned_rates(cpus: list[int], kind: str, rounds: int, seconds: float = _SECO
             for i, t in enumerate(_run(procs, counts)):
                 rates["together"][i].append(counts[i] / t)
     finally:
-        _release(procs)  # also when a later worker did not start: the others must not wait forever
+        _release(procs)
     return rates
 
 
