@@ -16,9 +16,9 @@ to each other.
 
 A virtual machine's CPUs can move between such states from one minute to the next, which a
 one-thread row does not see and a two-thread row does. `burtorch bench` measures both before
-and after any run with a two-thread row, and the tables print them. The same workers time a W4
-step instead of the product for `python -m burtorch.bench.threads --only cpus` (pinned_rates),
-each CPU alone and then both at once, in rounds.
+and after any run with a two-thread row, and the tables print them. The same workers time W4
+steps instead of the product for `python -m burtorch.bench.threads --only cpus` and `--only
+bound` (rates_by_kind), each CPU alone and then both at once, in rounds.
 
     python -m burtorch.bench.capacity [--cpus 1,0]
 """
@@ -41,13 +41,36 @@ _SECONDS = 0.25  # each timed phase of pinned_rates
 _ROUNDS, _PROBE_SECONDS = 3, 0.1  # the probe's: three rounds of 0.1 s phases, medians
 
 
-def _workload(kind: str) -> Callable[[], Any]:
-    """One unit of work: "gemm", a fixed product (numpy, one BLAS thread, operands in cache), or
-    "w4", a one-thread W4 step (e = 64, b = 64, compiled fused: bench.threads' `cpus` section)."""
+def w4_shape(kind: str) -> tuple[int, int, int]:
+    """(hidden width, context positions, batch size) of a W4 kind: "w4" is the paper's e = 64 over
+    16 positions, 64 samples a step; "w4:E:P:B" is e = E over P positions, B samples (all
+    positive)."""
     if kind == "w4":
+        return 64, 16, 64
+    parts = kind.split(":")
+    if len(parts) == 4 and parts[0] == "w4" and all(p.isdigit() and int(p) > 0 for p in parts[1:]):
+        return int(parts[1]), int(parts[2]), int(parts[3])
+    raise ValueError(f"a W4 kind is w4 or w4:E:P:B with positive E, P and B, got {kind!r}")
+
+
+def work_kind(text: str) -> str:
+    """A worker's kind of work as the command line gives it: "gemm", "w4" or "w4:E:P:B"."""
+    if text != "gemm":
+        try:
+            w4_shape(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def _workload(kind: str) -> Callable[[], Any]:
+    """One unit of work: "gemm", a fixed product (numpy, one BLAS thread, operands in cache), or a
+    W4 kind (w4_shape), a one-thread W4 step (compiled fused, the batch as one chunk: bench.threads'
+    `cpus` and `bound` sections)."""
+    if kind != "gemm":
         from .threads import w4_step
 
-        step, count = w4_step(64), itertools.count()
+        step, count = w4_step(*w4_shape(kind)), itertools.count()
         return lambda: step(next(count))
     import numpy as np
 
@@ -137,18 +160,37 @@ def pinned_rates(cpus: list[int], kind: str, rounds: int,
     `rounds` rounds, each worker alone, then all at once. {"alone": [the rates of the worker on
     cpus[0], ...], "together": [...]}. Each worker's count takes it about `seconds` (default
     _SECONDS) alone, so that at once the workers run side by side."""
-    procs, calibrated = _start(cpus, kind)
-    counts = [max(3, int(rate * (_SECONDS if seconds is None else seconds))) for rate in calibrated]
+    return rates_by_kind(cpus, {kind: ("alone", "together")}, rounds, seconds)[kind]
+
+
+def rates_by_kind(cpus: list[int], phases: dict[str, tuple[str, ...]], rounds: int,
+                  seconds: float | None = None) -> dict[str, dict[str, list[list[float]]]]:
+    """pinned_rates for several kinds of work, a worker per kind on each CPU, each kind timed only
+    in its phases ("alone", "together"): {kind: {phase: [rates on cpus[0]], ...}}. The kinds take
+    turns within each round, so that a drift of the CPUs' speed over the run reaches them alike."""
+    if any(phase not in ("alone", "together") for wanted in phases.values() for phase in wanted):
+        raise ValueError(f"phases are 'alone' and 'together', got {phases}")
+    started: dict[str, list[subprocess.Popen]] = {}
     try:
-        rates: dict[str, list[list[float]]] = {k: [[] for _ in cpus] for k in ("alone", "together")}
+        counts = {}
+        for kind in phases:
+            started[kind], calibrated = _start(cpus, kind)
+            counts[kind] = [max(3, int(rate * (_SECONDS if seconds is None else seconds))) for rate in calibrated]
+        rates: dict[str, dict[str, list[list[float]]]] = {
+            kind: {phase: [[] for _ in cpus] for phase in wanted} for kind, wanted in phases.items()}
         for _ in range(rounds):
-            for i in range(len(cpus)):
-                (t,) = _run([procs[i]], [counts[i]])
-                rates["alone"][i].append(counts[i] / t)
-            for i, t in enumerate(_run(procs, counts)):
-                rates["together"][i].append(counts[i] / t)
+            for kind, wanted in phases.items():
+                procs, n = started[kind], counts[kind]
+                if "alone" in wanted:
+                    for i in range(len(cpus)):
+                        (t,) = _run([procs[i]], [n[i]])
+                        rates[kind]["alone"][i].append(n[i] / t)
+                if "together" in wanted:
+                    for i, t in enumerate(_run(procs, n)):
+                        rates[kind]["together"][i].append(n[i] / t)
     finally:
-        _release(procs)
+        for procs in started.values():
+            _release(procs)
     return rates
 
 
@@ -222,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cpus", type=_two_cpus, default=None,
                     help="two CPUs, e.g. 1,0 (default: the last two this process may use)")
     ap.add_argument("--worker", type=int, help=argparse.SUPPRESS)
-    ap.add_argument("--work", choices=("gemm", "w4"), default="gemm", help=argparse.SUPPRESS)
+    ap.add_argument("--work", type=work_kind, default="gemm", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker is not None:
         return _worker(args.worker, args.work)

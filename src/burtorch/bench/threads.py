@@ -7,12 +7,17 @@ Each line alternates the two counts run by run and prints medians, the speed-up 
 time of the two-thread runs (near 2 when both threads work; other processes on the machine lower
 it, so the header prints the load average).
 
-    python -m burtorch.bench.threads [--reps 15] [--only ops|steps|cpus|stores]
+    python -m burtorch.bench.threads [--reps 15] [--only ops|steps|cpus|bound|stores]
 
 The `cpus` section times one thread's W4 step (e = 64, b = 64, compiled fused) in a process pinned
 to each of two CPUs, each alone and then both at once. On a virtual machine one vCPU can run slower
 than the other for a while, and a one-thread row then reads slower or faster by the CPU it landed
 on; and the steps both CPUs run at once, over those one runs alone, bound what two threads can gain.
+
+The `bound` section runs, in the same way, the whole W4 step (b = 64; e = 64, 128 and 512) alone on
+each CPU, then a step of half its hidden units, of half its context positions or of half its
+samples on both CPUs at once: with nothing shared, no split of the step into those halves can gain
+more on this host.
 
 The `stores` section times the two-thread W4 step with the SGD step's streaming stores against
 plain ones, split by the state of the CPUs' link (the round trip of a cache line between them).
@@ -153,20 +158,22 @@ def steps(reps: int) -> None:
         print(f"{name:<34} {m1:>12.3f} {m2:>13.3f} {m1 / m2:>8.2f}x {load:>9.2f}", flush=True)
 
 
-def w4_step(hidden: int) -> Callable[[int], None]:
-    """step(i): a one-thread W4 step (b = 64, compiled fused) on the i-th of 8 fixed batches."""
+def w4_step(hidden: int, block: int = 16, batch: int = 64) -> Callable[[int], None]:
+    """step(i): a one-thread W4 step (compiled fused, the batch as one chunk) on the i-th of 8
+    fixed batches of `batch` samples, of the model with `hidden` units over contexts of `block`
+    positions (the paper's: 16)."""
     import burtorch as bt
     from burtorch import nn
     from burtorch.optim import SGD
 
     r = random.Random(0)
     bt.manual_seed(0)
-    model = nn.MakemoreMLP.paper(hidden=hidden, vocab=27, dtype=bt.float32)
-    batches = [[([r.randrange(27) for _ in range(16)], r.randrange(27)) for _ in range(64)] for _ in range(8)]
+    model = nn.MakemoreMLP(vocab=27, block=block, emb=64, hidden=hidden, dtype=bt.float32)
+    batches = [[([r.randrange(27) for _ in range(block)], r.randrange(27)) for _ in range(batch)] for _ in range(8)]
     opt = SGD(model.parameters(), lr=0.001)
 
     def step(i: int) -> None:
-        opt.fused_step(model, batches[i % len(batches)], chunk=64, threads=1, compile=True)
+        opt.fused_step(model, batches[i % len(batches)], chunk=batch, threads=1, compile=True)
 
     return step
 
@@ -187,6 +194,34 @@ def cpus_section(reps: int) -> None:
     print(f"at once: CPU {cpus[0]} {1e3 / both[0]:.4f}  CPU {cpus[1]} {1e3 / both[1]:.4f}")
     print(f"steps at once / steps alone on the faster CPU {sum(both) / max(alone):.2f}, "
           f"on the slower {sum(both) / min(alone):.2f}", flush=True)
+
+
+def bound_section(reps: int, embeds: tuple[int, ...] = (64, 128, 512)) -> None:
+    """The most that splitting W4's step (b = 64) between two cores could gain on this host. Each
+    thread of a split step runs its half, and waits for the other; what neither half can split
+    (the Python around the call, the cross-entropy, the table's step) runs on one of them. A
+    one-thread step of a half model in a process of its own on each CPU, both at once, does the
+    same with nothing handed between the cores: half the hidden units (a split by output units,
+    as `lookup_linear` splits its record), half the context positions, or half the batch (a chunk
+    per thread). Against the whole model alone on each CPU (capacity.rates_by_kind, rounds
+    interleaved), per CPU and for the pair: the faster CPU's whole step over the slower CPU's half."""
+    from . import capacity
+
+    cpus = sorted(os.sched_getaffinity(0))[:2]
+    print(f"W4 one-thread steps (ms) in a process pinned to each CPU, medians of {reps} rounds: the whole step "
+          "(b = 64) alone, then a half of it on both CPUs at once; whole / half per CPU, and for the pair")
+    print(f"{'split':<26} {f'CPU {cpus[0]}: whole':>14} {'half':>8} {'bound':>6} {f'CPU {cpus[1]}: whole':>14} "
+          f"{'half':>8} {'bound':>6} {'pair':>6}")
+    for e in embeds:
+        whole = f"w4:{e}:16:64"
+        halves = {"units": f"w4:{max(1, e // 2)}:16:64", "positions": f"w4:{e}:8:64", "samples": f"w4:{e}:16:32"}
+        rates = capacity.rates_by_kind(cpus, {whole: ("alone",), **{kind: ("together",) for kind in halves.values()}},
+                                       reps)
+        alone = [1e3 / statistics.median(r) for r in rates[whole]["alone"]]
+        for name, kind in halves.items():
+            half = [1e3 / statistics.median(r) for r in rates[kind]["together"]]
+            cells = " ".join(f"{a:>14.4f} {h:>8.4f} {a / h:>5.2f}x" for a, h in zip(alone, half))
+            print(f"{f'e={e}: half the {name}':<26} {cells} {min(alone) / max(half):>5.2f}x", flush=True)
 
 
 # Round trips (ns) at or above which a run counts as made while moving data between the CPUs is
@@ -258,7 +293,7 @@ def stores(reps: int) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m burtorch.bench.threads", description=__doc__.split("\n\n")[0])
     ap.add_argument("--reps", type=positive_int, default=15, help="alternating runs per line (median reported)")
-    ap.add_argument("--only", choices=("ops", "steps", "cpus", "stores"))
+    ap.add_argument("--only", choices=("ops", "steps", "cpus", "bound", "stores"))
     args = ap.parse_args(argv)
     if args.reps < 1:
         ap.error("--reps must be at least 1")
@@ -275,6 +310,8 @@ def main(argv: list[str] | None = None) -> int:
         steps(args.reps)
     if args.only in (None, "cpus"):
         cpus_section(args.reps)
+    if args.only in (None, "bound"):
+        bound_section(args.reps)
     if args.only in (None, "stores"):
         stores(args.reps)
     print(f"# load average at the end {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
