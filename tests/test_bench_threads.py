@@ -259,8 +259,9 @@ def test_the_cpus_section_times_a_w4_step_pinned_to_each_cpu_alone_and_at_once(m
 
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="this process may use one core only")
 def test_the_bound_section_sets_each_half_at_once_against_the_whole_step_alone(monkeypatch, short_probes):
-    """python -m burtorch.bench.threads --only bound: the whole W4 step timed alone on each CPU, each
-    half (units, positions, samples) timed on both at once, and the ratios printed from those."""
+    """python -m burtorch.bench.threads --only bound: each whole step timed alone on each CPU, each
+    of its halves (W4: units, positions, samples; W5: samples) on both at once, and the ratios
+    printed from those."""
     import contextlib
     import io
     import statistics
@@ -277,42 +278,50 @@ def test_the_bound_section_sets_each_half_at_once_against_the_whole_step_alone(m
     monkeypatch.setattr(capacity, "rates_by_kind", spy)
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        threads.bound_section(2, embeds=(8,))
-    ((args, rates),) = seen
-    halves = {"units": "w4:4:16:64", "positions": "w4:8:8:64", "samples": "w4:8:16:32"}
-    assert args == (cpus, {"w4:8:16:64": ("alone",), **{k: ("together",) for k in halves.values()}}, 2)
-    assert {k: sorted(v) for k, v in rates.items()} == {"w4:8:16:64": ["alone"],
-                                                       **{k: ["together"] for k in halves.values()}}
-    whole = [1e3 / statistics.median(r) for r in rates["w4:8:16:64"]["alone"]]
-    lines = out.getvalue().splitlines()[2:]
-    assert len(lines) == 3
-    for line, (name, kind) in zip(lines, halves.items()):
-        half = [1e3 / statistics.median(r) for r in rates[kind]["together"]]
-        assert line.startswith(f"e=8: half the {name} ")
-        ratios = [float(w[:-1]) for w in line.split() if w.endswith("x")]
-        expected = [whole[0] / half[0], whole[1] / half[1], min(whole) / max(half)]
-        assert ratios == pytest.approx(expected, abs=0.006)
+        threads.bound_section(2, embeds=(8,), w5_batches=(2,))
+    cases = [("W4 e=8", "w4:8:16:64", {"units": "w4:4:16:64", "positions": "w4:8:8:64", "samples": "w4:8:16:32"}),
+             ("W5 b=2", "w5:2", {"samples": "w5:1"})]
+    lines = iter(out.getvalue().splitlines()[2:])
+    assert len(seen) == len(cases)
+    for (args, rates), (title, whole, halves) in zip(seen, cases):
+        assert args == (cpus, {whole: ("alone",), **{k: ("together",) for k in halves.values()}}, 2)
+        phases = {k: sorted(v) for k, v in rates.items()}
+        assert phases == {whole: ["alone"], **{k: ["together"] for k in halves.values()}}
+        alone = [1e3 / statistics.median(r) for r in rates[whole]["alone"]]
+        for name, kind in halves.items():
+            line = next(lines)
+            half = [1e3 / statistics.median(r) for r in rates[kind]["together"]]
+            assert line.startswith(f"{title}: half the {name} ")
+            ratios = [float(w[:-1]) for w in line.split() if w.endswith("x")]
+            assert ratios == pytest.approx([alone[0] / half[0], alone[1] / half[1], min(alone) / max(half)], abs=0.006)
+    assert next(lines, None) is None
 
 
-def test_w4_work_kinds_set_the_steps_model_and_batch(monkeypatch, capsys):
+def test_work_kinds_set_the_steps_model_and_batch(monkeypatch, capsys):
     from burtorch import nn
     from burtorch.bench import capacity, threads
     from burtorch.optim import SGD
 
     assert capacity.w4_shape("w4") == (64, 16, 64) and capacity.w4_shape("w4:4:8:32") == (4, 8, 32)
-    for bad in ("w4:4:8", "w4:0:8:32", "w4:4:x:32", "w5:4:8:32", "w4:4:8:32:1"):
-        with pytest.raises(ValueError, match="a W4 kind is"):
-            capacity.w4_shape(bad)
+    assert capacity.w5_batch("w5:12") == 12
+    for bad in ("w4:4:8", "w4:0:8:32", "w4:4:x:32", "w6:4:8:32", "w4:4:8:32:1", "w5", "w5:0", "w5:x"):
+        with pytest.raises(ValueError, match="a W[45] kind is"):
+            capacity.w5_batch(bad) if bad.startswith("w5") else capacity.w4_shape(bad)
         with pytest.raises(SystemExit) as exc:
             capacity.main(["--worker", "0", "--work", bad])
-        assert exc.value.code == 2 and "a W4 kind is" in capsys.readouterr().err
+        assert exc.value.code == 2 and "kind is" in capsys.readouterr().err
     with pytest.raises(ValueError, match="phases are"):
         capacity.rates_by_kind([0], {"gemm": ("apart",)}, 1)
     seen = []
 
-    class Spy(nn.MakemoreMLP):
+    class MLPSpy(nn.MakemoreMLP):
         def loss_batch(self, samples):
             seen.append((self.hidden, self.block, len(samples), {len(ctx) for ctx, _ in samples}))
+            return super().loss_batch(samples)
+
+    class GPTSpy(nn.MiniGPT):
+        def loss_batch(self, samples):
+            seen.append(("gpt", len(samples)))
             return super().loss_batch(samples)
 
     real_step = SGD.fused_step
@@ -321,10 +330,14 @@ def test_w4_work_kinds_set_the_steps_model_and_batch(monkeypatch, capsys):
         seen.append((len(batch), kw["chunk"], kw["threads"]))
         return real_step(self, model, batch, **kw)
 
-    monkeypatch.setattr(nn, "MakemoreMLP", Spy)
+    monkeypatch.setattr(nn, "MakemoreMLP", MLPSpy)
+    monkeypatch.setattr(nn, "MiniGPT", GPTSpy)
     monkeypatch.setattr(SGD, "fused_step", step_spy)
     threads.w4_step(4, 8, 32)(0)
     assert seen[:2] == [(32, 32, 1), (4, 8, 32, {8})]
+    seen.clear()
+    threads.w5_step(12)(0)  # chunks of 8 sequences at most, as the two-thread rows replay them
+    assert seen[:2] == [(12, 8, 1), ("gpt", 8)]
 
 
 def test_step_paths_prints_a_positive_time_for_each_path():

@@ -53,11 +53,20 @@ def w4_shape(kind: str) -> tuple[int, int, int]:
     raise ValueError(f"a W4 kind is w4 or w4:E:P:B with positive E, P and B, got {kind!r}")
 
 
+def w5_batch(kind: str) -> int:
+    """The batch size of a W5 kind, "w5:B" (B positive): the paper's miniature GPT, B sequences a
+    step."""
+    head, _, batch = kind.partition(":")
+    if head == "w5" and batch.isdigit() and int(batch) > 0:
+        return int(batch)
+    raise ValueError(f"a W5 kind is w5:B with a positive B, got {kind!r}")
+
+
 def work_kind(text: str) -> str:
-    """A worker's kind of work as the command line gives it: "gemm", "w4" or "w4:E:P:B"."""
+    """A worker's kind of work as the command line gives it: "gemm", "w4", "w4:E:P:B" or "w5:B"."""
     if text != "gemm":
         try:
-            w4_shape(text)
+            w5_batch(text) if text.startswith("w5") else w4_shape(text)
         except ValueError as exc:
             raise argparse.ArgumentTypeError(str(exc)) from None
     return text
@@ -65,12 +74,13 @@ def work_kind(text: str) -> str:
 
 def _workload(kind: str) -> Callable[[], Any]:
     """One unit of work: "gemm", a fixed product (numpy, one BLAS thread, operands in cache), or a
-    W4 kind (w4_shape), a one-thread W4 step (compiled fused, the batch as one chunk: bench.threads'
-    `cpus` and `bound` sections)."""
+    one-thread training step of W4 (a W4 kind, w4_shape) or W5 ("w5:B"), compiled and fused, as
+    bench.threads' `cpus` and `bound` sections time them."""
     if kind != "gemm":
-        from .threads import w4_step
+        from .threads import w4_step, w5_step
 
-        step, count = w4_step(*w4_shape(kind)), itertools.count()
+        step = w5_step(w5_batch(kind)) if kind.startswith("w5") else w4_step(*w4_shape(kind))
+        count = itertools.count()
         return lambda: step(next(count))
     import numpy as np
 

@@ -14,10 +14,10 @@ to each of two CPUs, each alone and then both at once. On a virtual machine one 
 than the other for a while, and a one-thread row then reads slower or faster by the CPU it landed
 on; and the steps both CPUs run at once, over those one runs alone, bound what two threads can gain.
 
-The `bound` section runs, in the same way, the whole W4 step (b = 64; e = 64, 128 and 512) alone on
-each CPU, then a step of half its hidden units, of half its context positions or of half its
-samples on both CPUs at once: with nothing shared, no split of the step into those halves can gain
-more on this host.
+The `bound` section runs, in the same way, a whole training step alone on each CPU, then a step of
+half of it on both CPUs at once: W4 (b = 64; e = 64, 128 and 512) with half its hidden units, half
+its context positions or half its samples, and W5 (b = 8 and 64) with half its samples. With
+nothing shared, no split of the step into those halves can gain more on this host.
 
 The `stores` section times the two-thread W4 step with the SGD step's streaming stores against
 plain ones, split by the state of the CPUs' link (the round trip of a cache line between them).
@@ -196,32 +196,55 @@ def cpus_section(reps: int) -> None:
           f"on the slower {sum(both) / min(alone):.2f}", flush=True)
 
 
-def bound_section(reps: int, embeds: tuple[int, ...] = (64, 128, 512)) -> None:
-    """The most that splitting W4's step (b = 64) between two cores could gain on this host. Each
+def w5_step(batch: int) -> Callable[[int], None]:
+    """step(i): a one-thread W5 step (the paper's miniature GPT, compiled fused in chunks of at most
+    8 sequences, as the two-thread rows give each thread its own) on the i-th of 8 fixed batches
+    of `batch` sequences."""
+    import burtorch as bt
+    from burtorch import nn
+    from burtorch.optim import SGD
+
+    r = random.Random(0)
+    bt.manual_seed(0)
+    model = nn.MiniGPT.paper(vocab=65, dtype=bt.float32)
+    batches = [[([r.randrange(65) for _ in range(8)], [r.randrange(65) for _ in range(8)]) for _ in range(batch)]
+               for _ in range(8)]
+    opt = SGD(model.parameters(), lr=0.001)
+
+    def step(i: int) -> None:
+        opt.fused_step(model, batches[i % len(batches)], chunk=replay_chunk("gpt", batch, 1), threads=1, compile=True)
+
+    return step
+
+
+def bound_section(reps: int, embeds: tuple[int, ...] = (64, 128, 512), w5_batches: tuple[int, ...] = (8, 64)) -> None:
+    """The most that splitting a training step between two cores could gain on this host. Each
     thread of a split step runs its half, and waits for the other; what neither half can split
-    (the Python around the call, the cross-entropy, the table's step) runs on one of them. A
-    one-thread step of a half model in a process of its own on each CPU, both at once, does the
-    same with nothing handed between the cores: half the hidden units (a split by output units,
-    as `lookup_linear` splits its record), half the context positions, or half the batch (a chunk
-    per thread). Against the whole model alone on each CPU (capacity.rates_by_kind, rounds
-    interleaved), per CPU and for the pair: the faster CPU's whole step over the slower CPU's half."""
+    (the Python around the call, W4's cross-entropy and table step) runs on one of them. A
+    one-thread step of a half in a process of its own on each CPU, both at once, does the same
+    with nothing handed between the cores. W4 (b = 64): half the hidden units (a split by output
+    units, as `lookup_linear` splits its record), half the context positions, or half the batch
+    (a chunk per thread); W5: half the batch (W5's two-thread rows give each thread its chunks).
+    Against the whole step alone on each CPU (capacity.rates_by_kind, rounds interleaved), per
+    CPU and for the pair: the faster CPU's whole step over the slower CPU's half."""
     from . import capacity
 
     cpus = sorted(os.sched_getaffinity(0))[:2]
-    print(f"W4 one-thread steps (ms) in a process pinned to each CPU, medians of {reps} rounds: the whole step "
-          "(b = 64) alone, then a half of it on both CPUs at once; whole / half per CPU, and for the pair")
-    print(f"{'split':<26} {f'CPU {cpus[0]}: whole':>14} {'half':>8} {'bound':>6} {f'CPU {cpus[1]}: whole':>14} "
+    print(f"one-thread training steps (ms) in a process pinned to each CPU, medians of {reps} rounds: the "
+          "whole step alone, then a half of it on both CPUs at once; whole / half per CPU, and for the pair")
+    print(f"{'split':<30} {f'CPU {cpus[0]}: whole':>14} {'half':>8} {'bound':>6} {f'CPU {cpus[1]}: whole':>14} "
           f"{'half':>8} {'bound':>6} {'pair':>6}")
-    for e in embeds:
-        whole = f"w4:{e}:16:64"
-        halves = {"units": f"w4:{max(1, e // 2)}:16:64", "positions": f"w4:{e}:8:64", "samples": f"w4:{e}:16:32"}
+    cases = [(f"W4 e={e}", f"w4:{e}:16:64", {"units": f"w4:{max(1, e // 2)}:16:64", "positions": f"w4:{e}:8:64",
+                                             "samples": f"w4:{e}:16:32"}) for e in embeds]
+    cases += [(f"W5 b={b}", f"w5:{b}", {"samples": f"w5:{max(1, b // 2)}"}) for b in w5_batches]
+    for title, whole, halves in cases:
         rates = capacity.rates_by_kind(cpus, {whole: ("alone",), **{kind: ("together",) for kind in halves.values()}},
                                        reps)
         alone = [1e3 / statistics.median(r) for r in rates[whole]["alone"]]
         for name, kind in halves.items():
             half = [1e3 / statistics.median(r) for r in rates[kind]["together"]]
             cells = " ".join(f"{a:>14.4f} {h:>8.4f} {a / h:>5.2f}x" for a, h in zip(alone, half))
-            print(f"{f'e={e}: half the {name}':<26} {cells} {min(alone) / max(half):>5.2f}x", flush=True)
+            print(f"{f'{title}: half the {name}':<30} {cells} {min(alone) / max(half):>5.2f}x", flush=True)
 
 
 # Round trips (ns) at or above which a run counts as made while moving data between the CPUs is
