@@ -228,30 +228,37 @@ def test_the_stores_section_times_both_stores_and_restores_the_default():
         bt.set_num_threads(before)
 
 
-@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="this process may use one core only")
-def test_the_cpus_section_times_a_w4_step_pinned_to_each_cpu_alone_and_at_once(monkeypatch, short_probes):
-    """python -m burtorch.bench.threads --only cpus: a worker process per CPU, which says where it
-    runs (one left unpinned fails to start), timed alone and then at once with the other."""
+def _spied(monkeypatch, name, section):
+    """Runs section() with capacity.<name> wrapped: (its calls as (args, result), the lines printed)."""
     import contextlib
     import io
 
-    from burtorch.bench import capacity, threads
+    from burtorch.bench import capacity
 
-    cpus = sorted(os.sched_getaffinity(0))[:2]
-    real, seen = capacity.pinned_rates, []
+    real, seen = getattr(capacity, name), []
 
     def spy(*a, **kw):
         seen.append((a, real(*a, **kw)))
         return seen[-1][1]
 
-    monkeypatch.setattr(capacity, "pinned_rates", spy)
+    monkeypatch.setattr(capacity, name, spy)
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        threads.cpus_section(2)
+        section()
+    return seen, out.getvalue().splitlines()
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="this process may use one core only")
+def test_the_cpus_section_times_a_w4_step_pinned_to_each_cpu_alone_and_at_once(monkeypatch, short_probes):
+    """python -m burtorch.bench.threads --only cpus: a worker process per CPU, which says where it
+    runs (one left unpinned fails to start), timed alone and then at once with the other."""
+    from burtorch.bench import threads
+
+    cpus = sorted(os.sched_getaffinity(0))[:2]
+    seen, lines = _spied(monkeypatch, "pinned_rates", lambda: threads.cpus_section(2))
     ((args, rates),) = seen
     assert args == (cpus, "w4", 2) and sorted(rates) == ["alone", "together"]
     assert all(len(r) == 2 and len(r[i]) == 2 and min(r[i]) > 0 for r in rates.values() for i in (0, 1))
-    lines = out.getvalue().splitlines()
     assert lines[1].startswith(f"alone: CPU {cpus[0]} ") and lines[2].startswith(f"at once: CPU {cpus[0]} ")
     ratios = [float(w.rstrip(",")) for w in lines[3].split() if w[0].isdigit()]
     assert len(ratios) == 2 and 0 < ratios[0] <= ratios[1]
@@ -262,26 +269,15 @@ def test_the_bound_section_sets_each_half_at_once_against_the_whole_step_alone(m
     """python -m burtorch.bench.threads --only bound: each whole step timed alone on each CPU, each
     of its halves (W4: units, positions, samples; W5: samples) on both at once, and the ratios
     printed from those."""
-    import contextlib
-    import io
     import statistics
 
-    from burtorch.bench import capacity, threads
+    from burtorch.bench import threads
 
     cpus = sorted(os.sched_getaffinity(0))[:2]
-    real, seen = capacity.rates_by_kind, []
-
-    def spy(*a, **kw):
-        seen.append((a, real(*a, **kw)))
-        return seen[-1][1]
-
-    monkeypatch.setattr(capacity, "rates_by_kind", spy)
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        threads.bound_section(2, embeds=(8,), w5_batches=(2,))
+    seen, printed = _spied(monkeypatch, "rates_by_kind", lambda: threads.bound_section(2, embeds=(8,), w5_batches=(2,)))
     cases = [("W4 e=8", "w4:8:16:64", {"units": "w4:4:16:64", "positions": "w4:8:8:64", "samples": "w4:8:16:32"}),
              ("W5 b=2", "w5:2", {"samples": "w5:1"})]
-    lines = iter(out.getvalue().splitlines()[2:])
+    lines = iter(printed[2:])
     assert len(seen) == len(cases)
     for (args, rates), (title, whole, halves) in zip(seen, cases):
         assert args == (cpus, {whole: ("alone",), **{k: ("together",) for k in halves.values()}}, 2)
