@@ -109,9 +109,10 @@ sanitized python -c "import burtorch, sys; sys.exit(None if 'sanitize: address' 
 # rows drive the same model and step code as the other tests. A hang fails the step instead of the
 # job.
 # With pytest-xdist installed the tests run in two worker processes (they inherit the preloaded
-# runtimes): the step took 314 s in one process in a 1,548 s CI run.
+# runtimes): the step took 314 s in one process in a 1,548 s CI run. A test file to each process:
+# the API fuzzer's batches start once per process that runs one of its tests.
 workers=()
-if python -c "import xdist" 2>/dev/null; then workers=(-n 2); fi
+if python -c "import xdist" 2>/dev/null; then workers=(-n 2 --dist loadfile); fi
 step "the Python test suite against the sanitized extension"
 sanitized timeout --signal=INT --kill-after=30 "${SANITIZE_TIMEOUT:-2400}" \
   python -m pytest -q -p no:cacheprovider "${workers[@]}" \
