@@ -33,6 +33,18 @@ FLOOR = "gemm-floor"
 CHUNK_ROWS = 64
 
 
+def random_w4_batches(r, batch: int, block: int = MLP_BLOCK, count: int = 8) -> list[list[tuple[list[int], int]]]:
+    """`count` W4 batches of `batch` (context of `block` ids, target id) samples over 27 ids, drawn
+    from `r` (a random.Random): what the side-by-side benches step through."""
+    return [[([r.randrange(27) for _ in range(block)], r.randrange(27)) for _ in range(batch)] for _ in range(count)]
+
+
+def random_w5_batches(r, batch: int, count: int = 8) -> list[list[tuple[list[int], list[int]]]]:
+    """`count` W5 batches of `batch` (GPT_BLOCK ids, GPT_BLOCK next ids) samples over 65 ids."""
+    return [[([r.randrange(65) for _ in range(GPT_BLOCK)], [r.randrange(65) for _ in range(GPT_BLOCK)])
+             for _ in range(batch)] for _ in range(count)]
+
+
 def config_threads(config: dict | None) -> int:
     """The thread count a row's config asks for (1 when it names none)."""
     return int((config or {}).get("threads", 1))

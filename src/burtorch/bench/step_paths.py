@@ -15,6 +15,7 @@ import sys
 import time
 
 from ..app.arguments import int_list, positive_int
+from .specs import random_w4_batches
 
 
 def measure(e: int, reps: int) -> dict[str, float]:
@@ -26,7 +27,7 @@ def measure(e: int, reps: int) -> dict[str, float]:
     bt.manual_seed(0)
     bt.set_num_threads(1)
     model = nn.MakemoreMLP.paper(hidden=e, vocab=27, dtype=bt.float32)
-    batches = [[([r.randrange(27) for _ in range(16)], r.randrange(27)) for _ in range(64)] for _ in range(8)]
+    batches = random_w4_batches(r, 64)
     opt = SGD(model.parameters(), lr=0.01)
 
     def compiled_chunk(batch):

@@ -39,7 +39,7 @@ from functools import partial
 from typing import Any
 
 from ..app.arguments import positive_int
-from .specs import replay_chunk
+from .specs import random_w4_batches, random_w5_batches, replay_chunk
 
 
 def _cpu() -> float:
@@ -131,11 +131,10 @@ def steps(reps: int) -> None:
         batches: list[Any]
         if workload == "W4":
             model = nn.MakemoreMLP.paper(hidden=e, vocab=27, dtype=bt.float32)
-            batches = [[([r.randrange(27) for _ in range(16)], r.randrange(27)) for _ in range(b)] for _ in range(8)]
+            batches = random_w4_batches(r, b)
         else:
             model = nn.MiniGPT.paper(vocab=65, dtype=bt.float32)
-            batches = [[([r.randrange(65) for _ in range(8)], [r.randrange(65) for _ in range(8)]) for _ in range(b)]
-                       for _ in range(8)]
+            batches = random_w5_batches(r, b)
         opt = SGD(model.parameters(), lr=0.01)
         # compiled-chunk: chunks of about 64 rows, at most b / t samples, so each of t threads replays its own
         kw = {"chunk": min(b, 64)} if mode == "chunk" else ({"compile": True} if mode == "compiled" else {})
@@ -169,7 +168,7 @@ def w4_step(hidden: int, block: int = 16, batch: int = 64) -> Callable[[int], No
     r = random.Random(0)
     bt.manual_seed(0)
     model = nn.MakemoreMLP(vocab=27, block=block, emb=64, hidden=hidden, dtype=bt.float32)
-    batches = [[([r.randrange(27) for _ in range(block)], r.randrange(27)) for _ in range(batch)] for _ in range(8)]
+    batches = random_w4_batches(r, batch, block)
     opt = SGD(model.parameters(), lr=0.001)
 
     def step(i: int) -> None:
@@ -207,8 +206,7 @@ def w5_step(batch: int) -> Callable[[int], None]:
     r = random.Random(0)
     bt.manual_seed(0)
     model = nn.MiniGPT.paper(vocab=65, dtype=bt.float32)
-    batches = [[([r.randrange(65) for _ in range(8)], [r.randrange(65) for _ in range(8)]) for _ in range(batch)]
-               for _ in range(8)]
+    batches = random_w5_batches(r, batch)
     opt = SGD(model.parameters(), lr=0.001)
 
     def step(i: int) -> None:
@@ -299,7 +297,7 @@ def stores(reps: int) -> None:
     for e in (64, 128, 512, 1024):
         bt.manual_seed(0)
         model = nn.MakemoreMLP.paper(hidden=e, vocab=27, dtype=bt.float32)
-        batches = [[([r.randrange(27) for _ in range(16)], r.randrange(27)) for _ in range(64)] for _ in range(8)]
+        batches = random_w4_batches(r, 64)
         runs = _store_runs(model, batches, reps, cpus)
         for slow in (False, True):
             plain = [ms for trip, ms in runs[False] if (trip >= SLOW_ROUND_TRIP_NS) == slow]
