@@ -2,10 +2,17 @@
 // a list (of numbers or Values), a nested list or a numpy array; new constant leaves for numbers
 // go to the arena of the op's other operands.
 #include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
+#include <nanobind/stl/vector.h>
 
 #include <cmath>
 #include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
 
+#include "../csrc/record_timer.hpp"
 #include "vector.hpp"
 
 namespace btpy {
@@ -336,7 +343,35 @@ void bind_vector_ops(nb::class_<VectorBox>& V) {
 #undef BT_VEC_U
 }
 
+// burtorch.record_times: switches the per-record timer (csrc/record_timer.hpp) on, from zero.
+static void record_times_start() {
+    namespace rt = bt::record_timer;
+    if (rt::on.load())
+        throw std::runtime_error(
+            "record_times() is already timing; one at a time (they would share one set of totals)");
+    rt::reset();
+    rt::on.store(true);
+}
+
+// Switches it off: (op, "forward" or "backward", calls, seconds) for every kind that ran.
+static std::vector<std::tuple<std::string, std::string, uint64_t, double>> record_times_stop() {
+    namespace rt = bt::record_timer;
+    rt::on.store(false);
+    std::vector<std::tuple<std::string, std::string, uint64_t, double>> rows;
+    for (int d = 0; d < 2; ++d)
+        for (int k = 0; k < rt::kKinds; ++k) {
+            const uint64_t calls = rt::totals.calls[d][k].load();
+            if (calls == 0) continue;
+            const std::string op =
+                k == rt::kGatherLinear ? "lookup+linear" : bt::op_info(bt::Op(int(bt::Op::copy) + k)).name;
+            rows.emplace_back(op, d == 0 ? "forward" : "backward", calls, double(rt::totals.ns[d][k].load()) * 1e-9);
+        }
+    return rows;
+}
+
 void init_range(nb::module_& m) {
+    m.def("_record_times_start", &record_times_start);
+    m.def("_record_times_stop", &record_times_stop);
     m.def("linear", &linear, nb::arg("x"), nb::arg("weight"), nb::arg("bias") = nb::none(),
           nb::sig("def linear(x: VectorLike, weight: VectorLike, bias: VectorLike | None = None) -> Vector"),
           R"doc(x W^T + b, for one vector or row by row for a matrix: one record, whatever the sizes.

@@ -1,6 +1,7 @@
 // Range op code -> its family's forward and backward. Adding a range op: a row in ops.hpp's
 // BT_RANGE_OPS, an append/forward/backward trio in a family header, a case in each switch here.
 #pragma once
+#include "../record_timer.hpp"
 #include "attention.hpp"
 #include "gather.hpp"
 #include "linear.hpp"
@@ -19,6 +20,7 @@ namespace bt {
 template <typename T>
 void range_forward(const Frame<T>& A, const Record& r, const uint32_t* rargs) {
     const Operands o = decode_operands(rargs);
+    const record_timer::Scope timed(0, record_timer::kind_of(r.op));
     switch (r.op) {
         case Op::copy: return copy_forward(A, r, o);
         case Op::map_unary:
@@ -41,6 +43,7 @@ void range_forward(const Frame<T>& A, const Record& r, const uint32_t* rargs) {
 template <typename T>
 void range_backward(const Frame<T>& A, const Record& r, const uint32_t* rargs) {
     const Operands o = decode_operands(rargs);
+    const record_timer::Scope timed(1, record_timer::kind_of(r.op));
     switch (r.op) {
         case Op::copy: return copy_backward(A, r, o);
         case Op::map_unary:

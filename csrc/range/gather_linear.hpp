@@ -21,6 +21,7 @@
 #include <cstdint>
 
 #include "../kernels/linear.hpp"
+#include "../record_timer.hpp"
 #include "common.hpp"
 
 namespace bt {
@@ -73,6 +74,7 @@ inline size_t gather_linear_buffer(const Record& g, const Record& l, const uint3
 template <typename T>
 void gather_linear_forward(const Frame<T>& A, const Record& g, const Record& l, const uint32_t* args, size_t tasks,
                            T* buf) {
+    const record_timer::Scope timed(0, record_timer::kGatherLinear);
     const GatherLinearShape s(g, l, args);
     const T* table = A.values() + s.go.v[0].first(0);
     const T* wt = A.transposed(s.w);
@@ -96,6 +98,7 @@ void gather_linear_forward(const Frame<T>& A, const Record& g, const Record& l, 
 template <typename T>
 void gather_linear_backward(const Frame<T>& A, const Record& g, const Record& l, const uint32_t* args, size_t tasks,
                             T* buf) {
+    const record_timer::Scope timed(1, record_timer::kGatherLinear);
     const GatherLinearShape s(g, l, args);
     T* gtable = A.grads() + s.go.v[0].first(0);
     const T* gy = A.grads() + l.out;

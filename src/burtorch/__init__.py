@@ -99,6 +99,7 @@ if TYPE_CHECKING:  # what the lazy loader below returns, as type checkers should
     from . import data, introspect, io, nn, optim, oracle, seeding, views, viz  # noqa: F401
     from .introspect import memory_report  # noqa: F401
     from .oracle import grad_oracle  # noqa: F401
+    from .record_timer import record_times  # noqa: F401
     from .views import load_array, numpy_view  # noqa: F401
 
 
@@ -118,7 +119,7 @@ def __getattr__(name: str) -> Any:
 
 # Names the package hands out from its lazy modules: name -> module.
 _LAZY_NAMES = {"numpy_view": ".views", "load_array": ".views", "memory_report": ".introspect",
-               "grad_oracle": ".oracle", "per_sample_grads": ".oracle_compiled",
+               "grad_oracle": ".oracle", "per_sample_grads": ".oracle_compiled", "record_times": ".record_timer",
                **dict.fromkeys(("value_and_grad", "grad", "trace", "Program", "TraceError"), ".program")}
 build_info = getattr(_core, "build_info", "unknown")
 
