@@ -362,3 +362,69 @@ def test_the_side_by_side_benches_refuse_bad_counts_before_running(argv, capsys)
         with pytest.raises(SystemExit) as e:
             threads.main(argv)
         assert e.value.code == 2
+
+
+def test_record_runs_alternate_the_thread_counts_and_keep_each_records_time_per_step():
+    """python -m burtorch.bench.threads --only records: runs of steps on 1 then 2 threads, each
+    run's records timed by bt.record_times() and divided by the steps in it."""
+    import burtorch as bt
+    from burtorch.bench.threads import record_runs
+
+    W = bt.leaves([[0.5, -0.5], [0.25, 1.0]], dtype=bt.float64)
+    calls: list[int] = []
+
+    def step(t):  # one linear record on 1 thread, none on 2
+        calls.append(t)
+        if t == 1:
+            bt.linear([1.0, 2.0], W)
+
+    runs = record_runs(step, reps=3, per_run=4)
+    assert calls == [1] * 3 + [2] * 3 + ([1] * 4 + [2] * 4) * 3  # warm-up, then alternating runs
+    assert set(runs[1]) == {"linear forward", "outside records", "wall"}
+    assert set(runs[2]) == {"outside records", "wall"}
+    assert all(len(v) == 3 for r in runs.values() for v in r.values())
+    for one in zip(runs[1]["linear forward"], runs[1]["outside records"], runs[1]["wall"]):
+        assert 0 < one[0] < one[2] and one[0] + one[1] == pytest.approx(one[2])
+
+
+def test_record_runs_divide_each_runs_times_by_its_steps(monkeypatch):
+    import contextlib
+
+    import burtorch as bt
+    from burtorch.bench.threads import record_runs
+    from burtorch.record_timer import RecordTime, RecordTimes
+
+    @contextlib.contextmanager
+    def fixed():  # every run: 0.004 s in linear forward records, 0.01 s in all
+        rt = RecordTimes()
+        yield rt
+        rt.rows, rt.wall = [RecordTime("linear", "forward", 4, 0.004)], 0.01
+
+    monkeypatch.setattr(bt, "record_times", fixed)
+    runs = record_runs(lambda t: None, reps=2, per_run=4)
+    for t in (1, 2):
+        assert runs[t]["linear forward"] == pytest.approx([1000.0, 1000.0])
+        assert runs[t]["outside records"] == pytest.approx([1500.0, 1500.0])
+        assert runs[t]["wall"] == pytest.approx([2500.0, 2500.0])
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="this process may use one core only")
+def test_the_records_section_prints_each_record_of_the_w4_step_on_both_counts():
+    import contextlib
+    import io
+
+    from burtorch.bench import threads
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        threads.records_section(1, embeds=(8,), per_run=1)
+    rows = {" ".join(f[1:-3]): f[-3:] for f in (line.split() for line in out.getvalue().splitlines()[2:])}
+    assert all(line.startswith("e=8 ") for line in out.getvalue().splitlines()[2:])
+    want = {f"{op} {d}" for op in ("lookup_linear", "map_unary", "linear", "cross_entropy")
+            for d in ("forward", "backward")}
+    assert set(rows) == want | {"outside records", "wall"}
+    for name in want | {"wall"}:
+        one, two, ratio = (float(x.rstrip("x")) for x in rows[name])
+        assert one > 0 and two > 0 and rows[name][2].endswith("x")
+        h = 0.005  # each figure is printed to two decimals: the ratio of the unrounded ones
+        assert (one - h) / (two + h) - h <= ratio <= (one + h) / (two - h) + h

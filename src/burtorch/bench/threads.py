@@ -7,7 +7,7 @@ Each line alternates the two counts run by run and prints medians, the speed-up 
 time of the two-thread runs (near 2 when both threads work; other processes on the machine lower
 it, so the header prints the load average).
 
-    python -m burtorch.bench.threads [--reps 15] [--only ops|steps|cpus|bound|stores]
+    python -m burtorch.bench.threads [--reps 15] [--only ops|steps|cpus|bound|records|stores]
 
 The `cpus` section times one thread's W4 step (e = 64, b = 64, compiled fused) in a process pinned
 to each of two CPUs, each alone and then both at once. On a virtual machine one vCPU can run slower
@@ -18,6 +18,10 @@ The `bound` section runs, in the same way, a whole training step alone on each C
 half of it on both CPUs at once: W4 (b = 64; e = 64, 128 and 512) with half its hidden units, half
 its context positions or half its samples, and W5 (b = 8 and 64) with half its samples. With
 nothing shared, no split of the step into those halves can gain more on this host.
+
+The `records` section splits W4's compiled fused step (b = 64; e = 64 and 128) by record with
+bt.record_times(), on one thread and on two: which records the second thread shortens, and how
+much of the step lies outside records (Python, the batch's ids, the replay's setup).
 
 The `stores` section times the two-thread W4 step with the SGD step's streaming stores against
 plain ones, split by the state of the CPUs' link (the round trip of a cache line between them).
@@ -157,10 +161,10 @@ def steps(reps: int) -> None:
         print(f"{name:<34} {m1:>12.3f} {m2:>13.3f} {m1 / m2:>8.2f}x {load:>9.2f}", flush=True)
 
 
-def w4_step(hidden: int, block: int = 16, batch: int = 64) -> Callable[[int], None]:
-    """step(i): a one-thread W4 step (compiled fused, the batch as one chunk) on the i-th of 8
-    fixed batches of `batch` samples, of the model with `hidden` units over contexts of `block`
-    positions (the paper's: 16)."""
+def w4_step(hidden: int, block: int = 16, batch: int = 64, threads: int = 1) -> Callable[[int], None]:
+    """step(i): a W4 step on `threads` threads (compiled fused, the batch as one chunk) on the
+    i-th of 8 fixed batches of `batch` samples, of the model with `hidden` units over contexts
+    of `block` positions (the paper's: 16)."""
     import burtorch as bt
     from burtorch import nn
     from burtorch.optim import SGD
@@ -172,7 +176,7 @@ def w4_step(hidden: int, block: int = 16, batch: int = 64) -> Callable[[int], No
     opt = SGD(model.parameters(), lr=0.001)
 
     def step(i: int) -> None:
-        opt.fused_step(model, batches[i % len(batches)], chunk=batch, threads=1, compile=True)
+        opt.fused_step(model, batches[i % len(batches)], chunk=batch, threads=threads, compile=True)
 
     return step
 
@@ -250,6 +254,53 @@ def bound_section(reps: int, embeds: tuple[int, ...] = (64, 128, 512), w5_batche
 SLOW_ROUND_TRIP_NS = 150.0
 
 
+def record_runs(step: Callable[[int], None], reps: int, per_run: int) -> dict[int, dict[str, list[float]]]:
+    """{threads: {row: [µs per step, one per run]}} for 1 and 2 threads alternating run by run:
+    a row per record (op and direction) timed by bt.record_times(), then "outside records" and
+    "wall"."""
+    import burtorch as bt
+
+    for t in (1, 2):
+        for _ in range(3):
+            step(t)
+    runs: dict[int, dict[str, list[float]]] = {1: {}, 2: {}}
+    for _ in range(reps):
+        for t in (1, 2):
+            with bt.record_times() as rt:
+                for _ in range(per_run):
+                    step(t)
+            rows = {f"{r.op} {r.direction}": r.seconds for r in rt.rows}
+            rows.update({"outside records": rt.outside, "wall": rt.wall})
+            for name, seconds in rows.items():
+                runs[t].setdefault(name, []).append(1e6 * seconds / per_run)
+    return runs
+
+
+def records_section(reps: int, embeds: tuple[int, ...] = (64, 128), per_run: int = 20) -> None:
+    """Where W4's compiled fused step (b = 64, one chunk) spends its time on one thread and on
+    two: each record's µs per step (bt.record_times()), the rest of the step outside records,
+    and the whole; medians over runs, the two counts alternating run by run."""
+    print(f"W4 b=64 compiled fused step, µs per step by record, medians of {reps} alternating runs of {per_run} steps")
+    print(f"{'record':<34} {'1 thread us':>12} {'2 threads us':>13} {'speed-up':>9}")
+    for e in embeds:
+        steps = {t: w4_step(e, threads=t) for t in (1, 2)}
+        cursor = [0]
+
+        def step(t: int, steps: dict = steps, cursor: list[int] = cursor) -> None:
+            cursor[0] += 1
+            steps[t](cursor[0])
+
+        runs = record_runs(step, reps, per_run)
+        one = {name: statistics.median(v) for name, v in runs[1].items()}
+        two = {name: statistics.median(v) for name, v in runs[2].items()}
+        last = ("outside records", "wall")
+        names = sorted((n for n in one.keys() | two.keys() if n not in last), key=lambda n: -one.get(n, 0.0))
+        for name in (*names, *last):
+            a, b = one.get(name, 0.0), two.get(name, 0.0)
+            ratio = f"{a / b:>8.2f}x" if b > 0 else f"{'-':>9}"
+            print(f"{f'e={e} {name}':<34} {a:>12.2f} {b:>13.2f} {ratio}", flush=True)
+
+
 def _store_runs(model: Any, batches: list[Any], reps: int, cpus: list[int], per_run: int = 6) -> dict:
     """{streaming: [(round trip ns, ms per step)]}: rounds of runs of the two-thread step (compiled
     chunks of 32, then SGD.step()), plain then streaming stores, each round probed first."""
@@ -314,7 +365,7 @@ def stores(reps: int) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m burtorch.bench.threads", description=__doc__.split("\n\n")[0])
     ap.add_argument("--reps", type=positive_int, default=15, help="alternating runs per line (median reported)")
-    ap.add_argument("--only", choices=("ops", "steps", "cpus", "bound", "stores"))
+    ap.add_argument("--only", choices=("ops", "steps", "cpus", "bound", "records", "stores"))
     args = ap.parse_args(argv)
     if args.reps < 1:
         ap.error("--reps must be at least 1")
@@ -333,6 +384,8 @@ def main(argv: list[str] | None = None) -> int:
         cpus_section(args.reps)
     if args.only in (None, "bound"):
         bound_section(args.reps)
+    if args.only in (None, "records"):
+        records_section(args.reps)
     if args.only in (None, "stores"):
         stores(args.reps)
     print(f"# load average at the end {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
