@@ -257,6 +257,16 @@ def test_chunk_ids_of_every_kind_read_alike():
             bt.grad_oracle(model, plain[:3] + huge, compile=True, chunk=2)
 
 
+
+@pytest.mark.parametrize("bad", [-1, -5, 11, 2 ** 30, 2 ** 40, -(2 ** 40), -(2 ** 63)])
+def test_a_plain_int_id_out_of_range_is_named_by_its_exact_value(bad):
+    """The fast path reads one-digit ints inline and others through CPython: either way the
+    error names the id as written (a sign or a digit lost would accept it or name another)."""
+    model, _ = mlp(bt.float64)
+    plain = [([0, 1, 2, 3], 1), ([3, 2, 1, 0], 2)] * 2
+    with pytest.raises(IndexError, match=f"sample 3: id {bad} at position 6 is out of range"):
+        bt.grad_oracle(model, plain[:3] + [([0, 1, bad, 3], 1)], compile=True, chunk=2)
+
 class _ClearsItsList:
     """An id whose __index__ empties the list holding it: reading on would run past its end."""
 
