@@ -249,11 +249,6 @@ def bound_section(reps: int, embeds: tuple[int, ...] = (64, 128, 512), w5_batche
             print(f"{f'{title}: half the {name}':<30} {cells} {min(alone) / max(half):>5.2f}x", flush=True)
 
 
-# Round trips (ns) at or above which a run counts as made while moving data between the CPUs is
-# slow: this VM's two vCPUs measure 60-75 ns at some times and 215-310 at others.
-SLOW_ROUND_TRIP_NS = 150.0
-
-
 def record_runs(step: Callable[[int], None], reps: int, per_run: int) -> dict[int, dict[str, list[float]]]:
     """{threads: {row: [µs per step, one per run]}} for 1 and 2 threads alternating run by run:
     a row per record (op and direction) timed by bt.record_times(), then "outside records" and
@@ -299,6 +294,11 @@ def records_section(reps: int, embeds: tuple[int, ...] = (64, 128), per_run: int
             a, b = one.get(name, 0.0), two.get(name, 0.0)
             ratio = f"{a / b:>8.2f}x" if b > 0 else f"{'-':>9}"
             print(f"{f'e={e} {name}':<34} {a:>12.2f} {b:>13.2f} {ratio}", flush=True)
+
+
+# Round trips (ns) at or above which a run counts as made while moving data between the CPUs is
+# slow: this VM's two vCPUs measure 60-75 ns at some times and 215-310 at others.
+SLOW_ROUND_TRIP_NS = 150.0
 
 
 def _store_runs(model: Any, batches: list[Any], reps: int, cpus: list[int], per_run: int = 6) -> dict:
