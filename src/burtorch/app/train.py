@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import random
 import sys
@@ -79,6 +80,9 @@ def register(sub) -> None:
     p.add_argument("--plot", metavar="PNG", help="loss curves (needs matplotlib)")
     p.add_argument("--sample", type=non_negative_int, help="characters (gpt) or words (mlp) to sample at the end "
                    "(default: gpt 300, mlp 8; 0: none)")
+    p.add_argument("--record-times", action="store_true", help="at the end, print each kind of range record's "
+                   "calls and microseconds per step, and the time outside records (bt.record_times; the "
+                   "validation losses included)")
     p.set_defaults(func=main)
 
 
@@ -337,7 +341,8 @@ def _main(args) -> int:
     print(f"uniform baseline: {uniform_loss(tok.vocab_size):.4f} nats; initial validation loss: "
           f"{bt.oracle.mean_loss(model, val_samples):.4f}")
     t0 = time.perf_counter()
-    with StopRequests() as stop:
+    timing = bt.record_times() if args.record_times else contextlib.nullcontext()
+    with StopRequests() as stop, timing as times:
         history = train(model, optimizer, train_set, val_samples, steps, run["batch"], rng, run["eval_every"],
                         history, start, Progress(steps), chunk=run["chunk"], after_step=after_step, stop=stop,
                         compile=args.compile, threads=args.threads)
@@ -355,6 +360,8 @@ def _main(args) -> int:
               f"{history.val_loss[-1]:.4f}")
     else:
         print(f"the checkpoint is at step {start}; nothing to do for --steps {steps}")
+    if times is not None and done > 0:
+        print(f"time by record, per training step:\n{times.table(per=done)}")
     if args.save:
         write_checkpoint(reached, history)
         print(f"checkpoint written to {args.save}")
