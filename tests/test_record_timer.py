@@ -62,9 +62,13 @@ def test_a_compiled_fused_step_times_its_replayed_records_on_one_and_two_threads
         assert _calls(rt) == {(op, d): steps for op in ("lookup_linear", "map_unary", "linear", "cross_entropy")
                               for d in ("forward", "backward")}, threads
         assert rt.in_records <= rt.wall
-        text = rt.table(per=steps)
-        assert text.splitlines()[1].startswith("lookup_linear backward")  # slowest first
-        assert "outside records" in text and text.splitlines()[-1].startswith("wall")
+        lines = rt.table(per=steps).splitlines()
+        us = [float(line.split()[3]) for line in lines[1:-2]]
+        assert us == sorted(us, reverse=True) and len(us) == len(rt.rows)  # slowest first
+        slowest = max(rt.rows, key=lambda r: r.seconds)
+        assert lines[1].split()[:2] == [slowest.op, slowest.direction]
+        assert float(lines[1].split()[3]) == pytest.approx(1e6 * slowest.seconds / steps, abs=0.006)
+        assert lines[-2].startswith("outside records") and lines[-1].startswith("wall")
 
 
 def test_replays_on_several_threads_each_add_their_own_records():
