@@ -6,8 +6,9 @@ A batch fails on: the child dying (a signal, a sanitizer report), the child runn
 time limit, a call raising an exception of an unexpected type, a known result computed wrongly,
 or a call changing what it had no business touching. The failure names the call.
 
-Seeds are fixed in the default run; BURTORCH_FUZZ=long runs more, longer batches from fresh seeds
-(printed, and BURTORCH_FUZZ_SEED=N replays one). BURTORCH_FUZZ_REPORT=file.jsonl collects the
+Seeds are fixed unless BURTORCH_FUZZ=long; BURTORCH_FUZZ=ci (CI) runs more and longer batches
+than the default, and long many more from fresh seeds (printed, and BURTORCH_FUZZ_SEED=N replays
+one). BURTORCH_FUZZ_REPORT=file.jsonl collects the
 per-area counts of every batch; `python tests/test_api_fuzz.py summary file.jsonl` tables them.
 """
 from __future__ import annotations
