@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <random>
 #include <stdexcept>
+#include <thread>
 #include <vector>
 
 #include "../../csrc/burtorch.hpp"
@@ -33,6 +34,23 @@ static void test_every_task_once() {
             CHECK(hits[t].load() == 1, "round %d task %zu ran %d times", round, t, hits[t].load());
         CHECK(nested.load() == int(3 * n), "nested tasks %d of %zu", nested.load(), 3 * n);
     }
+}
+
+// Task 0 runs on the submitting thread every time, so that a task's data stays on one core from
+// region to region; the others go to whichever thread claims them first (which one is a race, so
+// it is not checked). When any thread could claim task 0, a helper took it in about a fifth of
+// these regions.
+static void test_task_zero_is_the_callers() {
+    const auto caller = std::this_thread::get_id();
+    int elsewhere = 0;
+    for (int round = 0; round < 20000; ++round) {
+        std::thread::id first;
+        th::Pool::instance().run(2, 2, [&](size_t t) {
+            if (t == 0) first = std::this_thread::get_id();
+        });
+        elsewhere += first != caller;
+    }
+    CHECK(elsewhere == 0, "task 0 ran on a helper in %d of 20000 regions", elsewhere);
 }
 
 static void test_exceptions_reach_the_caller() {
@@ -414,6 +432,7 @@ static void test_fork_child_has_a_working_pool() {
 int main() {
     th::set_num_threads(std::min(2, th::allowed_cores()));
     test_every_task_once();
+    test_task_zero_is_the_callers();
     test_exceptions_reach_the_caller();
     test_thread_counts();
     test_linear_split<float>();
