@@ -192,6 +192,19 @@ def test_foreign_and_truncated_files_are_rejected(tmp_path):
     expect_rejected(arena, FormatError, lambda: bio.load(path, vals), "not a burtorch file")
 
 
+def test_decode_header_takes_a_size_in_bytes():
+    # found by BURTORCH_FUZZ=long: a Decimal NaN size raised decimal.InvalidOperation
+    from decimal import Decimal
+
+    data = bio.dumps(make_nodes(bt.float64, 3)[1])
+    assert bio.decode_header(data, len(data)).count == 3
+    for size in (Decimal("nan"), Decimal(len(data)), float(len(data)), "64", None):
+        with pytest.raises(TypeError, match="total_size must be an int"):
+            bio.decode_header(data, size)
+    with pytest.raises(ValueError, match="at least 0"):
+        bio.decode_header(data, -1)
+
+
 def test_newer_version_is_rejected_by_name():
     arena, vals = make_nodes(bt.float64, 2)
     data = bytearray(bio.dumps(vals))

@@ -27,6 +27,7 @@ a single byte reaches an arena; any failure raises :class:`FormatError` saying w
 """
 from __future__ import annotations
 
+import operator
 import struct
 import sys
 import zlib
@@ -118,6 +119,12 @@ def decode_header(buf: ReadableBuffer, total_size: int) -> Header:
     ``total_size`` is the size of the whole file or byte string, so a truncated payload or trailing
     garbage is caught here. The payload CRC is checked separately (:func:`check_payload`).
     """
+    try:
+        total_size = operator.index(total_size)  # a float or a Decimal is no size in bytes
+    except TypeError:
+        raise TypeError(f"total_size must be an int (bytes), not {type(total_size).__name__}") from None
+    if total_size < 0:
+        raise ValueError(f"total_size must be at least 0 bytes, not {total_size}")
     mv = memoryview(buf)
     if total_size < FIXED_SIZE or len(mv) < FIXED_SIZE:
         head = bytes(mv[:4])
