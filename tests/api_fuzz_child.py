@@ -24,6 +24,7 @@ import math
 import os
 import signal
 import sys
+import tempfile
 import time
 import traceback
 import warnings
@@ -259,8 +260,13 @@ def main() -> None:
     p.add_argument("--report", required=True)
     p.add_argument("--self-test", choices=["crash", "hang"])
     a = p.parse_args()
-    report = run(a.seed, a.calls, a.log, a.self_test)
-    with open(a.report, "w") as f:
+    log, out = os.path.abspath(a.log), os.path.abspath(a.report)
+    # The fuzzed calls save files under relative names ("values", "a", ...): they go to a
+    # directory of this process's own, never into the one it was started from (a checkout).
+    with tempfile.TemporaryDirectory(prefix="api-fuzz-") as scratch:
+        os.chdir(scratch)
+        report = run(a.seed, a.calls, log, a.self_test)
+    with open(out, "w") as f:
         json.dump(report, f, indent=1)
 
 
