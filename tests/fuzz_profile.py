@@ -26,8 +26,8 @@ STATEFUL_EXAMPLES = 3000 if LONG else 120 if CI else 40
 STATEFUL_STEPS = 100 if LONG else 40
 
 # API fuzzer: child processes, and calls each child makes.
-FUZZ_BATCHES = 40 if LONG else 6 if CI else 3
-FUZZ_CALLS_PER_BATCH = 3000 if LONG else 600 if CI else 200
+FUZZ_BATCHES = 40 if LONG else 6 if CI else 2
+FUZZ_CALLS_PER_BATCH = 3000 if LONG else 600 if CI else 300
 # A batch that takes longer than this is a hang (the child is killed and the test fails).
 FUZZ_BATCH_TIMEOUT = 600 if LONG else 120
 

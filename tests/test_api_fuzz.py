@@ -18,6 +18,7 @@ import os
 import random
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -25,9 +26,13 @@ import pytest
 from fuzz_profile import FUZZ_BATCH_TIMEOUT, FUZZ_BATCHES, FUZZ_CALLS_PER_BATCH, LONG
 
 pytest.importorskip("hypothesis")
+# Under `pytest -n N --dist loadgroup`, all of this file's tests in one worker: its batches start once.
+pytestmark = pytest.mark.xdist_group("api_fuzz")
 
 HERE = Path(__file__).resolve().parent
 CHILD = HERE / "api_fuzz_child.py"
+# A child that has not logged its first call by then (imports done) is hung in its start-up.
+START_SECONDS = 60
 FIRST_SEED = int(os.environ.get("BURTORCH_FUZZ_SEED", random.SystemRandom().randrange(2**31) if LONG else 1000))
 
 
@@ -37,17 +42,32 @@ def last_call(log: Path) -> str:
 
 
 def run_batch(seed: int, calls: int, where: Path, self_test: str | None = None, timeout: float = FUZZ_BATCH_TIMEOUT):
-    """(outcome, detail): ('ok', report), ('crash', text) or ('hang', text)."""
+    """(outcome, detail): ('ok', report), ('crash', text) or ('hang', text).
+
+    `timeout` counts from the child's first logged call, so that a slow start (a slow host, a
+    sanitizer's runtime) is never taken for a hang and a hang is caught soon after it begins; a
+    child that logs nothing within START_SECONDS hangs too."""
     log, report = where / "calls.log", where / "report.json"
     cmd = [sys.executable, str(CHILD), "--seed", str(seed), "--calls", str(calls), "--log", str(log),
            "--report", str(report)] + (["--self-test", self_test] if self_test else [])
-    try:
-        done = subprocess.run(cmd, cwd=where, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired as e:
-        return "hang", f"no end after {timeout} s; last call: {last_call(log)}\n{(e.stderr or b'')[-3000:]}"
-    if done.returncode != 0 or not report.exists():
-        return "crash", (f"exit status {done.returncode}; last call: {last_call(log)}\n"
-                         f"{done.stderr[-4000:]}")
+    child = subprocess.Popen(cmd, cwd=where, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    began, working = time.monotonic(), None
+    while True:
+        try:  # communicate() may be retried after a timeout without losing output
+            _, stderr = child.communicate(timeout=0.05)
+            break
+        except subprocess.TimeoutExpired:
+            now = time.monotonic()
+            if working is None and log.exists() and log.stat().st_size:
+                working = now
+            if now > (working + timeout if working is not None else began + START_SECONDS):
+                child.kill()
+                _, stderr = child.communicate()
+                limit = f"{timeout} s after its first call" if working is not None else f"{START_SECONDS} s"
+                return "hang", f"no end after {limit}; last call: {last_call(log)}\n{stderr[-3000:]}"
+    if child.returncode != 0 or not report.exists():
+        return "crash", (f"exit status {child.returncode}; last call: {last_call(log)}\n"
+                         f"{stderr[-4000:]}")
     return "ok", json.loads(report.read_text())
 
 
@@ -63,9 +83,8 @@ def batches(tmp_path_factory):
     run_batch outcome (keys: the batch numbers, "hang", "crash"). Each test waits for its own."""
     from concurrent.futures import ThreadPoolExecutor
 
-    # The child reaches its hang in about half a second, under ASan with PYTHONMALLOC=malloc too
-    # (0.54-0.74 s measured): 2.5 s leaves it room and keeps the test from idling.
-    jobs = {"hang": (1, 10, "hang", 2.5), "crash": (1, 10, "crash", FUZZ_BATCH_TIMEOUT)}
+    # The hang self-test's limit counts from its logged hang, so it can be short.
+    jobs = {"hang": (1, 10, "hang", 0.3), "crash": (1, 10, "crash", FUZZ_BATCH_TIMEOUT)}
     jobs.update({b: (FIRST_SEED + b, FUZZ_CALLS_PER_BATCH, None, FUZZ_BATCH_TIMEOUT) for b in range(FUZZ_BATCHES)})
     with ThreadPoolExecutor(max_workers=max(1, len(os.sched_getaffinity(0)))) as pool:
         yield {key: pool.submit(run_batch, seed, calls, tmp_path_factory.mktemp(f"batch-{key}"), self_test, timeout)
