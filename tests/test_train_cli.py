@@ -190,13 +190,22 @@ def _train_cmd(words, save, *extra):
             *extra]
 
 
-@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
-def test_a_signal_mid_training_checkpoints_and_resuming_matches_an_uninterrupted_run(tmp_path, words, signum):
-    whole = tmp_path / "whole.ckpt"
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    """(words file, checkpoint) of one uninterrupted run, which every signal's run is held against."""
+    where = tmp_path_factory.mktemp("uninterrupted")
+    words, whole = where / "words.txt", where / "whole.ckpt"
+    words.write_text("\n".join(WORDS))
     done = subprocess.run(_train_cmd(words, whole), capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
+    return words, whole
 
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+@pytest.mark.xdist_group("uninterrupted")  # one worker, one uninterrupted run (pytest -n N --dist loadgroup)
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_mid_training_checkpoints_and_resuming_matches_an_uninterrupted_run(tmp_path, uninterrupted, signum):
+    words, whole = uninterrupted
     cut = tmp_path / "cut.ckpt"
     proc = subprocess.Popen(_train_cmd(words, cut), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     for line in proc.stderr:  # progress lines go to stderr every 100 steps
