@@ -1,4 +1,6 @@
 """Property tests: random expression graphs match finite differences and PyTorch."""
+import functools
+import importlib.util
 import math
 
 import pytest
@@ -79,15 +81,14 @@ def test_random_graph_matches_finite_differences(program, xs):
             assert leaf.grad == pytest.approx(fd, rel=1e-4, abs=1e-5 * (1 + abs(fd)))
 
 
-torch = None
-try:
-    import torch  # noqa: F811
-except ImportError:
-    pass
+# PyTorch is imported by the test that uses it, not at collection: two seconds in every process
+# that collects this file (each pytest-xdist worker), whichever of them runs the test.
+@functools.cache
+def torch_ops():
+    """(torch, `evaluate`'s ops over PyTorch tensors)."""
+    import torch
 
-
-class Torch:
-    if torch is not None:
+    class Torch:
         tanh = staticmethod(torch.tanh)
         exp = staticmethod(torch.exp)
         log = staticmethod(torch.log)
@@ -98,8 +99,11 @@ class Torch:
         reduce_sum = staticmethod(lambda xs: torch.stack(xs).sum())
         inner_product = staticmethod(lambda x, w: (torch.stack(x) * torch.stack(w)).sum())
 
+    return torch, Torch
 
-@pytest.mark.skipif(torch is None, reason="PyTorch not installed (pip install torch==2.13.0)")
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None,
+                    reason="PyTorch not installed (pip install torch==2.13.0)")
 @settings(max_examples=100, deadline=None)
 @given(programs, inputs)
 def test_random_graph_matches_pytorch(program, xs):
@@ -107,6 +111,7 @@ def test_random_graph_matches_pytorch(program, xs):
         leaves = [bt.Value(x) for x in xs]
         root = evaluate(program, leaves, bt)
         root.backward()
+        torch, Torch = torch_ops()
         tl = [torch.tensor(x, dtype=torch.float64, requires_grad=True) for x in xs]
         troot = evaluate(program, tl, Torch)
         troot.backward()
