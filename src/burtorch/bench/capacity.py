@@ -39,6 +39,7 @@ from .harness import THREAD_ENV
 _SIZE = 192  # three float32 192 x 192 operands: 432 KiB, in L2
 _SECONDS = 0.25  # each timed phase of pinned_rates
 _ROUNDS, _PROBE_SECONDS = 3, 0.1  # the probe's: three rounds of 0.1 s phases, medians
+_CALIBRATE_SECONDS = 0.05  # a worker's first rate, which sizes its counts
 
 
 def w4_shape(kind: str) -> tuple[int, int, int]:
@@ -90,7 +91,7 @@ def _workload(kind: str) -> Callable[[], Any]:
     return lambda: np.dot(a, b, out=out)
 
 
-def _worker(cpu: int, kind: str) -> int:
+def _worker(cpu: int, kind: str, calibrate: float = _CALIBRATE_SECONDS) -> int:
     """Pinned to `cpu`: calibrate, say 'ready' with the rate and the CPUs it may run on, then for
     each count read from stdin time that many units of work and print the seconds, until stdin
     closes."""
@@ -105,7 +106,7 @@ def _worker(cpu: int, kind: str) -> int:
         work()
     t0 = time.perf_counter()
     calib = 0
-    while time.perf_counter() - t0 < 0.05:
+    while time.perf_counter() - t0 < calibrate:
         work()
         calib += 1
     pinned = ",".join(map(str, sorted(os.sched_getaffinity(0)))) if hasattr(os, "sched_getaffinity") else str(cpu)
@@ -122,7 +123,8 @@ def _worker(cpu: int, kind: str) -> int:
 def _start(cpus: list[int], kind: str = "gemm") -> tuple[list[subprocess.Popen], list[float]]:
     """A worker pinned to each of `cpus`, all started at once (a W4 worker takes most of a second to
     trace its step), and the rates they calibrated. If one does not start, none is left running."""
-    procs = [subprocess.Popen([sys.executable, "-m", "burtorch.bench.capacity", "--worker", str(c), "--work", kind],
+    procs = [subprocess.Popen([sys.executable, "-m", "burtorch.bench.capacity", "--worker", str(c), "--work", kind,
+                               "--calibrate", str(_CALIBRATE_SECONDS)],
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
                               env={**os.environ, **THREAD_ENV}) for c in cpus]
     rates = []
@@ -275,9 +277,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="two CPUs, e.g. 1,0 (default: the last two this process may use)")
     ap.add_argument("--worker", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--work", type=work_kind, default="gemm", help=argparse.SUPPRESS)
+    ap.add_argument("--calibrate", type=float, default=_CALIBRATE_SECONDS, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker is not None:
-        return _worker(args.worker, args.work)
+        return _worker(args.worker, args.work, args.calibrate)
     cpus = args.cpus
     if cpus is None:
         cpus = sorted(os.sched_getaffinity(0), reverse=True)[:2] if hasattr(os, "sched_getaffinity") else []
