@@ -169,39 +169,53 @@ def test_orphans_of_dead_writers_are_removed_and_live_ones_kept(tmp_path):
 
 @needs_posix
 def test_kill_9_mid_save_leaves_the_old_file_intact(tmp_path):
-    """A child saves 4 MB again and again, each time all values equal to a new k; kill -9 lands
-    mid-save. The file must still load, whole, as one of the saves; the next save removes the
-    orphan temp file."""
+    """A child saves 4 MB (all values 1.0), then starts a second save (all 2.0) that stops with half
+    its payload in the temp file and says so; kill -9 lands there, mid-save, every time (a kill
+    after a timed sleep could land between saves). The file must still load, whole, as the first
+    save; the killed save's temp file is left behind, and the next save removes it."""
     dest = tmp_path / "big.bt"
     child = textwrap.dedent(f"""
-        import sys, burtorch as bt, burtorch.io as bio
+        import sys, time, burtorch as bt, burtorch.io as bio
+        from burtorch.io import atomic
+        real_write_all = atomic.write_all
+
+        def write_half_then_wait(fd, data):  # the payload's first half reaches the file, then a stop
+            data = memoryview(data).cast("B")
+            if len(data) > 1000:
+                real_write_all(fd, data[:len(data) // 2])
+                print("mid-save", flush=True)
+                time.sleep(600)
+            real_write_all(fd, data)
+
         arena = bt.Arena(bt.float64)
         n = 500_000
         with arena:
             vals = bt.leaves([0.0] * n)
-        k = 0
-        while True:
-            k += 1
+        for k in (1, 2):
             vals.set_data([float(k)] * n)
+            if k == 2:
+                atomic.write_all = write_half_then_wait
             bio.save({str(dest)!r}, vals)
-            if k == 1:
-                print("ready", flush=True)
     """)
     proc = subprocess.Popen([sys.executable, "-c", child], stdout=subprocess.PIPE, text=True)
     try:
         for line in proc.stdout:  # an editable install may print a rebuild line first
-            if line.strip() == "ready":
+            if line.strip() == "mid-save":
                 break
-        import time
-        time.sleep(0.5)
+        else:
+            pytest.fail(f"the child exited with status {proc.wait()} before its second save")
     finally:
         proc.kill()
         proc.wait()
+        proc.stdout.close()
+    temps = [f for f in os.listdir(tmp_path) if f.endswith(SUFFIX)]
+    assert len(temps) == 1 and f".{proc.pid}." in temps[0]  # the killed save's, half written
+    assert 0 < (tmp_path / temps[0]).stat().st_size < dest.stat().st_size
     arena = bt.Arena(bt.float64)
     with arena:
         target = bt.leaves([0.0] * 500_000)
     bio.load(dest, target)  # whole and checksummed, or this raises
     values = target.data
-    assert values[0] >= 1.0 and values.count(values[0]) == len(values)
+    assert values[0] == 1.0 and values.count(1.0) == len(values)
     bio.save(dest, target)  # the first save of this process here sweeps the killed one's temp
     assert [f for f in os.listdir(tmp_path) if f.endswith(SUFFIX)] == []
