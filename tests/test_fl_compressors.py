@@ -157,7 +157,8 @@ def test_large_vectors_run_natively():
     d = 1_000_000
     x = vec(d)
     m = TopK(d, 10).compress(x)
-    assert set(m.indices.tolist()) == set(np.argsort(-np.abs(x))[:10].tolist())
+    # the 10 largest magnitudes (no ties among normal draws), without sorting a million
+    assert set(m.indices.tolist()) == set(np.argpartition(-np.abs(x), 10)[:10].tolist())
 
 
 def test_bad_input():

@@ -288,24 +288,34 @@ def test_theory_step_sizes(problem):
 
 # ---------------------------------------------------------------- convergence
 
+# Convergence runs evaluate the full gradient only in their first and last rounds (eval_every =
+# rounds): the iterates do not depend on it, and the metrics of the rounds between went unread.
+
 def test_ef21_converges_where_dcgd_with_topk_stalls():
+    # By round 100 EF21 is at ~1.5e-7 of its first gradient norm (675x below the bound), while
+    # DCGD has been stuck at ~0.13 of its own since round ~75 (so 13x above the stall bound).
+    rounds = 100
     p = synthetic(10, 400, 10, split="label", seed=3)
-    ef = fl.Federation(p, fl.EF21(None, fl.TopK(10, 1)), seed=1)
+    ef = fl.Federation(p, fl.EF21(None, fl.TopK(10, 1)), seed=1, eval_every=rounds)
     ef.method.lr *= 8
-    ef.run(400)
-    dc = fl.Federation(p, fl.DCGD(ef.method.lr, fl.TopK(10, 1)), seed=1)
-    dc.run(400)
+    ef.run(rounds)
+    dc = fl.Federation(p, fl.DCGD(ef.method.lr, fl.TopK(10, 1)), seed=1, eval_every=rounds)
+    dc.run(rounds)
     assert ef.records[-1]["grad_norm"] < 1e-4 * ef.records[0]["grad_norm"]
+    assert dc.records[-1]["grad_norm"] > 1e-2 * dc.records[0]["grad_norm"]  # DCGD stalls
     assert dc.records[-1]["grad_norm"] > 100 * ef.records[-1]["grad_norm"]
     assert ef.total_bits == dc.total_bits + 10 * (10 * 32 - (32 + 4))  # EF21's first round is full
 
 
-@pytest.mark.parametrize("make", [lambda: fl.MARINA(None, fl.RandK(10, 2)), lambda: fl.DIANA(0.3, fl.Natural(10)),
-                                  lambda: fl.PAGE(None, batch=3), lambda: fl.GD(None)])
-def test_methods_converge(make):
+# Rounds per method: each is past 1e-3 with a margin of 100x or more (MARINA ~3e-6 and DIANA
+# ~1e-5 at 150, GD ~2e-8 at 60), except PAGE with its small batch (first below at round 492).
+@pytest.mark.parametrize("make,rounds", [(lambda: fl.MARINA(None, fl.RandK(10, 2)), 150),
+                                         (lambda: fl.DIANA(0.3, fl.Natural(10)), 150),
+                                         (lambda: fl.PAGE(None, batch=3), 600), (lambda: fl.GD(None), 60)])
+def test_methods_converge(make, rounds):
     p = synthetic(5, 200, 10, split="dirichlet", seed=4)
-    fed = fl.Federation(p, make(), seed=2)
-    fed.run(600)
+    fed = fl.Federation(p, make(), seed=2, eval_every=rounds)
+    fed.run(rounds)
     assert fed.records[-1]["grad_norm"] < 1e-3 * fed.records[0]["grad_norm"]
 
 

@@ -164,6 +164,9 @@ def test_ef21_worker_states_average_to_the_estimate():
 
 # ---------------------------------------------------------------- convergence on the convex problem
 
+# Step counts: each run is inside all three bounds by a factor of 600 or more by its last step
+# (the bounds first hold at step 100 for PAGE and 130 for the others).
+
 def check_converged(model, data):
     assert mean_loss(model, data) < 1e-6
     assert full_grad_norm(model, data) < 1e-3
@@ -171,43 +174,43 @@ def check_converged(model, data):
 
 
 def test_page_converges():
-    data = make_data()
+    data, steps = make_data(), 200
     model = LeastSquares()
     page = PAGE(model, data, lr=0.15, batch_size=4, seed=1)
     assert page.p == pytest.approx(4 / 44)
-    for _ in range(400):
+    for _ in range(steps):
         page.step()
-    assert 0 < page.full_steps < 400
+    assert 0 < page.full_steps < steps
     check_converged(model, data)
 
 
 def test_ef21_topk_converges():
-    data = make_data()
+    data, steps = make_data(), 250
     model = LeastSquares()
     ef = EF21(model, shards_of(data, 4), lr=0.1, compressor=TopK(D, 1))
-    for _ in range(400):
+    for _ in range(steps):
         ef.step()
     check_converged(model, data)
-    assert ef.floats_sent == D + 400
+    assert ef.floats_sent == D + steps
 
 
 def test_marina_randk_converges():
-    data = make_data()
+    data, steps = make_data(), 250
     model = LeastSquares()
     m = MARINA(model, shards_of(data, 4), lr=0.1, compressor=RandK(D, 1, seed=2), seed=3)
     assert m.p == pytest.approx((32 + 3) / (32 * D))
-    for _ in range(300):
+    for _ in range(steps):
         m.step()
-    assert 0 < m.full_steps < 300
+    assert 0 < m.full_steps < steps
     check_converged(model, data)
-    assert m.floats_sent == D * (1 + m.full_steps) + (300 - m.full_steps)
+    assert m.floats_sent == D * (1 + m.full_steps) + (steps - m.full_steps)
 
 
 def test_marina_dithering_converges():
     data = make_data()
     model = LeastSquares()
     m = MARINA(model, shards_of(data, 4), lr=0.1, compressor=RandomDithering(D, s=2, seed=2), p=0.3, seed=3)
-    for _ in range(300):
+    for _ in range(250):
         m.step()
     check_converged(model, data)
 
