@@ -129,9 +129,11 @@ def test_the_trainer_steps_on_the_oracles_thread_count(threads):
 
 @needs_two
 @pytest.mark.parametrize("dtype", [bt.float32, bt.float64])
-@pytest.mark.parametrize("wd", [0.0, 0.01])
-@pytest.mark.parametrize("opt", ["sgd", "momentum", "adam"])
-def test_a_step_split_across_threads_has_the_bits_of_one_thread(dtype, wd, opt):
+# Weight decay is a branch of plain SGD's step only (csrc/optim.hpp's sgd_step, its wd == 0
+# template); momentum's and Adam's (L2) steps multiply by it in the same loop either way, so a
+# non-zero one covers their path.
+@pytest.mark.parametrize("opt,wd", [("sgd", 0.0), ("sgd", 0.01), ("momentum", 0.01), ("adam", 0.01)])
+def test_a_step_split_across_threads_has_the_bits_of_one_thread(dtype, opt, wd):
     """A step large enough to split across threads, after work that ran on both (as a threaded
     oracle), writes its new values with streaming stores; they are the one-thread step's,
     whatever the vector's alignment, up to its ragged end, and so are the optimizer's buffers."""
@@ -141,8 +143,13 @@ def test_a_step_split_across_threads_has_the_bits_of_one_thread(dtype, wd, opt):
             "momentum": lambda v: SGD([v], lr=0.1, momentum=0.9, weight_decay=wd),
             "adam": lambda v: Adam([v], lr=0.01, weight_decay=wd)}[opt]
     gen = np.random.default_rng(3)
-    n = 2 * 65536 + 37  # above the split size, not a multiple of any vector width
-    w, g = gen.standard_normal(n).tolist(), gen.standard_normal(n).tolist()
+    # A step splits from kBlockElements = 1 << 16 elements after threaded work (csrc/threads.hpp,
+    # bindings/optim.cpp's StepSplit): just above it, not a multiple of any vector width.
+    n = 65536 + 37
+    w, g = gen.standard_normal(n), gen.standard_normal(n)
+    # A unary map splits from 8,192 elements (4 units each against kParallelItemWork = 1 << 15,
+    # csrc/range/map.hpp): twice that marks the work since the last step as threaded.
+    threaded_work = np.full(16_384, 0.5)
     for pad in (1, 5, 16):  # values before the vector's: its start moves across a cache line
         stepped = []
         for threads in (1, 2):
@@ -152,10 +159,10 @@ def test_a_step_split_across_threads_has_the_bits_of_one_thread(dtype, wd, opt):
             v.set_grad(g)
             o = make(v)
             for _ in range(2):  # the second step reads the buffers the first one wrote
-                bt.leaves([0.5] * 70_000, dtype=dtype).tanh()  # a range op large enough to split
+                bt.leaves(threaded_work, dtype=dtype).tanh()
                 o.step()
-            stepped.append((np.array(v.tolist()), np.array(o.state.state())))
-        assert not np.array_equal(stepped[1][0], np.array(w, dtype=stepped[1][0].dtype))
+            stepped.append((v.numpy().copy(), np.fromiter(o.state.state(), np.float64)))
+        assert not np.array_equal(stepped[1][0], w.astype(stepped[1][0].dtype))
         np.testing.assert_array_equal(stepped[0][0], stepped[1][0])
         np.testing.assert_array_equal(stepped[0][1], stepped[1][1])
 
@@ -293,6 +300,12 @@ def test_each_split_range_op_gives_the_same_bits_on_two_threads(dtype):
         np.testing.assert_array_equal(a, c)
 
 
+def _widened(vector):
+    """The vector's values widened to float64, exactly as tolist gives them, at a tenth of its
+    cost: the stress loops below read them once an iteration."""
+    return vector.numpy().astype(np.float64)
+
+
 @needs_two
 def test_stress_many_short_threaded_runs_agree_bitwise():
     """Many short runs through both threaded paths: a lost or doubled task would show."""
@@ -320,19 +333,20 @@ def test_stress_many_short_fused_steps_run_with_their_lookup_agree_bitwise():
     model = TwoRecordMLP(vocab=27, block=16, emb=16, hidden=64, dtype=bt.float32)
     r = random.Random(8)
     batch = [([r.randrange(27) for _ in range(16)], r.randrange(27)) for _ in range(16)]
-    start = model.parameter_vector().tolist()
+    pv = model.parameter_vector()
+    start = pv.numpy().copy()
     opt = SGD(model.parameters(), lr=0.5)
     ref = None
     for _ in range(80):
-        model.parameter_vector().set_data(start)
+        pv.set_data(start)
         opt.fused_step(model, batch, chunk=16, threads=2, compile=True)
-        after = np.array(model.parameter_vector().tolist())
+        after = _widened(pv)
         if ref is None:
             ref = after
         np.testing.assert_array_equal(after, ref)
-    model.parameter_vector().set_data(start)
+    pv.set_data(start)
     opt.fused_step(model, batch, chunk=16, threads=1, compile=True)
-    one = np.array(model.parameter_vector().tolist())
+    one = _widened(pv)
     assert not np.array_equal(one, ref), "the table's gradient should be summed from two partials"
     np.testing.assert_allclose(one, ref, rtol=0, atol=1e-5 * np.abs(one).max())
 
@@ -349,20 +363,21 @@ def test_stress_many_short_fused_steps_through_lookup_tables_keep_their_bits():
     model = nn.MakemoreMLP(vocab=10, block=16, emb=16, hidden=64, dtype=bt.float32)
     r = random.Random(9)
     batch = [([r.randrange(10) for _ in range(16)], r.randrange(10)) for _ in range(16)]
-    start = model.parameter_vector().tolist()
+    pv = model.parameter_vector()
+    start = pv.numpy().copy()
     opt = SGD(model.parameters(), lr=0.5)
     opt.fused_step(model, batch, chunk=16, threads=1)
-    one = np.array(model.parameter_vector().tolist())
-    model.parameter_vector().set_data(start)
+    one = _widened(pv)
+    pv.set_data(start)
     opt.fused_step(model, batch, chunk=16, threads=2)
-    two = np.array(model.parameter_vector().tolist())
+    two = _widened(pv)
     table = model.embed.weight.size  # registered first
     np.testing.assert_array_equal(two[table:], one[table:])
     np.testing.assert_allclose(two[:table], one[:table], rtol=0, atol=1e-5 * np.abs(one[:table]).max())
     for i in range(80):
-        model.parameter_vector().set_data(start)
+        pv.set_data(start)
         opt.fused_step(model, batch, chunk=16, threads=2, compile=bool(i % 2))
-        np.testing.assert_array_equal(np.array(model.parameter_vector().tolist()), two)
+        np.testing.assert_array_equal(_widened(pv), two)
 
 
 @needs_two
