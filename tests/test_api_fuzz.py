@@ -26,8 +26,6 @@ import pytest
 from fuzz_profile import FUZZ_BATCH_TIMEOUT, FUZZ_BATCHES, FUZZ_CALLS_PER_BATCH, LONG
 
 pytest.importorskip("hypothesis")
-# Under `pytest -n N --dist loadgroup`, all of this file's tests in one worker: its batches start once.
-pytestmark = pytest.mark.xdist_group("api_fuzz")
 
 HERE = Path(__file__).resolve().parent
 CHILD = HERE / "api_fuzz_child.py"

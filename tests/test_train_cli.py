@@ -184,9 +184,13 @@ def test_resume_refuses_another_model_config_vocabulary_or_step(tmp_path, good_c
     assert "nothing to do" in capsys.readouterr().out
 
 
+# The signal lands at step 100 of 1,500: 1,400 steps (about 0.2 s here) before the run would end.
+STEPS = 1500
+
+
 def _train_cmd(words, save, *extra):
     return [sys.executable, "-m", "burtorch", "train", "mlp", "--data", str(words), "--preset", "tiny",
-            "--steps", "3000", "--batch", "8", "--eval-every", "500", "--sample", "0", "--save", str(save),
+            "--steps", str(STEPS), "--batch", "8", "--eval-every", "500", "--sample", "0", "--save", str(save),
             *extra]
 
 
@@ -202,21 +206,20 @@ def uninterrupted(tmp_path_factory):
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
-@pytest.mark.xdist_group("uninterrupted")  # one worker, one uninterrupted run (pytest -n N --dist loadgroup)
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_a_signal_mid_training_checkpoints_and_resuming_matches_an_uninterrupted_run(tmp_path, uninterrupted, signum):
     words, whole = uninterrupted
     cut = tmp_path / "cut.ckpt"
     proc = subprocess.Popen(_train_cmd(words, cut), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     for line in proc.stderr:  # progress lines go to stderr every 100 steps
-        if "step 100/3000" in line:
+        if f"step 100/{STEPS}" in line:
             proc.send_signal(signum)
             break
     err = proc.stderr.read()
     assert proc.wait(timeout=300) == 128 + signum, err
     assert f"checkpoint written to {cut}" in err and "--resume" in err
     stopped = checkpoint.load(cut).meta["step"]
-    assert 100 <= stopped < 3000
+    assert 100 <= stopped < STEPS
 
     resumed = subprocess.run(_train_cmd(words, cut, "--resume", str(cut)), capture_output=True, text=True,
                              timeout=300)
