@@ -115,6 +115,13 @@ def test_a_hanging_batch_is_reported(batches):
     assert outcome == "hang" and "self-test: hang" in detail
 
 
+def test_a_batch_that_never_starts_its_calls_is_a_hang(tmp_path, monkeypatch):
+    # No child logs its first call within 0.01 s of starting (imports alone take longer).
+    monkeypatch.setattr(sys.modules[__name__], "START_SECONDS", 0.01)
+    outcome, detail = run_batch(1, 10, tmp_path)
+    assert outcome == "hang" and "no end after 0.01 s" in detail and "(before the first call)" in detail
+
+
 def test_the_oracle_tells_clean_errors_from_findings():
     import burtorch as bt
     from api_fuzz_child import agrees, classify
