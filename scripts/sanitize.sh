@@ -125,7 +125,8 @@ sanitized python -c "import sys, burtorch; sys.exit(None if burtorch._core.simd 
 # With pytest-xdist installed the tests run in two worker processes (they inherit the preloaded
 # runtimes): the step took 314 s in one process in a 1,548 s CI run. A test file to each process:
 # the API fuzzer's batches start once per process that runs one of its tests.
-workers=()
+# (Without it, pyproject.toml's addopts, which ask for xdist's processes, are replaced.)
+workers=(-o "addopts=-p no:hypothesispytest")
 if python -c "import xdist" 2>/dev/null; then workers=(-n 2 --dist loadfile); fi
 step "the Python test suite against the sanitized extension"
 sanitized timeout --signal=INT --kill-after=30 "${SANITIZE_TIMEOUT:-2400}" \
