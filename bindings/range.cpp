@@ -128,9 +128,23 @@ static VectorBox linear(nb::handle x_h, nb::handle W_h, nb::handle b_h) {
 }
 
 // A lookup feeding a linear layer as one record: row r of x is the table rows
-// ids[r P .. r P + P) side by side, P = in / d (csrc/range/lookup_linear.hpp).
-static VectorBox lookup_linear(const VectorBox& table, nb::handle ids_h, const VectorBox& W, nb::handle b_h) {
+// ids[r P .. r P + P) side by side, P = in / d (csrc/range/lookup_linear.hpp); activation: None or
+// "tanh", applied inside the record.
+static VectorBox lookup_linear(const VectorBox& table, nb::handle ids_h, const VectorBox& W, nb::handle b_h,
+                               nb::handle act_h) {
     ConstantsGuard guard;
+    bool tanh = false;
+    if (!act_h.is_none()) {
+        if (!nb::isinstance<nb::str>(act_h))
+            throw nb::type_error(("lookup_linear(): activation must be None or 'tanh', got " +
+                                  std::string(nb::type_name(act_h.type()).c_str()))
+                                     .c_str());
+        if (!act_h.equal(nb::str("tanh")))  // not through UTF-8: a lone surrogate has none
+            throw nb::value_error(
+                ("lookup_linear(): activation must be None or 'tanh', got " + std::string(nb::repr(act_h).c_str()))
+                    .c_str());
+        tanh = true;
+    }
     std::optional<VectorBox> b;
     if (!b_h.is_none()) b = as_vector(b_h, &W, "lookup_linear()");
     same_arena(table, W, "lookup_linear()");
@@ -160,7 +174,8 @@ static VectorBox lookup_linear(const VectorBox& table, nb::handle ids_h, const V
     if (b) b->check();
     const uint32_t rows = bt::checked_u32(ids.size() / per_row);
     VectorBox out_v = emit(W, size_t(rows) * out, rows, out, [&](auto& A) {
-        return bt::append_lookup_linear(A, table.spans, W.spans, b ? &b->spans : nullptr, d, ids.data(), rows, in, out);
+        return bt::append_lookup_linear(A, table.spans, W.spans, b ? &b->spans : nullptr, d, ids.data(), rows, in, out,
+                                        tanh);
     });
     record_id_inputs(table.arena, traced, table.rows);
     return out_v;
@@ -390,10 +405,13 @@ Raises:
     TypeError: operands of different dtypes.
     StaleValueError: an operand was rewound away.)doc");
     m.def("lookup_linear", &lookup_linear, nb::arg("table"), nb::arg("ids"), nb::arg("weight"),
-          nb::arg("bias") = nb::none(),
+          nb::arg("bias") = nb::none(), nb::arg("activation") = nb::none(),
           nb::sig("def lookup_linear(table: Vector, ids: Sequence[int] | ArrayLike, weight: Vector, "
-                  "bias: Vector | None = None) -> Vector"),
+                  "bias: Vector | None = None, activation: Literal['tanh'] | None = None) -> Vector"),
           R"doc(``linear(embedding(table, ids).reshape(rows, in), weight, bias)`` as one record.
+
+With ``activation="tanh"``, ``tanh`` of that, in the same record: the outputs are the activations
+(the same bits as ``.tanh()`` of the layer's outputs) and the pre-activations are never stored.
 
 Row r of the layer's input is the table rows ``ids[r * P : (r + 1) * P]`` side by side, with
 ``P = in / d``. The looked-up rows are never stored. From ``rows >= 1.5 V`` the record computes
@@ -408,14 +426,17 @@ Args:
     ids: ``rows * P`` ints, each in [0, V).
     weight: the (out x in) weight matrix, contiguous, with ``in`` a multiple of d.
     bias: a contiguous vector of ``out`` elements, or None.
+    activation: None, or ``"tanh"``.
 
 Returns:
     A (rows x out) matrix.
 
 Raises:
-    ValueError: shapes that do not match, or ids that do not fill whole rows.
+    ValueError: shapes that do not match, ids that do not fill whole rows, or another
+        activation.
     IndexError: an id outside [0, V).
-    TypeError: operands of different dtypes, or ids that are not ints.
+    TypeError: operands of different dtypes, ids that are not ints, or an activation that is
+        not a string.
     StaleValueError: an operand was rewound away.)doc");
     m.def("softmax", &softmax, nb::arg("x"), nb::sig("def softmax(x: VectorLike) -> Vector"),
           R"doc(Softmax of a vector, or of each row of a matrix: one record.

@@ -1,6 +1,7 @@
 """lookup_linear: a lookup feeding a linear layer as one record, by the gathered rows below 1.5 V
-rows and by per-position tables from 1.5 V rows on. Both paths against the two records it replaces,
-finite differences and PyTorch; one and two threads, eager and in replays; bad input."""
+rows and by per-position tables from 1.5 V rows on, optionally with its tanh inside. Both paths
+against the records it replaces, finite differences and PyTorch; one and two threads, eager and
+in replays; bad input."""
 import random
 
 import numpy as np
@@ -62,13 +63,63 @@ def test_equals_the_lookup_then_the_layer(shape, bias):
             np.testing.assert_array_equal(m, t)
 
 
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: f"rows{s['rows']}-V{s['V']}-out{s['out']}")
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("dtype", [bt.float32, bt.float64])
+def test_tanh_inside_equals_the_layer_then_tanh(shape, bias, dtype):
+    """activation="tanh": the bits of the layer's record followed by a tanh record, values and
+    gradients, on both paths (float32 takes the vectorized tanh)."""
+    rng = random.Random(11)
+    results = []
+    for fused in (True, False):
+        with bt.Arena(dtype=dtype):
+            table, W, b, ids = _operands(rng, shape["V"], shape["d"], shape["P"], shape["out"], shape["rows"], bias)
+            wts = [random.Random(12).uniform(-1, 1) for _ in range(shape["rows"] * shape["out"])]
+            if fused:
+                y = bt.lookup_linear(table, ids, W, b, activation="tanh")
+            else:
+                y = bt.lookup_linear(table, ids, W, b).tanh()
+            _loss(y, wts).backward()
+            results.append([np.array(y.tolist())] + _grads(table, W, b))
+        rng = random.Random(11)
+    fused, apart = results
+    assert np.abs(fused[0]).max() < 1, "the outputs are tanh's"
+    for m, t in zip(fused, apart):
+        np.testing.assert_array_equal(m, t)
+
+
+@pytest.mark.parametrize("hidden", [96, 320])
+@pytest.mark.parametrize("threads", [1, 2])
+def test_tanh_inside_splits_as_the_tanh_record(hidden, threads):
+    """The MLP's chunk through the tables with its tanh in the record, split by units across
+    threads (each task's own block of the gradient, its part of the bias's): the bits of the
+    same record followed by a tanh record, on the same threads, eager and compiled."""
+    class TanhApart(nn.MakemoreMLP):
+        def loss_batch(self, samples):
+            ids = [i for ctx, _ in samples for i in ctx]
+            h = _core.lookup_linear(self.embed.weight, ids, self.fc1.weight, self.fc1.bias).tanh()
+            return _core.cross_entropy(self.fc2(h), [t for _, t in samples])
+
+    bt.manual_seed(13)
+    model = nn.MakemoreMLP(vocab=27, block=16, emb=16, hidden=hidden)
+    apart = TanhApart(vocab=27, block=16, emb=16, hidden=hidden)
+    apart.parameter_vector().set_data(model.parameter_vector().numpy())
+    r = random.Random(14)
+    batch = [([r.randrange(27) for _ in range(16)], r.randrange(27)) for _ in range(64)]
+    want = _mlp_grads(apart, batch, threads)
+    assert np.abs(want).max() > 0
+    np.testing.assert_array_equal(_mlp_grads(model, batch, threads), want)
+    np.testing.assert_array_equal(_mlp_grads(model, batch, threads, compile=True), want)
+
+
 @pytest.mark.parametrize("rows", [3, 12])
-def test_gradients_against_finite_differences(rows):
+@pytest.mark.parametrize("activation", [None, "tanh"])
+def test_gradients_against_finite_differences(rows, activation):
     rng = random.Random(2)
     with bt.Arena(dtype=bt.float64):
         table, W, b, ids = _operands(rng, 4, 3, 2, 5, rows)
         wts = [rng.uniform(-1, 1) for _ in range(rows * 5)]
-        f = lambda: _loss(bt.lookup_linear(table, ids, W, b), wts)  # noqa: E731
+        f = lambda: _loss(bt.lookup_linear(table, ids, W, b, activation=activation), wts)  # noqa: E731
         f().backward()
         for v in (table, W, b):
             g = v.grad
@@ -78,14 +129,19 @@ def test_gradients_against_finite_differences(rows):
 
 
 @pytest.mark.parametrize("rows", [3, 30])
-def test_against_pytorch(rows):
+@pytest.mark.parametrize("inside", [False, True])
+def test_against_pytorch(rows, inside):
     torch = pytest.importorskip("torch")
     rng = random.Random(3)
     V, d, P, out = 6, 4, 3, 9
     with bt.Arena(dtype=bt.float64):
         table, W, b, ids = _operands(rng, V, d, P, out, rows)
         t = [rng.randrange(out) for _ in range(rows)]
-        loss = bt.cross_entropy(bt.lookup_linear(table, ids, W, b).tanh(), t)
+        if inside:
+            h = bt.lookup_linear(table, ids, W, b, activation="tanh")
+        else:
+            h = bt.lookup_linear(table, ids, W, b).tanh()
+        loss = bt.cross_entropy(h, t)
         loss.backward()
         f64 = dict(dtype=torch.float64, requires_grad=True)
         tt, tW, tb = (torch.tensor(v.tolist(), **f64) for v in (table, W, b))
@@ -242,6 +298,12 @@ def test_bad_input_is_a_clear_error():
             bt.lookup_linear(table, ids, W.columns(0, 3), b)
         with pytest.raises(TypeError):
             bt.lookup_linear(table, [1.5] * 6, W, b)
+        with pytest.raises(ValueError, match="activation must be None or 'tanh', got 'relu'"):
+            bt.lookup_linear(table, ids, W, b, activation="relu")
+        with pytest.raises(ValueError, match="activation"):
+            bt.lookup_linear(table, ids, W, b, activation="\udc80")  # no UTF-8 form
+        with pytest.raises(TypeError, match="activation must be None or 'tanh', got int"):
+            bt.lookup_linear(table, ids, W, b, activation=1)
         W32 = bt.leaves([0.0] * 24, shape=(4, 6), arena=bt.Arena(dtype=bt.float32))
         with pytest.raises(TypeError, match="float64 and float32"):
             bt.lookup_linear(table, ids, W32, b)

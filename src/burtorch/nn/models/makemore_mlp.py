@@ -53,7 +53,7 @@ class MakemoreMLP(Module):
 
     def loss_batch(self, samples: Sequence[tuple[Sequence[int], int]]) -> _core.Value:
         """Mean loss of k (context, target) samples as ONE graph: each layer is one record over k
-        rows (W is read once, not k times), the first one with the lookup inside it
+        rows (W is read once, not k times), the first one with the lookup and the tanh inside it
         (``lookup_linear``: from 1.5 V rows on it works through the table instead of k contexts).
         A subclass of ``Embedding`` or ``Linear`` with its own ``forward`` in ``embed`` or ``fc1``
         (or a ``forward`` set on the module itself) is called instead, as ``forward`` calls it,
@@ -64,10 +64,10 @@ class MakemoreMLP(Module):
                 raise ValueError(f"MakemoreMLP expects contexts of {self.block} token ids, got {len(ctx)}")
             ids.extend(ctx)
         if _plain(self.embed, Embedding) and _plain(self.fc1, Linear):
-            h = _core.lookup_linear(self.embed.weight, ids, self.fc1.weight, self.fc1.bias)
+            h = _core.lookup_linear(self.embed.weight, ids, self.fc1.weight, self.fc1.bias, activation="tanh")
         else:
-            h = self.fc1(self.embed(ids).reshape(len(samples), self.block * self.emb_dim))
-        return _core.cross_entropy(self.fc2(h.tanh()), [t for _, t in samples])
+            h = self.fc1(self.embed(ids).reshape(len(samples), self.block * self.emb_dim)).tanh()
+        return _core.cross_entropy(self.fc2(h), [t for _, t in samples])
 
     def extra_repr(self) -> str:
         return f"vocab={self.vocab}, block={self.block}, emb={self.emb_dim}, hidden={self.hidden}"
