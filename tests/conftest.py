@@ -8,6 +8,18 @@ import pytest
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 
+def pytest_collection_modifyitems(config, items):
+    """A case whose `threads` parameter is more than this process may use skips (a one-core
+    machine): the oracle would refuse it."""
+    from cores import ALLOWED
+
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        threads = params.get("threads")
+        if isinstance(threads, int) and threads > ALLOWED:
+            item.add_marker(pytest.mark.skip(reason=f"threads={threads}: this process may use {ALLOWED} core(s)"))
+
+
 @pytest.fixture(autouse=True)
 def _own_thread_count():
     """Each test starts from the process's default thread count and leaves it so: a test that

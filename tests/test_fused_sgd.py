@@ -17,6 +17,7 @@ import burtorch as bt
 from burtorch import _core, nn
 from burtorch.optim import SGD
 from burtorch.oracle import grad_oracle
+from cores import ALLOWED, needs_two
 from lookup_models import TwoRecordMLP
 
 
@@ -113,9 +114,8 @@ def test_fused_step_is_bitwise_the_unfused_step_gpt(b, compiled, rng):
     _assert_same_params(m1, m2)
 
 
+@needs_two
 def test_fused_step_threads_split_a_wide_layer_with_the_same_bits(rng):
-    if _core._allowed_cores() < 2:
-        pytest.skip("needs two cores")
     # 1 x 1024 x 256 multiply-adds: above the split threshold, so the fused pass runs as column tasks.
     m1, m2 = _twins(lambda: nn.MakemoreMLP.paper(hidden=256, dtype=bt.float32))
     o1, o2 = SGD(m1.parameters(), lr=0.1), SGD(m2.parameters(), lr=0.1)
@@ -242,6 +242,7 @@ def test_fp32_sgd_step_matches_pytorch_bit_for_bit():
 # ---- fused_step(compile=True): the same step replayed from a recorded program ----
 
 @pytest.mark.parametrize("hidden", [64, 256])
+@needs_two
 def test_compiled_fused_step_on_two_threads_runs_the_lookup_with_its_layer(hidden, rng):
     """A chunk program whose lookup feeds only the next linear record: on two threads the compiled
     fused step runs the two as one op, each thread looking every row up itself. After one step
@@ -249,8 +250,6 @@ def test_compiled_fused_step_on_two_threads_runs_the_lookup_with_its_layer(hidde
     table takes one partial gradient per thread, summed in order: within rounding of one
     thread's, and the same on every run. MakemoreMLP's lookup_linear record, split by blocks of
     output units, does the same: its table's gradient is a sum of one part per task."""
-    if _core._allowed_cores() < 2:
-        pytest.skip("needs two cores")
     from burtorch import oracle_compiled
 
     for cls, pairs in ((TwoRecordMLP, 1), (nn.MakemoreMLP, 0)):
@@ -447,6 +446,7 @@ def _fused_chunks_against_unfused(m1, m2, o1, o2, batches, chunk, threads=2):
 @pytest.mark.parametrize("dtype", [bt.float32, bt.float64])
 @pytest.mark.parametrize("wd", [0.0, 0.01])
 @pytest.mark.parametrize("arrays", [False, True])
+@needs_two
 def test_a_step_over_chunks_on_two_threads_has_the_unfused_bits_gpt(dtype, wd, arrays, rng):
     bt.manual_seed(4)
     m1, m2 = _twins(lambda: nn.MiniGPT.paper(vocab=65, dtype=dtype))
@@ -458,6 +458,7 @@ def test_a_step_over_chunks_on_two_threads_has_the_unfused_bits_gpt(dtype, wd, a
 
 @pytest.mark.parametrize("dtype", [bt.float32, bt.float64])
 @pytest.mark.parametrize("wd", [0.0, 0.01])
+@needs_two
 def test_a_step_over_chunks_on_two_threads_has_the_unfused_bits_mlp(dtype, wd, rng):
     """Three chunks on two threads: blocks of two chunks and one."""
     m1, m2 = _twins(lambda: nn.MakemoreMLP(vocab=27, block=16, emb=8, hidden=48, dtype=dtype))
@@ -473,10 +474,13 @@ def test_a_step_over_chunks_falls_back_with_the_same_result(case, rng):
     o1, o2 = SGD(which(m1), lr=0.1, momentum=momentum), SGD(which(m2), lr=0.1, momentum=momentum)
     b = 10 if case == "ragged" else 12
     threads = 1 if case == "one thread" else 2
+    if threads > ALLOWED:
+        pytest.skip("this process may use one core only")
     kept = _fused_chunks_against_unfused(m1, m2, o1, o2, _mlp_batches(rng, b, 2), chunk=4, threads=threads)
     assert kept == [False] * 2  # stepped unfused: the grads are the batch's
 
 
+@needs_two
 def test_a_step_over_chunks_whose_guard_fails_runs_that_chunk_eagerly_then_steps(rng):
     m1, m2 = _twins(lambda: _Branchy(vocab=11, block=4, emb=5, hidden=7, dtype=bt.float64))
     o1, o2 = SGD(m1.parameters(), lr=0.3), SGD(m2.parameters(), lr=0.3)
@@ -486,6 +490,7 @@ def test_a_step_over_chunks_whose_guard_fails_runs_that_chunk_eagerly_then_steps
     assert set(kept) == {True, False}, "some steps should replay every chunk, others not"
 
 
+@needs_two
 def test_a_step_over_chunks_refuses_a_non_finite_loss_and_changes_nothing(rng):
     m = nn.MakemoreMLP(vocab=27, block=2, emb=4, hidden=8)
     opt = SGD(m.parameters(), lr=0.1)

@@ -9,6 +9,7 @@ import pytest
 
 import burtorch as bt
 from burtorch import _core, nn
+from cores import counts, needs_two
 from finite_diff import central_difference
 from lookup_models import TwoRecordMLP
 
@@ -168,6 +169,7 @@ def _table_slice(model):
 
 @pytest.mark.parametrize("hidden", [96, 320])  # 320: from 256 units, more tasks than threads
 @pytest.mark.parametrize("dtype", [bt.float32, bt.float64])
+@needs_two
 def test_one_and_two_threads_and_replays(dtype, hidden):
     """Through the tables (64 rows of 27 ids), forward and sweep split by blocks of output units:
     eager and compiled give the same bits on each thread count, and so does every run; one and two
@@ -208,7 +210,7 @@ def test_fused_sgd_steps_through_the_tables_as_the_unfused_step(hidden):
     batch = [([r.randrange(27) for _ in range(16)], r.randrange(27)) for _ in range(64)]
     first = nn.MakemoreMLP(vocab=27, block=16, emb=16, hidden=hidden, dtype=bt.float32)
     start = first.parameter_vector().numpy().copy()  # numpy: a tenth of the time of Python lists
-    for threads in (1, 2):
+    for threads in counts(1, 2):
         ref_model = nn.MakemoreMLP(vocab=27, block=16, emb=16, hidden=hidden, dtype=bt.float32)
         ref_model.parameter_vector().set_data(start)
         ref = SGD(ref_model.parameters(), lr=0.3, weight_decay=0.01)

@@ -7,6 +7,7 @@ import pytest
 
 import burtorch as bt
 from burtorch.nn import MakemoreMLP, MiniGPT
+from cores import needs_two
 
 
 def gpt(dtype):
@@ -49,8 +50,7 @@ def test_compiled_oracle_equals_eager_bitwise(make, dtype):
 @pytest.mark.parametrize("dtype", [bt.float32, bt.float64])
 def test_compiled_chunks_equal_eager_chunks(make, dtype):
     """grad_oracle(compile=True, chunk=k): one thread is the eager chunked oracle bit for bit
-    (a last, shorter chunk included, and continuing from grads already there); two threads
-    sum blocks of chunks apart and agree to rounding."""
+    (a last, shorter chunk included, and continuing from grads already there)."""
     bt.manual_seed(5)
     model, sample = make(dtype)
     r = random.Random(6)
@@ -66,6 +66,20 @@ def test_compiled_chunks_equal_eager_chunks(make, dtype):
     bt.grad_oracle(model, batch[:3], chunk=4, compile=True, threads=1)
     bt.grad_oracle(model, batch, chunk=4, compile=True, zero_grad=False, threads=1)
     np.testing.assert_array_equal(pv.numpy("grads"), eager_more)
+
+
+@pytest.mark.parametrize("make", [gpt, mlp])
+@pytest.mark.parametrize("dtype", [bt.float32, bt.float64])
+@needs_two
+def test_compiled_chunks_on_two_threads_agree_with_eager_chunks(make, dtype):
+    """Two threads sum blocks of chunks apart: within rounding of the eager chunked oracle."""
+    bt.manual_seed(5)
+    model, sample = make(dtype)
+    r = random.Random(6)
+    batch = [sample(r) for _ in range(11)]
+    pv = model.parameter_vector()
+    eager_loss = bt.grad_oracle(model, batch, chunk=4)
+    eager = pv.numpy("grads").copy()
     tol = 1e-5 if dtype == bt.float32 else 1e-12
     for chunk in (2, 4):
         threaded_loss = bt.grad_oracle(model, batch, chunk=chunk, compile=True, threads=2)
