@@ -46,18 +46,23 @@ def test_compiled_oracle_equals_eager_bitwise(make, dtype):
         np.testing.assert_array_equal(G[i], pv.numpy("grads"))
 
 
+def _eager_chunks_of_4(make, dtype):
+    """A model, 11 samples, and the eager oracle's loss and grads over chunks of 4 of them."""
+    bt.manual_seed(5)
+    model, sample = make(dtype)
+    r = random.Random(6)
+    batch = [sample(r) for _ in range(11)]
+    eager_loss = bt.grad_oracle(model, batch, chunk=4)
+    return model, batch, eager_loss, model.parameter_vector().numpy("grads").copy()
+
+
 @pytest.mark.parametrize("make", [gpt, mlp])
 @pytest.mark.parametrize("dtype", [bt.float32, bt.float64])
 def test_compiled_chunks_equal_eager_chunks(make, dtype):
     """grad_oracle(compile=True, chunk=k): one thread is the eager chunked oracle bit for bit
     (a last, shorter chunk included, and continuing from grads already there)."""
-    bt.manual_seed(5)
-    model, sample = make(dtype)
-    r = random.Random(6)
-    batch = [sample(r) for _ in range(11)]
+    model, batch, eager_loss, eager = _eager_chunks_of_4(make, dtype)
     pv = model.parameter_vector()
-    eager_loss = bt.grad_oracle(model, batch, chunk=4)
-    eager = pv.numpy("grads").copy()
     assert bt.grad_oracle(model, batch, chunk=4, compile=True, threads=1) == eager_loss
     np.testing.assert_array_equal(pv.numpy("grads"), eager)
     bt.grad_oracle(model, batch[:3], chunk=4)
@@ -73,13 +78,8 @@ def test_compiled_chunks_equal_eager_chunks(make, dtype):
 @needs_two
 def test_compiled_chunks_on_two_threads_agree_with_eager_chunks(make, dtype):
     """Two threads sum blocks of chunks apart: within rounding of the eager chunked oracle."""
-    bt.manual_seed(5)
-    model, sample = make(dtype)
-    r = random.Random(6)
-    batch = [sample(r) for _ in range(11)]
+    model, batch, eager_loss, eager = _eager_chunks_of_4(make, dtype)
     pv = model.parameter_vector()
-    eager_loss = bt.grad_oracle(model, batch, chunk=4)
-    eager = pv.numpy("grads").copy()
     tol = 1e-5 if dtype == bt.float32 else 1e-12
     for chunk in (2, 4):
         threaded_loss = bt.grad_oracle(model, batch, chunk=chunk, compile=True, threads=2)
