@@ -4,7 +4,7 @@ The first byte of an input picks the loader, the rest is the file:
 
 * 0: ``burtorch.io.loads`` of a node-range file into 5 nodes;
 * 1: ``burtorch.io.load_state_dict_bytes`` of a state dict, into a mapping and into nothing;
-* 2: a training checkpoint: ``burtorch.app.checkpoint.decode``, then the checks ``burtorch train
+* 2: a training checkpoint: ``burtorch.cli.checkpoint.decode``, then the checks ``burtorch train
   --resume`` applies to its metadata;
 * 3: the same with the input as the checkpoint's metadata behind a valid checksum (a fuzzer cannot
   forge SHA-256, so this is how the metadata checks themselves get explored).
@@ -28,8 +28,8 @@ import atheris
 
 import burtorch as bt
 import burtorch.io as bio
-from burtorch.app import checkpoint
-from burtorch.app.train import UsageError, _check_meta
+from burtorch.cli import checkpoint
+from burtorch.cli.train import UsageError, _check_meta
 from burtorch.io import FormatError
 
 ARENA = bt.Arena(bt.float64)

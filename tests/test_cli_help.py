@@ -3,7 +3,7 @@ import importlib
 
 import pytest
 
-from burtorch.app.cli import main
+from burtorch.cli.main import main
 
 
 @pytest.mark.parametrize("argv,expect", [

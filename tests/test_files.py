@@ -11,7 +11,7 @@ import pytest
 import burtorch as bt
 import burtorch.io as bio
 from burtorch import data
-from burtorch.app import checkpoint
+from burtorch.cli import checkpoint
 from burtorch.io import NotRegularFileError
 from burtorch.io.atomic import SUFFIX, remove_orphans
 

@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from burtorch.app.cli import main
+from burtorch.cli.main import main
 from burtorch.fl import splits
 from burtorch.fl.libsvm import read_libsvm
 
@@ -124,7 +124,8 @@ def test_names_per_client(tmp_path):
 
 
 def test_cli_names_match_the_modules():
-    from burtorch.fl import cli, compressors, executors, methods
+    from burtorch.cli import fl as cli
+    from burtorch.fl import compressors, executors, methods
 
     assert cli.METHODS == methods.METHODS and cli.COMPRESSORS == compressors.COMPRESSORS
     assert cli.EXECUTORS == executors.EXECUTORS and cli.SPLITS == splits.SPLITS

@@ -2,7 +2,7 @@
 import pytest
 
 import burtorch as bt
-from burtorch.app.paper_graphs import w1_graph, w2_graph
+from burtorch.paper_graphs import w1_graph, w2_graph
 
 
 def test_w1_values():

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 
 import burtorch as bt
-from burtorch.app.paper_graphs import w1_expr, w2_expr
+from burtorch.paper_graphs import w1_expr, w2_expr
 from op_table import BINARY, NARY, UNARY
 from test_random_graphs import evaluate, inputs, programs
 

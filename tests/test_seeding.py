@@ -3,7 +3,7 @@ import pytest
 
 import burtorch as bt
 from burtorch import data
-from burtorch.app.trainer import train
+from burtorch.cli.trainer import train
 from burtorch.nn import MLP, MakemoreMLP
 from burtorch.optim import SGD
 

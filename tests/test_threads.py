@@ -106,7 +106,7 @@ def test_the_trainer_steps_on_the_oracles_thread_count(threads):
     """burtorch train --threads N: the optimizer step runs under the oracle's count too (not the
     process's, every core by default), and the process's count is as it was after the run."""
     from burtorch import data
-    from burtorch.app.trainer import train
+    from burtorch.cli.trainer import train
     from burtorch.optim import SGD
 
     class CountingSGD(SGD):

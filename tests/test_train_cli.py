@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from burtorch.app import checkpoint
-from burtorch.app.cli import main
+from burtorch.cli import checkpoint
+from burtorch.cli.main import main
 
 WORDS = ["anna", "bob", "carla", "dave", "emma", "fred", "gina", "hank"] * 20
 

@@ -91,7 +91,7 @@ from .modes import detect_anomaly, no_grad  # noqa: E402,F401
 from .seeding import manual_seed  # noqa: E402,F401
 
 # The library's packages load on first use, so `import burtorch` stays light (no numpy, no
-# matplotlib). The benchmarks (burtorch.bench) and the command line (burtorch.app) sit beside the
+# matplotlib). The benchmarks (burtorch.bench) and the command line (burtorch.cli) sit beside the
 # library and are never loaded by it.
 _LAZY_MODULES = ("io", "viz", "views", "introspect", "nn", "optim", "data", "oracle", "seeding", "program")
 

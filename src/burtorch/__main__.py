@@ -1,6 +1,6 @@
 """``python -m burtorch``: the same as the ``burtorch`` command."""
 import sys
 
-from .app.cli import main
+from .cli.main import main
 
 sys.exit(main())

@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..app.arguments import int_list, non_negative_float, non_negative_int, positive_float, positive_int
+from ..cli.arguments import int_list, non_negative_float, non_negative_int, positive_float, positive_int
 from .specs import WORKLOAD_ORDER, config_threads
 
 WORKLOAD_CHOICES = (*WORKLOAD_ORDER, "all")
@@ -151,7 +151,7 @@ def _command_line(args) -> str:
 
 
 def run_suite(args) -> int:
-    from ..app import machine
+    from ..cli import machine
     from . import capacity, harness, report
     from . import frameworks as fw
 

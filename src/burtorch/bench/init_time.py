@@ -12,7 +12,7 @@ import subprocess
 import sys
 import time
 
-from ..app.arguments import positive_int
+from ..cli.arguments import positive_int
 
 PROGRAMS = {
     "W5 MiniGPT.paper(), b=1": (

@@ -16,7 +16,7 @@ import os
 import subprocess
 import sys
 
-from ..app.arguments import positive_int
+from ..cli.arguments import positive_int
 
 CHILD = r"""
 import json, os, sys

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..app.arguments import positive_int
+from ..cli.arguments import positive_int
 from .specs import W3_NAMES, close, w2_values
 
 

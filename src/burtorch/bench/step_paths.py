@@ -14,7 +14,7 @@ import statistics
 import sys
 import time
 
-from ..app.arguments import int_list, positive_int
+from ..cli.arguments import int_list, positive_int
 from .specs import random_w4_batches
 
 

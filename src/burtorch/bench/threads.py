@@ -42,7 +42,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from ..app.arguments import positive_int
+from ..cli.arguments import positive_int
 from .specs import random_w4_batches, random_w5_batches, replay_chunk
 
 

@@ -10,7 +10,7 @@ import argparse
 import subprocess
 import sys
 
-from ..app.arguments import positive_int
+from ..cli.arguments import positive_int
 from ..data.locate import find_data_file
 
 

@@ -6,7 +6,7 @@ from typing import Any
 import autograd
 import autograd.numpy as anp
 
-from ...app.paper_graphs import w1_expr, w2_expr
+from ...paper_graphs import w1_expr, w2_expr
 from . import Unavailable
 
 

@@ -9,7 +9,7 @@ import burtorch as bt
 from burtorch.data import ArrayBatch
 from burtorch.oracle import mean_loss
 
-from ...app.paper_graphs import w1_graph, w2_graph, w2_nodes
+from ...paper_graphs import w1_graph, w2_graph, w2_nodes
 from ..specs import GPT_LR, MLP_LR, W3_NAMES, config_threads
 from . import Unavailable
 from .training import TrainRunner
@@ -20,7 +20,7 @@ def versions() -> dict:
 
 
 def _leaf_pair(graph):
-    """A builder (a0, b0) -> (g, a, b) from a burtorch.app.paper_graphs graph (the paper's fixed leaves)."""
+    """A builder (a0, b0) -> (g, a, b) from a burtorch.paper_graphs graph (the paper's fixed leaves)."""
     def build(a0: float, b0: float):
         a, b, g = graph(bt.Value, a0, b0)
         g.backward()

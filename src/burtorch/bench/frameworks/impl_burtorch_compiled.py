@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import burtorch as bt
 
-from ...app.paper_graphs import w1_expr, w2_expr
+from ...paper_graphs import w1_expr, w2_expr
 from ..specs import replay_chunk
 from .impl_burtorch import BurtorchTrainRunner, _models, versions  # noqa: F401  (versions: read by the harness)
 

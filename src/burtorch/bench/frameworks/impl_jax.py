@@ -11,7 +11,7 @@ os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false intra_op_
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
-from ...app.paper_graphs import w1_expr, w2_expr  # noqa: E402
+from ...paper_graphs import w1_expr, w2_expr  # noqa: E402
 from ..specs import GPT_LR, MLP_LR  # noqa: E402
 from . import Unavailable, array_models  # noqa: E402
 from .training import TrainRunner  # noqa: E402

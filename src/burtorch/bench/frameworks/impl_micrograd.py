@@ -5,7 +5,7 @@ from typing import Any
 
 from micrograd.engine import Value
 
-from ...app.paper_graphs import w1_graph, w2_graph
+from ...paper_graphs import w1_graph, w2_graph
 from . import Unavailable
 
 

@@ -7,7 +7,7 @@ from typing import Any
 import mlx.core as mx
 from mlx.utils import tree_map
 
-from ...app.paper_graphs import w1_expr, w2_expr
+from ...paper_graphs import w1_expr, w2_expr
 from ..specs import GPT_LR, MLP_LR
 from . import Unavailable, array_models
 from .training import TrainRunner

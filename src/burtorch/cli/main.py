@@ -33,8 +33,8 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``burtorch`` command with every subcommand registered."""
     from .. import __version__
     from ..bench.cli import register as register_bench
-    from ..fl.cli import register as register_fl
     from .arguments import positive_int
+    from .fl import register as register_fl
     from .train import register as register_train
 
     p = argparse.ArgumentParser(prog="burtorch", description=DESCRIPTION, epilog=EPILOG)

@@ -4,7 +4,7 @@ import time
 
 import burtorch as bt
 
-from .paper_graphs import w1_graph, w2_graph
+from ..paper_graphs import w1_graph, w2_graph
 
 
 def time_loop(graph, iterations: int) -> float:

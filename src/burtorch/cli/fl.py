@@ -9,7 +9,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ..app.progress import Progress
+    from .progress import Progress
 
 # The names, spelled out so that `burtorch --help` does not import numpy (a test keeps them in
 # step with the modules that define them).
@@ -63,11 +63,11 @@ def register(sub) -> None:
 
 def build_problem(args, seed: int):
     if args.data is not None:
-        from .names import from_file
+        from ..fl.names import from_file
 
         return from_file(args.data, args.clients, hidden=args.hidden, max_samples=args.max_samples,
                          split=args.split, alpha=args.alpha, seed=seed)
-    from .logistic import from_libsvm, synthetic
+    from ..fl.logistic import from_libsvm, synthetic
 
     if args.libsvm is not None:
         return from_libsvm(args.libsvm, args.clients, args.lam, args.split, args.alpha, seed)
@@ -97,8 +97,8 @@ def parse_specs(args) -> list:
 
 def build_method(args, name: str, compressor_name: str, lr, problem, d: int):
     """The method with its compressor, bound to the problem (so every error shows before a round)."""
-    from .compressors import make_compressor
-    from .methods import COMPRESSING, make_method
+    from ..fl.compressors import make_compressor
+    from ..fl.methods import COMPRESSING, make_method
 
     compressor = make_compressor(compressor_name, d, args.k, args.s) if name in COMPRESSING else None
     scale = args.lr_scale
@@ -115,10 +115,10 @@ def build_method(args, name: str, compressor_name: str, lr, problem, d: int):
 
 
 def main(args) -> int:
-    from ..app.progress import Progress
+    from ..fl.executors import make_executor
+    from ..fl.federation import Federation, check_participation
     from ..seeding import next_seed
-    from .executors import make_executor
-    from .federation import Federation, check_participation
+    from .progress import Progress
 
     try:
         if args.rounds < 1:
@@ -158,7 +158,7 @@ def main(args) -> int:
             json.dump({"command": "burtorch fl " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["fl"] else None,
                        "problem": problem.settings(), "runs": results}, f, indent=1)
     if args.plot:
-        from .plots import plot_runs
+        from ..fl.plots import plot_runs
 
         plot_runs(results, args.plot, title=f"{problem.settings()['problem']}: {problem.n_clients} clients")
     return 0
