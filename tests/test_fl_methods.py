@@ -9,7 +9,7 @@ import pytest
 from burtorch import fl
 from burtorch.fl import streams
 from burtorch.fl.logistic import synthetic
-from burtorch.fl.methods.ef21 import ef21_lr
+from burtorch.optim.methods.ef21 import ef21_lr
 
 N, D = 4, 6
 

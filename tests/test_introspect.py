@@ -56,10 +56,10 @@ def test_tool_modules_import_nothing_heavy():
 
 
 @pytest.mark.parametrize("skip, heavy_roots, least", [
-    # the library without the federated package and the research methods built on it: no numpy,
-    # no matplotlib
+    # the library without the federated package and the research methods (which work on numpy
+    # arrays): no numpy, no matplotlib
     (("burtorch.bench", "burtorch.cli", "burtorch.__main__", "burtorch.fl")
-     + tuple(f"burtorch.optim.{m}" for m in ("estimator", "gd", "page", "ef21", "marina")),
+     + tuple(f"burtorch.optim.{m}" for m in ("estimator", "methods", "compressors", "rounds", "server")),
      ("numpy", "matplotlib"), 30),
     # burtorch.fl works on numpy arrays (its extra installs numpy), but still without matplotlib
     (("burtorch.bench", "burtorch.cli", "burtorch.__main__"), ("matplotlib",), 40),

@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 from typing import IO, Any, Literal
 
-from ._core import Arena
+from ._core import Arena, current_arena, float32, float64
 
 _CATEGORIES = ("values", "grads", "generations", "sweep_bounds", "records", "args", "labels")
 
@@ -50,13 +50,11 @@ def memory_report(arena: Arena | None = None, file: IO[str] | Literal[False] | N
 
     Returns the text; ``file`` defaults to stdout (pass ``file=False`` to only return it).
     """
-    import burtorch as bt
-
-    if arena is not None and not isinstance(arena, bt.Arena):
+    if arena is not None and not isinstance(arena, Arena):
         raise TypeError(f"memory_report() expects an Arena or None, got {type(arena).__name__}")
     if file not in (None, False) and not hasattr(file, "write"):
         raise TypeError(f"memory_report(): file must have a write() method, got {type(file).__name__}")
-    arenas = [arena] if arena is not None else [bt.current_arena(bt.float32), bt.current_arena(bt.float64)]
+    arenas = [arena] if arena is not None else [current_arena(float32), current_arena(float64)]
     text = "\n\n".join(format_stats(a.stats()) for a in arenas)
     if file is not False:
         print(text, file=file or sys.stdout)

@@ -97,8 +97,8 @@ def parse_specs(args) -> list:
 
 def build_method(args, name: str, compressor_name: str, lr, problem, d: int):
     """The method with its compressor, bound to the problem (so every error shows before a round)."""
-    from ..fl.compressors import make_compressor
-    from ..fl.methods import COMPRESSING, make_method
+    from ..optim.compressors import make_compressor
+    from ..optim.methods import COMPRESSING, make_method
 
     compressor = make_compressor(compressor_name, d, args.k, args.s) if name in COMPRESSING else None
     scale = args.lr_scale

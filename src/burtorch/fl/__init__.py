@@ -1,17 +1,18 @@
 """Federated optimization research: n clients with their own data and method state, a server that
 aggregates, the EF21 / MARINA / PAGE / DIANA family with native compressors, run serially, on a
-local process pool or on Ray (see docs/federated.md).
+local process pool or on Ray (see docs/federated.md). The methods' update rules, the compressors
+and the random streams live in burtorch.optim (methods, compressors, streams), one layer below.
 
-Names are loaded on first use, so `burtorch --help` (which imports burtorch.fl.cli) stays free of
-numpy."""
+Names are loaded on first use, so importing burtorch.fl stays free of numpy until a name is used."""
 import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # what __getattr__ below loads, as type checkers should see it
+    from ..optim import streams  # noqa: F401
     from . import (  # noqa: F401
-        cli,
         client,
         compressors,
+        executor_base,
         executors,
         federation,
         libsvm,
@@ -22,7 +23,6 @@ if TYPE_CHECKING:  # what __getattr__ below loads, as type checkers should see i
         problem,
         ray_executor,
         splits,
-        streams,
     )
     from .compressors import (  # noqa: F401
         COMPRESSORS,
@@ -50,8 +50,9 @@ _HOME = {
                                         "RandomDithering", "Scaled", "COMPRESSORS", "make_compressor")},
 }
 __all__ = sorted(_HOME)
-_SUBMODULES = ("client", "cli", "compressors", "executors", "federation", "libsvm", "logistic", "methods", "names",
-               "plots", "problem", "ray_executor", "splits", "streams")
+_SUBMODULES = ("client", "compressors", "executor_base", "executors", "federation", "libsvm", "logistic", "methods",
+               "names", "plots", "problem", "ray_executor", "splits")
+_MOVED = {"streams": "burtorch.optim.streams"}  # modules of fl's public path that live one layer below
 
 
 def __getattr__(name: str) -> Any:
@@ -61,6 +62,8 @@ def __getattr__(name: str) -> Any:
         return value
     if name in _SUBMODULES:
         return importlib.import_module(f".{name}", __name__)
+    if name in _MOVED:
+        return importlib.import_module(_MOVED[name])
     raise AttributeError(f"module 'burtorch.fl' has no attribute {name!r}")
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-import pickle
 import traceback
 from collections.abc import Iterable
 from multiprocessing.connection import Connection
@@ -21,61 +20,16 @@ from multiprocessing.process import BaseProcess
 from typing import TYPE_CHECKING, Any
 
 from .client import ClientGroup, Reply, Round
+from .executor_base import Executor, blocks, check_picklable, check_workers
 
 if TYPE_CHECKING:
-    from .methods import Method
+    from ..optim.methods import Method
     from .problem import Problem
 
+__all__ = ["EXECUTORS", "Executor", "SerialExecutor", "ProcessExecutor", "blocks", "check_picklable",
+           "check_workers", "make_executor"]
+
 EXECUTORS = ("serial", "processes", "ray")
-
-
-def blocks(n_clients: int, workers: int) -> list[list[int]]:
-    """Client ids cut into ``workers`` contiguous blocks of near-equal size (none empty)."""
-    workers = min(workers, n_clients)
-    base, extra = divmod(n_clients, workers)
-    out: list[list[int]] = []
-    start = 0
-    for w in range(workers):
-        size = base + (1 if w < extra else 0)
-        out.append(list(range(start, start + size)))
-        start += size
-    return out
-
-
-def check_workers(workers: Any) -> int | None:
-    if workers is None:
-        return None
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise ValueError(f"workers must be a positive int, got {workers!r}")
-    return workers
-
-
-def check_picklable(problem: Problem, method: Method) -> None:
-    try:
-        pickle.dumps((problem, method))
-    except Exception as e:
-        raise TypeError(f"this executor sends the problem and method to other processes, but they do not pickle "
-                        f"({e}); build them from module-level classes, or use executor='serial'") from None
-
-
-class Executor:
-    name = "executor"
-
-    def start(self, problem: Problem, method: Method) -> None:
-        raise NotImplementedError
-
-    def run(self, ctx: Round, participants: list[int], evaluate: bool) -> list[Reply]:
-        raise NotImplementedError
-
-    def close(self) -> None:
-        pass
-
-    def state_of(self, client: int) -> dict[str, Any]:
-        """A client's method state, where clients run in this process."""
-        raise NotImplementedError(f"the {self.name} executor keeps client states in other processes")
-
-    def settings(self) -> dict[str, Any]:
-        return {"executor": self.name}
 
 
 class SerialExecutor(Executor):

@@ -14,7 +14,8 @@ import numpy as np
 
 from .. import _core
 from ..nn import Module
-from . import splits, streams
+from ..optim import streams
+from . import splits
 from .problem import Problem, Smoothness
 
 

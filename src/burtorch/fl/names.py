@@ -11,7 +11,8 @@ import numpy as np
 from ..data.corpus import read_words
 from ..data.datasets import WordDataset
 from ..nn.models.makemore_mlp import MakemoreMLP
-from . import splits, streams
+from ..optim import streams
+from . import splits
 from .problem import SampleProblem
 
 

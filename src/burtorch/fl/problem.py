@@ -7,25 +7,16 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from .. import _core, seeding
-from ..oracle import LossFn, grad_oracle
+from ..optim.rounds import Smoothness, check_shards
+from ..optim.server import accumulate_samples
+from ..oracle import LossFn
 
-
-@dataclass(frozen=True)
-class Smoothness:
-    """Lipschitz constants of the gradients, as the theorems of the compressed methods use them.
-
-    L: of f = (1/n) sum_i f_i;  L_tilde: sqrt((1/n) sum_i L_i^2) over the clients' f_i;
-    L_max: the largest over single samples (minibatch methods)."""
-
-    L: float
-    L_tilde: float
-    L_max: float
+__all__ = ["Problem", "SampleProblem", "ModelProblem", "Smoothness", "check_shards", "seeded_defaults"]
 
 
 @contextlib.contextmanager
@@ -38,19 +29,6 @@ def seeded_defaults(seed: int) -> Iterator[None]:
         yield
     finally:
         seeding._state = saved
-
-
-def check_shards(shards: Sequence[Any]) -> list[Any]:
-    if not isinstance(shards, (list, tuple)) or not shards:
-        raise ValueError("shards must be a non-empty list with one data set per client")
-    for i, shard in enumerate(shards):
-        try:
-            n = len(shard)
-        except TypeError:
-            raise TypeError(f"shard {i} must be a sequence of samples, got {type(shard).__name__}") from None
-        if n == 0:
-            raise ValueError(f"client {i} has no data")
-    return list(shards)
 
 
 class Problem:
@@ -113,13 +91,13 @@ class SampleProblem(Problem):
         return self.model_factory()
 
     def accumulate(self, model: Any, shard: Any, indices: Sequence[int] | np.ndarray | None = None) -> float:
-        batch = shard if indices is None else [shard[i] for i in indices]
-        return grad_oracle(model, batch, self.loss_fn, chunk=self.chunk)
+        return accumulate_samples(model, shard, indices, self.loss_fn, self.chunk)
 
 
 class ModelProblem(SampleProblem):
-    """Clients that train an existing model in place (the single-process research optimizers):
-    the model is the replica and its current parameters are x_0. Serial executor only."""
+    """Clients that train an existing model in place: the model is the replica and its current
+    parameters are x_0. Serial executor only. (burtorch.optim's GD, PAGE, EF21 and MARINA run the
+    same rounds on a model without a federation.)"""
 
     name = "model"
 

@@ -14,11 +14,11 @@ import socket
 from typing import TYPE_CHECKING, Any
 
 from .client import ClientGroup
-from .executors import Executor, blocks, check_picklable, check_workers
+from .executor_base import Executor, blocks, check_picklable, check_workers
 
 if TYPE_CHECKING:
-    from .client import Reply, Round
-    from .methods import Method
+    from ..optim.methods import Method
+    from ..optim.rounds import Reply, Round
     from .problem import Problem
 
 _INLINE_BYTES = 1 << 17  # rounds up to this size are sent by value with each call

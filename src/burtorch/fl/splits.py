@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from . import streams
+from ..optim import streams
 
 SPLITS = ("iid", "label", "dirichlet")
 

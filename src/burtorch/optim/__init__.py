@@ -1,8 +1,10 @@
 """Optimizers: native in-place steps (SGD, Adam, AdamW) and gradient-estimator methods of
 optimization research (GD, PAGE, EF21, MARINA) with gradient compressors.
 
-The research methods and compressors run on burtorch.fl (which works on numpy arrays): they load
-on first use, so that training with SGD or Adam needs neither numpy nor fl.
+The research methods are the one home of their update rules (``methods``), the compressors
+(``compressors``) and the rounds that run them (``rounds``, ``server``), which burtorch.fl runs on
+many clients. They work on numpy arrays and load on first use, so that training with SGD or Adam
+needs no numpy.
 """
 import importlib
 from typing import TYPE_CHECKING, Any
@@ -13,15 +15,15 @@ from .optimizer import Optimizer
 from .sgd import SGD
 
 _LAZY = {
-    "GradientEstimator": ".estimator", "GD": ".gd", "PAGE": ".page", "EF21": ".ef21", "MARINA": ".marina",
-    **{name: "..fl.compressors" for name in ("Compressor", "Identity", "Natural", "RandK", "RandomDithering",
+    **{name: ".estimator" for name in ("GradientEstimator", "GD", "PAGE", "EF21", "MARINA")},
+    **{name: ".compressors" for name in ("Compressor", "Identity", "Natural", "RandK", "RandomDithering",
                                               "RandSeqK", "Scaled", "TopK")},
 }
 
 __all__ = ["Optimizer", "SGD", "Adam", "AdamW", "mean_loss", *_LAZY]
 
 if TYPE_CHECKING:  # what __getattr__ below loads, as type checkers should see it
-    from ..fl.compressors import (  # noqa: F401
+    from .compressors import (  # noqa: F401
         Compressor,
         Identity,
         Natural,
@@ -31,11 +33,7 @@ if TYPE_CHECKING:  # what __getattr__ below loads, as type checkers should see i
         Scaled,
         TopK,
     )
-    from .ef21 import EF21  # noqa: F401
-    from .estimator import GradientEstimator  # noqa: F401
-    from .gd import GD  # noqa: F401
-    from .marina import MARINA  # noqa: F401
-    from .page import PAGE  # noqa: F401
+    from .estimator import EF21, GD, MARINA, PAGE, GradientEstimator  # noqa: F401
 
 
 def __getattr__(name: str) -> Any:

@@ -144,7 +144,7 @@ def _sample(fn: Callable[[Any], Any], lo: float, hi: float, points: int,
     xs = [lo + (hi - lo) * i / (points - 1) for i in range(points)]
     if not with_grad:
         return xs, [float(fn(x)) for x in xs], None
-    import burtorch as bt
+    from .. import _core as bt  # the engine itself: this module may not import the package facade
 
     arena = bt.Arena(bt.float64)  # private, so the caller's arenas are not touched
     ys, grads = [], []

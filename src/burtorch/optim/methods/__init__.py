@@ -1,4 +1,5 @@
-"""The federated methods and their names on the command line."""
+"""The gradient-estimator methods (the update rules of the research optimizers and of the federated
+runs) and their names, as make_method() and `burtorch fl --method` accept them."""
 from __future__ import annotations
 
 from ..compressors import Compressor

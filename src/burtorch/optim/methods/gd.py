@@ -18,9 +18,8 @@ import numpy as np
 from .base import Method, mean_of
 
 if TYPE_CHECKING:
-    from ..client import Oracle, Reply, Round
     from ..compressors import Message
-    from ..problem import Smoothness
+    from ..rounds import Oracle, Reply, Round, Smoothness
 
 
 class GD(Method):

@@ -18,8 +18,8 @@ import numpy as np
 from .base import Method, check_lr, mean_of
 
 if TYPE_CHECKING:
-    from ..client import Oracle, Reply, Round
     from ..compressors import Message
+    from ..rounds import Oracle, Reply, Round
 
 
 class FedAvg(Method):

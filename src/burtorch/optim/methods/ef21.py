@@ -31,9 +31,8 @@ from ..compressors import Compressor, full_message
 from .base import Method, mean_of
 
 if TYPE_CHECKING:
-    from ..client import Oracle, Reply, Round
     from ..compressors import Message
-    from ..problem import Smoothness
+    from ..rounds import Oracle, Reply, Round, Smoothness
 
 
 def ef21_lr(L: float, L_tilde: float, alpha: float) -> float:

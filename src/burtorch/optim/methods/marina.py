@@ -33,9 +33,8 @@ from ..compressors import Compressor, Identity, full_message
 from .base import Method, check_probability, mean_of
 
 if TYPE_CHECKING:
-    from ..client import Oracle, Reply, Round
     from ..compressors import Message
-    from ..problem import Smoothness
+    from ..rounds import Oracle, Reply, Round, Smoothness
 
 
 class MARINA(Method):

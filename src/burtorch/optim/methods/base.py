@@ -22,8 +22,7 @@ from .. import streams
 from ..compressors import Compressor, Message, full_message
 
 if TYPE_CHECKING:
-    from ..client import Oracle, Reply, Round
-    from ..problem import Smoothness
+    from ..rounds import Oracle, Reply, Round, Smoothness
 
 
 # The checks return Any on purpose: lr, p, batch and the like are None until bind() fills them in,

@@ -23,8 +23,8 @@ from ..compressors import Compressor
 from .base import Method, check_lr, mean_of
 
 if TYPE_CHECKING:
-    from ..client import Oracle, Reply, Round
     from ..compressors import Message
+    from ..rounds import Oracle, Reply, Round
 
 
 class DIANA(Method):
