@@ -129,7 +129,7 @@ def test_fused_step_threads_split_a_wide_layer_with_the_same_bits(rng):
 
 @pytest.mark.parametrize("case", ["momentum", "several_graphs", "anomaly"])
 def test_fused_step_falls_back_with_the_same_result(case, rng):
-    m1, m2 = _twins(lambda: nn.MakemoreMLP(vocab=27, block=16, emb=8, hidden=16))
+    m1, m2 = _twins(lambda: nn.MakemoreMLP(vocab=27, block=16, emb=8, hidden=16, dtype=bt.float32))
     kw = {"momentum": 0.9} if case == "momentum" else {}
     o1, o2 = SGD(m1.parameters(), lr=0.1, **kw), SGD(m2.parameters(), lr=0.1, **kw)
     chunk = 2 if case == "several_graphs" else 4
@@ -149,10 +149,10 @@ class _TiedMLP(nn.Module):
     """fc1's weight is also read by an L2 term of the loss: it must not be fused."""
 
     def __init__(self):
-        super().__init__()
-        self.fc1 = nn.Linear(6, 5)
-        self.fc2 = nn.Linear(5, 3)
-        self.unused = nn.Linear(6, 4)
+        super().__init__(bt.float32)
+        self.fc1 = nn.Linear(6, 5, dtype=self.dtype)
+        self.fc2 = nn.Linear(5, 3, dtype=self.dtype)
+        self.unused = nn.Linear(6, 4, dtype=self.dtype)
 
     def loss(self, x, t):
         x = bt.leaves(x, dtype=self.fc1.weight.dtype)
@@ -182,7 +182,7 @@ def test_fused_step_skips_shared_weights_and_steps_dead_ones(wd):
 
 
 def test_fused_step_refuses_a_non_finite_loss_and_changes_nothing():
-    m = nn.MakemoreMLP(vocab=27, block=2, emb=4, hidden=8)
+    m = nn.MakemoreMLP(vocab=27, block=2, emb=4, hidden=8, dtype=bt.float32)
     opt = SGD(m.parameters(), lr=0.1)
     m.fc2.bias.set_data([float("inf")] + [0.0] * 26)
     before = _params(m)
@@ -356,7 +356,7 @@ def test_compiled_fused_step_skips_shared_weights_and_steps_dead_ones(rng):
 
 
 def test_compiled_fused_step_refuses_a_non_finite_loss_and_changes_nothing(rng):
-    m = nn.MakemoreMLP(vocab=27, block=2, emb=4, hidden=8)
+    m = nn.MakemoreMLP(vocab=27, block=2, emb=4, hidden=8, dtype=bt.float32)
     opt = SGD(m.parameters(), lr=0.1)
     batch = [([1, 2], 0), ([3, 4], 1), ([5, 6], 2)]
     opt.fused_step(m, batch, chunk=3, compile=True)  # traced while finite
@@ -492,7 +492,7 @@ def test_a_step_over_chunks_whose_guard_fails_runs_that_chunk_eagerly_then_steps
 
 @needs_two
 def test_a_step_over_chunks_refuses_a_non_finite_loss_and_changes_nothing(rng):
-    m = nn.MakemoreMLP(vocab=27, block=2, emb=4, hidden=8)
+    m = nn.MakemoreMLP(vocab=27, block=2, emb=4, hidden=8, dtype=bt.float32)
     opt = SGD(m.parameters(), lr=0.1)
     batch = [([1, 2], 0), ([3, 4], 1), ([5, 6], 2), ([7, 8], 3)]
     opt.fused_step(m, batch, chunk=2, threads=2, compile=True)  # traced while finite

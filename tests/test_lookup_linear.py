@@ -102,8 +102,8 @@ def test_tanh_inside_splits_as_the_tanh_record(hidden, threads):
             return _core.cross_entropy(self.fc2(h), [t for _, t in samples])
 
     bt.manual_seed(13)
-    model = nn.MakemoreMLP(vocab=27, block=16, emb=16, hidden=hidden)
-    apart = TanhApart(vocab=27, block=16, emb=16, hidden=hidden)
+    model = nn.MakemoreMLP(vocab=27, block=16, emb=16, hidden=hidden, dtype=bt.float32)
+    apart = TanhApart(vocab=27, block=16, emb=16, hidden=hidden, dtype=bt.float32)
     apart.parameter_vector().set_data(model.parameter_vector().numpy())
     r = random.Random(14)
     batch = [([r.randrange(27) for _ in range(16)], r.randrange(27)) for _ in range(64)]

@@ -1,5 +1,6 @@
 """Layers and models: the Module API, gradients (finite differences, PyTorch with the same weights),
 the per-sample oracle (mean gradient, constant memory) and the optimizers."""
+import math
 import random
 
 import pytest
@@ -316,6 +317,76 @@ def test_module_dtype_comes_from_the_base_class():
                    nn.MiniGPT(vocab=5, block=4, dim=4, layers=1, heads=2, dtype=bt.float64)):
         assert module.dtype is bt.float64
         assert all(p.dtype is bt.float64 for p in module.parameters())
-    assert nn.Linear(2, 3).dtype is bt.float32
+    assert nn.Linear(2, 3, dtype=bt.float32).dtype is bt.float32
     with pytest.raises(TypeError):
         nn.Linear(2, 3, dtype="float64")
+
+
+@pytest.fixture
+def default_dtype():
+    """Restores the process's default dtype after a test that changes it."""
+    saved = bt.get_default_dtype()
+    yield
+    bt.set_default_dtype(saved)
+
+
+def test_a_neuron_takes_values_of_the_default_dtype(default_dtype):
+    # the micrograd example: modules and bt.Value(float) agree on the dtype (float64 by default),
+    # so their nodes meet in one arena (once a TypeError about arenas)
+    from burtorch import nn
+
+    bt.set_default_dtype(bt.float64)
+    bt.manual_seed(0)
+    neuron = nn.Neuron(3)
+    out = neuron([bt.Value(1.0), bt.Value(2.0), bt.Value(3.0)])
+    assert isinstance(out, bt.Value) and out.dtype is bt.float64
+    w, b = neuron.w.data, neuron.b.data[0]
+    assert math.isclose(out.data, max(0.0, w[0] + 2 * w[1] + 3 * w[2] + b), rel_tol=1e-12, abs_tol=1e-15)
+    out.backward()
+    assert neuron.w.grad == ([1.0, 2.0, 3.0] if out.data > 0 else [0.0, 0.0, 0.0])
+
+
+def test_mlp_and_value_are_float64_by_default(default_dtype):
+    from burtorch import nn
+
+    bt.set_default_dtype(bt.float64)
+    mlp = nn.MLP(3, [4, 1])
+    assert mlp.dtype is bt.float64 and bt.Value(1.0).dtype is bt.float64
+    assert all(p.dtype is bt.float64 for p in mlp.parameters())
+    out = mlp([bt.Value(0.5), bt.Value(-1.0), bt.Value(2.0)])
+    out = out[0] if not isinstance(out, bt.Value) else out
+    out.backward()
+    assert out.dtype is bt.float64 and any(g != 0.0 for g in mlp.parameter_vector().grad)
+
+
+def test_set_default_dtype_float32_makes_modules_and_values_float32(default_dtype):
+    from burtorch import nn
+
+    bt.set_default_dtype(bt.float32)
+    mlp, gpt = nn.MLP(3, [4, 1]), nn.MiniGPT(vocab=5, block=4, dim=4, layers=1, heads=2)
+    value = bt.Value(1.0)
+    assert mlp.dtype is gpt.dtype is value.dtype is bt.float32
+    assert all(p.dtype is bt.float32 for m in (mlp, gpt) for p in m.parameters())
+    out = mlp([value, bt.Value(2.0), bt.Value(3.0)])
+    assert (out if isinstance(out, bt.Value) else out[0]).dtype is bt.float32
+    # the default is read when a module is built, not when burtorch was imported
+    bt.set_default_dtype(bt.float64)
+    assert nn.Linear(2, 2).dtype is bt.float64 and mlp.dtype is bt.float32
+
+
+def test_paper_presets_and_subclass_dtypes_stay_as_declared(default_dtype):
+    from burtorch import nn
+
+    bt.set_default_dtype(bt.float64)
+    assert nn.MakemoreMLP.paper(hidden=4).dtype is bt.float32  # the paper trains in FP32
+    assert nn.MiniGPT.paper().dtype is bt.float32
+    assert nn.MakemoreMLP.paper(hidden=4, dtype=bt.float64).dtype is bt.float64
+
+    class Fixed(nn.Module):
+        dtype = bt.float32  # a subclass that fixes its dtype keeps it whatever the default
+
+        def __init__(self):
+            super().__init__()
+            self.param("w", 2)
+
+    assert Fixed().dtype is bt.float32 and Fixed().w.dtype is bt.float32

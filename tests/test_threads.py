@@ -118,7 +118,7 @@ def test_the_trainer_steps_on_the_oracles_thread_count(threads):
 
     words = ["anna", "bob", "carla", "dave", "emma", "fred"] * 4
     train_set = data.WordDataset(words, 3)
-    model = nn.MakemoreMLP(vocab=train_set.vocab_size, block=3, emb=4, hidden=8)
+    model = nn.MakemoreMLP(vocab=train_set.vocab_size, block=3, emb=4, hidden=8, dtype=bt.float32)
     opt = CountingSGD(model.parameters(), lr=0.1)
     bt.set_num_threads(2 if threads == 1 else 1)
     train(model, opt, train_set, train_set.batch(8, random.Random(0)), steps=3, batch=4, eval_every=10,

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import _core
 from ..data.corpus import read_words
 from ..data.datasets import WordDataset
 from ..nn.models.makemore_mlp import MakemoreMLP
@@ -33,8 +34,10 @@ class NamesProblem(SampleProblem):
                 picks = np.sort(np.random.default_rng(streams.derive(seed, streams.DATA, 3, i))
                                 .choice(len(ds), max_samples, replace=False))
             shards.append([ds[int(j)] for j in picks])
-        factory = functools.partial(MakemoreMLP, vocab=vocab_source.vocab_size, block=block, emb=emb, hidden=hidden)
-        super().__init__(factory, shards, chunk=chunk, dtype=MakemoreMLP.dtype)
+        # FP32, as the paper's W4 trains
+        factory = functools.partial(MakemoreMLP, vocab=vocab_source.vocab_size, block=block, emb=emb, hidden=hidden,
+                                    dtype=_core.float32)
+        super().__init__(factory, shards, chunk=chunk, dtype=_core.float32)
         self.hidden, self.source = hidden, source
 
     def settings(self) -> dict[str, Any]:

@@ -24,7 +24,7 @@ class MultiHeadAttention(Module):
         heads: the number of heads (``dim`` must be a multiple of it).
         causal: each position attends only to itself and earlier ones (default True).
         fused: all heads in one record (default); False builds each head from column views.
-        dtype: ``bt.float32`` (default) or ``bt.float64``.
+        dtype: ``bt.float32`` or ``bt.float64``; default ``bt.get_default_dtype()`` when built.
 
     Raises:
         ValueError: ``dim`` is not a multiple of ``heads``.
@@ -39,8 +39,8 @@ class MultiHeadAttention(Module):
         if dim % heads:
             raise ValueError(f"dim {dim} is not divisible by heads {heads}")
         self.dim, self.heads, self.head_size, self.causal = dim, heads, dim // heads, causal
-        self.qkv = Linear(dim, 3 * dim, bias=False, dtype=dtype)
-        self.proj = Linear(dim, dim, dtype=dtype)
+        self.qkv = Linear(dim, 3 * dim, bias=False, dtype=self.dtype)
+        self.proj = Linear(dim, dim, dtype=self.dtype)
 
     @overload
     def forward(self, x: _core.VectorLike, return_weights: Literal[False] = False,

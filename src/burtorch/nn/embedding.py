@@ -16,7 +16,7 @@ class Embedding(Module):
     Args:
         num: the number of rows (ids ``0 .. num - 1``).
         dim: the row size.
-        dtype: ``bt.float32`` (default) or ``bt.float64``.
+        dtype: ``bt.float32`` or ``bt.float64``; default ``bt.get_default_dtype()`` when built.
     """
 
     weight: _core.Vector

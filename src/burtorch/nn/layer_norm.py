@@ -11,7 +11,7 @@ class LayerNorm(Module):
     Args:
         dim: the row size.
         eps: added to the variance (default 1e-5).
-        dtype: ``bt.float32`` (default) or ``bt.float64``.
+        dtype: ``bt.float32`` or ``bt.float64``; default ``bt.get_default_dtype()`` when built.
     """
 
     weight: _core.Vector

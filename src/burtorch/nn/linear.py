@@ -17,7 +17,7 @@ class Linear(Module):
         nin: the input size.
         nout: the output size.
         bias: add the bias ``b`` (default True).
-        dtype: ``bt.float32`` (default) or ``bt.float64``.
+        dtype: ``bt.float32`` or ``bt.float64``; default ``bt.get_default_dtype()`` when built.
     """
 
     weight: _core.Vector

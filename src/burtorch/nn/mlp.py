@@ -19,7 +19,7 @@ class MLP(Module):
         act: the activation between layers (``"relu"``, ``"tanh"``, ``"sigmoid"``, ``"softplus"``
             or None).
         final_act: the activation after the last layer (default None).
-        dtype: ``bt.float32`` (default) or ``bt.float64``.
+        dtype: ``bt.float32`` or ``bt.float64``; default ``bt.get_default_dtype()`` when built.
 
     Raises:
         ValueError: an unknown activation.
@@ -29,7 +29,7 @@ class MLP(Module):
                  dtype: _core.DType | None = None) -> None:
         super().__init__(dtype)
         dims = [nin] + list(sizes)
-        self.layers = [Linear(a, b, dtype=dtype) for a, b in zip(dims, dims[1:])]
+        self.layers = [Linear(a, b, dtype=self.dtype) for a, b in zip(dims, dims[1:])]
         self._act = activation(act)
         self._final = activation(final_act)
         self.act_name = act

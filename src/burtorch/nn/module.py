@@ -18,21 +18,27 @@ class Module:
     are one native loop each.
     """
 
-    dtype: _core.DType = _core.float32
+    # set per instance by __init__; a subclass may fix its own with a class attribute
+    dtype: _core.DType
     training: bool
     _params: OrderedDict[str, _core.Vector]  # set in __init__ past __setattr__
 
     def __init__(self, dtype: _core.DType | None = None) -> None:
         """Args:
-            dtype: ``bt.float32`` (the default of every module) or ``bt.float64``: the dtype of
-                the parameters this module creates with :meth:`param`.
+            dtype: ``bt.float32`` or ``bt.float64``: the dtype of the parameters this module
+                creates with :meth:`param`. Default: the subclass's own ``dtype`` class attribute
+                if it sets one, else ``bt.get_default_dtype()`` read now (float64 unless
+                ``bt.set_default_dtype`` changed it, the dtype ``bt.Value(1.0)`` gets), so a
+                module and the Values fed to it share an arena.
         """
         object.__setattr__(self, "_params", OrderedDict())
         object.__setattr__(self, "training", True)
-        if dtype is not None:
-            if not isinstance(dtype, _core.DType):
-                raise TypeError(f"dtype must be bt.float32 or bt.float64, got {dtype!r}")
-            object.__setattr__(self, "dtype", dtype)
+        if dtype is None:
+            own = getattr(type(self), "dtype", None)
+            dtype = _core.get_default_dtype() if own is None else own
+        if not isinstance(dtype, _core.DType):
+            raise TypeError(f"dtype must be bt.float32 or bt.float64, got {dtype!r}")
+        object.__setattr__(self, "dtype", dtype)
 
     # ---- creating parameters ----
     def param(self, name: str, shape: int | Sequence[int], init: str = "zeros", a: float = 0.0, b: float = 1.0,

@@ -19,7 +19,7 @@ class Neuron(Module):
         nin: the number of inputs.
         act: the activation (``"relu"``, ``"tanh"``, ``"sigmoid"``, ``"softplus"`` or None).
         init_range: the half-width of the weights' uniform draw.
-        dtype: ``bt.float32`` (default) or ``bt.float64``.
+        dtype: ``bt.float32`` or ``bt.float64``; default ``bt.get_default_dtype()`` when built.
     """
 
     w: _core.Vector
@@ -51,12 +51,12 @@ class Layer(Module):
         nin: the number of inputs.
         nout: the number of neurons.
         act: the activation of every neuron.
-        dtype: ``bt.float32`` (default) or ``bt.float64``.
+        dtype: ``bt.float32`` or ``bt.float64``; default ``bt.get_default_dtype()`` when built.
     """
 
     def __init__(self, nin: int, nout: int, act: str | None = "relu", dtype: _core.DType | None = None) -> None:
         super().__init__(dtype)
-        self.neurons = [Neuron(nin, act, dtype=dtype) for _ in range(nout)]
+        self.neurons = [Neuron(nin, act, dtype=self.dtype) for _ in range(nout)]
 
     def forward(self, x: _core.Vector | Sequence[_core.Value | float]) -> list[_core.Value]:
         return [n(x) for n in self.neurons]

@@ -26,20 +26,21 @@ class MakemoreMLP(Module):
         block: the context length.
         emb: the embedding size.
         hidden: the hidden width e.
-        dtype: ``bt.float32`` (default) or ``bt.float64``.
+        dtype: ``bt.float32`` or ``bt.float64``; default ``bt.get_default_dtype()`` when built.
     """
 
     def __init__(self, vocab: int = 27, block: int = 16, emb: int = 64, hidden: int = 64,
                  dtype: _core.DType | None = None) -> None:
         super().__init__(dtype)
         self.vocab, self.block, self.emb_dim, self.hidden = vocab, block, emb, hidden
-        self.embed = Embedding(vocab, emb, dtype=dtype)
-        self.fc1 = Linear(block * emb, hidden, dtype=dtype)
-        self.fc2 = Linear(hidden, vocab, dtype=dtype)
+        self.embed = Embedding(vocab, emb, dtype=self.dtype)
+        self.fc1 = Linear(block * emb, hidden, dtype=self.dtype)
+        self.fc2 = Linear(hidden, vocab, dtype=self.dtype)
 
     @classmethod
-    def paper(cls, hidden: int = 64, vocab: int = 27, dtype: _core.DType | None = None) -> MakemoreMLP:
-        """The paper's W4: block 16, embedding 64, hidden e in {4, 16, ..., 1024}, FP32."""
+    def paper(cls, hidden: int = 64, vocab: int = 27, dtype: _core.DType = _core.float32) -> MakemoreMLP:
+        """The paper's W4: block 16, embedding 64, hidden e in {4, 16, ..., 1024}, in FP32 as the
+        paper trains it (``dtype`` defaults to ``bt.float32``, not to ``bt.get_default_dtype()``)."""
         return cls(vocab=vocab, block=16, emb=64, hidden=hidden, dtype=dtype)
 
     def forward(self, context: Sequence[int]) -> _core.Vector:

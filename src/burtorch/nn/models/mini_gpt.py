@@ -18,16 +18,16 @@ class Block(Module):
         dim: the model width.
         heads: the attention heads.
         ff_mult: the feed-forward width as a multiple of ``dim`` (Linear-ReLU-Linear).
-        dtype: ``bt.float32`` (default) or ``bt.float64``.
+        dtype: ``bt.float32`` or ``bt.float64``; default ``bt.get_default_dtype()`` when built.
     """
 
     def __init__(self, dim: int, heads: int, ff_mult: int = 4, dtype: _core.DType | None = None) -> None:
         super().__init__(dtype)
-        self.ln1 = LayerNorm(dim, dtype=dtype)
-        self.attn = MultiHeadAttention(dim, heads, causal=True, dtype=dtype)
-        self.ln2 = LayerNorm(dim, dtype=dtype)
-        self.ff1 = Linear(dim, ff_mult * dim, dtype=dtype)
-        self.ff2 = Linear(ff_mult * dim, dim, dtype=dtype)
+        self.ln1 = LayerNorm(dim, dtype=self.dtype)
+        self.attn = MultiHeadAttention(dim, heads, causal=True, dtype=self.dtype)
+        self.ln2 = LayerNorm(dim, dtype=self.dtype)
+        self.ff1 = Linear(dim, ff_mult * dim, dtype=self.dtype)
+        self.ff2 = Linear(ff_mult * dim, dim, dtype=self.dtype)
 
     def forward(self, x: _core.Vector, sequences: int = 1) -> _core.Vector:
         x = x + self.attn(self.ln1(x), sequences=sequences)
@@ -46,21 +46,23 @@ class MiniGPT(Module):
         dim: the model width.
         layers: the number of blocks.
         heads: attention heads per block.
-        dtype: ``bt.float32`` (default) or ``bt.float64``.
+        dtype: ``bt.float32`` or ``bt.float64``; default ``bt.get_default_dtype()`` when built.
     """
 
     def __init__(self, vocab: int = 65, block: int = 8, dim: int = 24, layers: int = 6, heads: int = 6,
                  dtype: _core.DType | None = None) -> None:
         super().__init__(dtype)
         self.vocab, self.block, self.dim, self.n_layers, self.n_heads = vocab, block, dim, layers, heads
-        self.tok = Embedding(vocab, dim, dtype=dtype)
-        self.pos = Embedding(block, dim, dtype=dtype)
-        self.blocks = [Block(dim, heads, dtype=dtype) for _ in range(layers)]
-        self.ln_f = LayerNorm(dim, dtype=dtype)
-        self.head = Linear(dim, vocab, dtype=dtype)
+        self.tok = Embedding(vocab, dim, dtype=self.dtype)
+        self.pos = Embedding(block, dim, dtype=self.dtype)
+        self.blocks = [Block(dim, heads, dtype=self.dtype) for _ in range(layers)]
+        self.ln_f = LayerNorm(dim, dtype=self.dtype)
+        self.head = Linear(dim, vocab, dtype=self.dtype)
 
     @classmethod
-    def paper(cls, vocab: int = 65, dtype: _core.DType | None = None) -> MiniGPT:
+    def paper(cls, vocab: int = 65, dtype: _core.DType = _core.float32) -> MiniGPT:
+        """The paper's W5 (block 8, width 24, 6 layers of 6 heads), in FP32 as the paper trains it
+        (``dtype`` defaults to ``bt.float32``, not to ``bt.get_default_dtype()``)."""
         return cls(vocab=vocab, block=8, dim=24, layers=6, heads=6, dtype=dtype)
 
     def forward(self, ids: Sequence[int]) -> _core.Vector:
