@@ -108,10 +108,20 @@ def test_real_vectors():
     with arena:
         W = bt.leaves([float(i) for i in range(6)], shape=(2, 3))
     rows = numpy_view(W, writable=True)
-    rows[0] = 42.0
+    assert rows.shape == (2, 3) == W.numpy().shape  # a view keeps its Vector's shape
+    rows[0, 0] = 42.0
     assert W.data[0] == 42.0
+    assert rows[1].tolist() == [3.0, 4.0, 5.0]
     with pytest.raises(ValueError, match="copy=True"):
         numpy_view(W.columns(0, 2))
-    assert numpy_view(W.columns(0, 2), copy=True).tolist() == [42.0, 1.0, 3.0, 4.0]
+    assert numpy_view(W.columns(0, 2), copy=True).tolist() == [[42.0, 1.0], [3.0, 4.0]]
     load_array(W.columns(2, 3), [7.0, 8.0])
     assert W.data == [42.0, 1.0, 7.0, 3.0, 4.0, 8.0]
+    assert rows[:, 2].tolist() == [7.0, 8.0]  # still the arena's slots
+    assert numpy_view(W, what="grads").shape == (2, 3)
+    with arena:
+        v = bt.leaves([1.0, 2.0, 3.0, 4.0])
+        wide = bt.leaves([0.0] * 8, shape=(4, 2))
+    assert numpy_view(v).shape == (4,)  # a 1-D Vector stays 1-D
+    assert numpy_view(wide).shape == (4, 2) and numpy_view(wide[1:3]).shape == (2, 2)
+    assert numpy_view([v, W], copy=True).shape == (10,)  # a list of Vectors is one flat selection

@@ -3,7 +3,8 @@
 ``numpy_view(x)`` accepts a Value, a list of Values, an ``(arena, first, last)`` range or a
 ``bt.Vector`` (see :mod:`burtorch.node_selection`); stale Values and Vectors are refused.
 Contiguous nodes give a zero-copy array that keeps the arena alive; nodes in several spans need
-``copy=True`` (a plain copy, not linked).
+``copy=True`` (a plain copy, not linked). A Vector's array has the Vector's shape, as
+``Vector.numpy()`` has; every other selection gives a 1-D array.
 
 When writing through a view is safe
 -----------------------------------
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, cast
 
+from ._core import Vector
 from .node_selection import Nodes, select
 
 if TYPE_CHECKING:
@@ -36,7 +38,9 @@ def _check_what(what: str) -> None:
 
 
 def numpy_view(x: Nodes, what: str = "values", writable: bool = False, copy: bool = False) -> np.ndarray:
-    """A 1-D numpy array over the values (or grads) of the nodes of ``x``.
+    """A numpy array over the values (or grads) of the nodes of ``x``: of the Vector's shape for a
+    ``bt.Vector`` (a (4, 1024) weight gives a (4, 1024) array, a 1-D Vector a 1-D one), 1-D for
+    every other selection.
 
     Args:
         x: a Value, a list of Values, an ``(arena, first, last)`` range or a Vector, of one arena.
@@ -55,13 +59,16 @@ def numpy_view(x: Nodes, what: str = "values", writable: bool = False, copy: boo
     arena, spans = select(x).single_arena()
     if len(spans) == 1:
         first, last = spans[0]
-        return cast("np.ndarray", arena.numpy(first, last, what, writable))  # numpy() is typed Any: numpy is optional
-    if not copy:
+        flat = cast("np.ndarray", arena.numpy(first, last, what, writable))  # numpy() is typed Any: numpy is optional
+    elif not copy:
         raise ValueError(f"these nodes lie in {len(spans)} separate spans, so no single zero-copy array "
                          "covers them; pass copy=True for a copy, or take a view of each span")
-    import numpy as np
+    else:
+        import numpy as np
 
-    return np.concatenate([arena.numpy(first, last, what, False) for first, last in spans])
+        flat = np.concatenate([arena.numpy(first, last, what, False) for first, last in spans])
+    # a Vector's spans run in its row-major order, so the flat array reshapes without a copy
+    return flat.reshape(x.shape) if isinstance(x, Vector) and len(x.shape) > 1 else flat
 
 
 def load_array(x: Nodes, data: Any, what: str = "values") -> None:
