@@ -506,3 +506,57 @@ def test_a_step_over_chunks_refuses_a_non_finite_loss_and_changes_nothing(rng):
         assert np.array_equal(before[k], after[k], equal_nan=True), k
     assert np.array_equal(m.parameter_vector().numpy("grads"), np.full(m.parameter_vector().size, 3.0))
     assert opt.state.steps == steps
+
+
+def _spy_paths(monkeypatch):
+    """Wraps every path of burtorch.optim.fused so a test sees which ones a step ran, in order."""
+    from burtorch.optim import fused
+
+    ran = []
+    for name, run in list(fused._RUN.items()):
+        def spy(*args, _name=name, _run=run):
+            ran.append(_name)
+            return _run(*args)
+        monkeypatch.setitem(fused._RUN, name, spy)
+    return ran
+
+
+def test_the_path_is_chosen_in_one_place(monkeypatch):
+    from burtorch.optim import fused
+
+    m = nn.MakemoreMLP(vocab=27, block=2, emb=4, hidden=8, dtype=bt.float32)
+    batch = [([1, 2], 0), ([3, 4], 1), ([5, 6], 2), ([7, 8], 3)]
+    plain, momentum = SGD(m.parameters(), lr=0.1), SGD(m.parameters(), lr=0.1, momentum=0.9)
+    assert fused.plan(momentum, m, batch, chunk=4) == (fused.UNFUSED,)
+    assert fused.plan(plain, m, batch, chunk=2) == (fused.UNFUSED,)  # several graphs, not compiled
+    assert fused.plan(plain, m, batch[:1]) == (fused.EAGER,)
+    assert fused.plan(plain, m, batch, chunk=4) == (fused.EAGER,)
+    assert fused.plan(plain, m, batch, chunk=4, compile=True) == (fused.COMPILED, fused.EAGER)
+    assert fused.plan(plain, m, batch, chunk=2, compile=True, threads=1) == (fused.UNFUSED,)
+    assert fused.plan(plain, m, batch, loss_fn=lambda mod, s: mod.loss(*s), chunk=4) == (fused.UNFUSED,)
+    with pytest.raises(ValueError, match="threads"):
+        fused.plan(plain, m, batch, chunk=4, threads=0)  # a fused path checks its thread count
+    # fused_step follows the plan: a tuple cannot replay, so the compiled path declines it and the
+    # eager one takes the step
+    ran = _spy_paths(monkeypatch)
+    plain.fused_step(m, tuple(batch), chunk=4, compile=True)
+    assert ran == [fused.COMPILED, fused.EAGER] and plain.fused_weights == _linears(m)
+    ran.clear()
+    plain.fused_step(m, batch, chunk=4, compile=True)
+    assert ran == [fused.COMPILED] and plain.fused_weights == _linears(m)
+    ran.clear()
+    momentum.fused_step(m, batch, chunk=4)
+    assert ran == [fused.UNFUSED] and momentum.fused_weights == 0
+
+
+@needs_two
+def test_the_chunks_path_comes_first_on_two_threads(monkeypatch):
+    from burtorch.optim import fused
+
+    m = nn.MakemoreMLP(vocab=27, block=2, emb=4, hidden=8, dtype=bt.float32)
+    opt = SGD(m.parameters(), lr=0.1)
+    batch = [([1, 2], 0), ([3, 4], 1), ([5, 6], 2), ([7, 8], 3)]
+    assert fused.plan(opt, m, batch, chunk=2, compile=True, threads=2) == (fused.CHUNKS, fused.UNFUSED)
+    ran = _spy_paths(monkeypatch)
+    opt.fused_step(m, batch, chunk=2, compile=True, threads=2)
+    assert ran == [fused.CHUNKS] and opt.fused_weights == 0

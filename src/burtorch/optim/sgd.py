@@ -3,7 +3,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .. import _core, late
+from .. import _core
+from . import fused
 from .optimizer import Optimizer, Params, _check_hyper
 
 
@@ -80,6 +81,8 @@ class SGD(Optimizer):
         batch it cannot replay (another kind of sequence, mixed shapes, a guard that comes out
         differently) steps eagerly.
 
+        Which of these paths a call takes is decided in one place, :func:`burtorch.optim.fused.plan`.
+
         Args:
             model, batch, loss_fn, chunk, threads: as :func:`burtorch.oracle.grad_oracle`.
             compile: replay the step from a recorded program when the batch allows it.
@@ -90,54 +93,4 @@ class SGD(Optimizer):
         Raises:
             As :func:`burtorch.oracle.grad_oracle`; a non-finite loss changes nothing.
         """
-        oracle = late.module("oracle")
-        checked_threads, grad_oracle, thread_cap = oracle.checked_threads, oracle.grad_oracle, oracle.thread_cap
-        n = len(batch)
-        good_chunk = isinstance(chunk, int) and not isinstance(chunk, bool) and chunk >= 1
-        if (compile and not self.momentum and good_chunk and 1 < chunk < n and n % chunk == 0 and loss_fn is None
-                and hasattr(model, "loss_batch") and hasattr(model, "parameter_vector")):
-            n_threads = checked_threads(threads)
-            if n_threads > 1:
-                with thread_cap(n_threads):
-                    loss = late.module("oracle_compiled").compiled_sgd_chunks(self, model, batch, chunk, n_threads)
-                if loss is not None:
-                    return loss
-        one_graph = good_chunk and (n == 1 or (n > 1 and chunk >= n and loss_fn is None
-                                               and hasattr(model, "loss_batch")))
-        if self.momentum or not one_graph or not hasattr(model, "parameter_vector"):
-            # grad_oracle raises for a bad chunk, an empty batch or a model it cannot use
-            self.fused_weights = 0
-            loss = grad_oracle(model, batch, loss_fn, chunk=chunk, threads=threads, compile=compile)
-            self.step()
-            return loss
-        n_threads = checked_threads(threads)
-        if compile and n > 1:  # a list of samples or an ArrayBatch (others step eagerly)
-            with thread_cap(n_threads):
-                replayed = late.module("oracle_compiled").compiled_fused_step(self, model, batch)
-            if replayed is not None:
-                return replayed
-        zero = model.parameter_vector()
-        arena = zero.arena
-        cp = arena.checkpoint()
-        with thread_cap(n_threads):
-            try:
-                if n == 1:
-                    sample = batch[0]
-                    if loss_fn is not None:
-                        loss = loss_fn(model, sample)
-                    elif hasattr(model, "loss"):
-                        loss = model.loss(*sample)
-                    else:
-                        raise TypeError(f"fused_step(): a {type(model).__name__} has no loss(*sample); pass loss_fn")
-                else:
-                    loss = model.loss_batch(list(batch))
-                if not isinstance(loss, _core.Value):
-                    raise TypeError(f"the loss must be a scalar Value, got {type(loss).__name__}")
-                v = loss.data
-                if v != v or v in (float("inf"), float("-inf")):
-                    raise FloatingPointError(f"the loss is {v} for a batch; lower the learning rate or check the data")
-                self.fused_weights = _core.sgd_fused_backward(loss, self.params, self.state, 1.0, self.lr,
-                                                              self.weight_decay, True, zero)
-                return v
-            finally:
-                arena.rewind(cp)
+        return fused.fused_step(self, model, batch, loss_fn, chunk, threads, compile)
