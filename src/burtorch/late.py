@@ -1,8 +1,8 @@
 """Modules a hot path imports on first use and then keeps.
 
 A module that loads before another (or that the other imports) cannot import it at the top; an
-import statement inside a function instead runs the import machinery on every call, which cost
-microseconds a training step (``SGD.fused_step``, ``grad_oracle(compile=True)``).
+import statement inside a function instead runs the import machinery on every call, a cost paid
+on every training step of a hot path (``SGD.fused_step``, ``grad_oracle(compile=True)``).
 """
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ Accepted forms, alone or in a list (in any mix):
 A Value or a Vector that a rewind discarded is refused with :class:`StaleValueError` when the
 selection is made and again by :meth:`Selection.check_alive`, which a loader calls right before
 it writes (a rewind may happen between the two). A list made only of Values keeps them as
-``values``, which lets io pack or unpack them with one struct call (W3's few microseconds).
+``values``, which lets io pack or unpack them with one struct call.
 """
 from __future__ import annotations
 

@@ -198,7 +198,7 @@ def _chunk_shapes(group) -> tuple:
 
 def _uniform_chunk_key(k: int, shape: tuple) -> tuple:
     """The program cache's key for a chunk of k samples of one shape: its size and that shape
-    (a key of one shape per sample cost 2 us a step to hash)."""
+    (a key of one shape per sample grows with the batch and is hashed on every step)."""
     return ("chunk", k, shape)
 
 

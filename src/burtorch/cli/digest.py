@@ -1,7 +1,7 @@
 """SHA-256 without loading OpenSSL.
 
-``import hashlib`` loads the OpenSSL library behind ``_hashlib``, about 4 MB of resident memory,
-which is most of what a small training run adds over the interpreter. CPython's own built-in
+``import hashlib`` loads the OpenSSL library behind ``_hashlib``, whose resident memory is most of
+what a small training run adds over the interpreter. CPython's own built-in
 SHA-256 gives the same digests; hashlib is the fallback on interpreters without it.
 """
 from __future__ import annotations

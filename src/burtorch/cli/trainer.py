@@ -70,8 +70,8 @@ def train(model, optimizer, train_set, val_samples, steps: int, batch: int, rng:
         loss = grad_oracle(model, samples, chunk=chunk, compile=compile, threads=n_threads)
         # the step follows the oracle's count, not the process's (every core by default): a step
         # split across cores after a one-thread oracle left the next oracle reading half the
-        # weights back from the other core (from 3 % to a quarter of a W4 e=64 step on a 2-vCPU
-        # VM), with a helper spinning on a core the run was told not to use
+        # weights back from the other core's cache, with a helper spinning on a core the run was
+        # told not to use
         with thread_cap(n_threads):
             optimizer.step()
         ema = loss if ema is None else 0.95 * ema + 0.05 * loss

@@ -16,8 +16,8 @@ class ArrayBatch(Sequence):
     are both (b, block).
 
     Compiled steps (``grad_oracle(compile=True)``, ``SGD.fused_step(compile=True)``,
-    ``per_sample_grads``) read the ids straight from the arrays; a list of samples costs them
-    about 0.15 us per id to read. Everything else sees the sequence of samples above, so any
+    ``per_sample_grads``) read the ids straight from the arrays; a list of samples costs them a
+    Python object read per id. Everything else sees the sequence of samples above, so any
     code that takes a batch takes an ArrayBatch. Indexing with a slice or an integer array gives
     an ArrayBatch of those samples (``full[idx]`` draws a minibatch).
 

@@ -41,8 +41,8 @@ class WordDataset:
         self.rng = random.Random(next_seed() if seed is None else seed)
         self.tokenizer = tokenizer or CharTokenizer("".join(words), specials=".")
         self.words = words
-        # Contexts and targets packed one byte per token (names.txt: 3.5 MB instead of ~40 MB of
-        # tuples of Python ints); examples are unpacked on access.
+        # Contexts and targets packed one byte per token (an order of magnitude less memory than
+        # tuples of Python ints, which are objects); examples are unpacked on access.
         code = "B" if self.tokenizer.vocab_size <= 256 else "I"
         self._ctx = array(code)
         self._tgt = array(code)
@@ -94,8 +94,8 @@ class TextDataset:
         self.block = block
         self.rng = random.Random(next_seed() if seed is None else seed)
         self.tokenizer = tokenizer or CharTokenizer(text)
-        # One byte per token when the vocabulary allows: 1 MB for tiny Shakespeare instead of the
-        # ~8 MB of a list of Python ints (this is most of a training process's own memory).
+        # One byte per token when the vocabulary allows, instead of an 8-byte pointer per token in a
+        # list of Python ints (the token ids are most of a training process's own memory).
         code = "B" if self.tokenizer.vocab_size <= 256 else "I"
         self.ids = self.tokenizer.encode_array(text, code)
 

@@ -86,8 +86,9 @@ class RayExecutor(Executor):
     def run(self, ctx: Round, participants: list[int], evaluate: bool) -> list[Reply]:
         ray = self.ray
         chosen = set(participants)
-        # The round travels as one pickle: by value when small (a ray.put costs about a
-        # millisecond here), through the object store once when large (a model's point).
+        # The round travels as one pickle: by value when small (a ray.put is a round trip to the
+        # object store, dearer than sending a few bytes), through the object store once when
+        # large (a model's point), so that it is not copied into every call.
         blob = pickle.dumps(ctx, protocol=pickle.HIGHEST_PROTOCOL)
         arg = ray.put(blob) if len(blob) > _INLINE_BYTES else blob
         futures = []

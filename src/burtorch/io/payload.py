@@ -1,7 +1,7 @@
 """Moving numbers between a :class:`~burtorch.node_selection.Selection` and a file's payload.
 
 A selection made only of Values takes a fast path (one struct pack or unpack for the whole list),
-which is what keeps a W3-sized save at a few microseconds of Python; other selections copy each
+which keeps the Python work of a small save to one call; other selections copy each
 contiguous segment with one native call.
 """
 from __future__ import annotations
