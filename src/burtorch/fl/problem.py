@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 
 from .. import _core, seeding
-from ..optim.rounds import Smoothness, check_shards
+from ..optim.rounds import Smoothness, check_model, check_shards
 from ..optim.server import accumulate_samples
 from ..oracle import LossFn
 
@@ -102,11 +102,7 @@ class ModelProblem(SampleProblem):
     name = "model"
 
     def __init__(self, model: Any, shards: Sequence[Any], loss_fn: LossFn | None = None) -> None:
-        if not hasattr(model, "parameter_vector"):
-            raise TypeError(f"expected a burtorch.nn.Module, got {type(model).__name__}")
-        params = model.parameter_vector()
-        if len(params) == 0:
-            raise ValueError("the model has no parameters")
+        params = check_model(model)
         super().__init__(lambda: model, shards, loss_fn, dtype=params.dtype)
         self.model = model
 

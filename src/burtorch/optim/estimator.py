@@ -27,7 +27,7 @@ from ..oracle import (
 )
 from . import methods
 from .compressors import Compressor
-from .rounds import check_shards
+from .rounds import check_model, check_shards
 from .server import LocalClients, Server, accumulate_samples
 
 
@@ -36,12 +36,8 @@ class GradientEstimator:
 
     def __init__(self, model: Any, shards: Sequence[Sequence[Any]], method: methods.Method,
                  loss_fn: LossFn | None = None, seed: int | None = None) -> None:
-        if not hasattr(model, "parameter_vector"):
-            raise TypeError(f"expected a burtorch.nn.Module, got {type(model).__name__}")
         self.model = model
-        self.params = model.parameter_vector()
-        if len(self.params) == 0:
-            raise ValueError("the model has no parameters")
+        self.params = check_model(model)
         shards = check_shards(shards)
         x0 = np.array(self.params.data, dtype=np.float64)
         self.rounds = Server(method, x0, [len(s) for s in shards], seed=seed)

@@ -16,13 +16,24 @@ cannot replay (returning None, with nothing changed), and :func:`fused_step` the
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from .. import _core, late
 from ..oracle import checked_threads, grad_oracle, thread_cap
 
-if TYPE_CHECKING:
-    from .sgd import SGD
+
+class SGD(Protocol):
+    """What the paths read and write of the optimizer (burtorch.optim.SGD, which imports this
+    module: naming it here would be an import cycle)."""
+
+    params: _core.Vector
+    state: _core.OptimState
+    lr: float
+    momentum: float
+    weight_decay: float
+    fused_weights: int
+
+    def step(self) -> None: ...
 
 CHUNKS = "compiled chunks"
 COMPILED = "compiled one chunk"

@@ -99,6 +99,16 @@ class Oracle:
         return self.gradient(self.ctx.x, self.minibatch_indices(b, key))
 
 
+def check_model(model: Any) -> Any:
+    """The parameter Vector of ``model``, a burtorch.nn.Module with at least one parameter."""
+    if not hasattr(model, "parameter_vector"):
+        raise TypeError(f"expected a burtorch.nn.Module, got {type(model).__name__}")
+    params = model.parameter_vector()
+    if len(params) == 0:
+        raise ValueError("the model has no parameters")
+    return params
+
+
 def check_shards(shards: Sequence[Any]) -> list[Any]:
     """``shards`` as a list of non-empty sequences of samples, one per client."""
     if not isinstance(shards, (list, tuple)) or not shards:
