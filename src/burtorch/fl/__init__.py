@@ -1,6 +1,6 @@
 """Federated optimization research: n clients with their own data and method state, a server that
 aggregates, the EF21 / MARINA / PAGE / DIANA family with native compressors, run serially, on a
-local process pool or on Ray (see docs/federated.md).
+local process pool or on Ray (see docs/guides/federated.md).
 
 Names are loaded on first use, so `burtorch --help` (which imports burtorch.fl.cli) stays free of
 numpy."""
