@@ -1,7 +1,7 @@
 """Every code block of README.md and docs/**/*.md runs as the page shows it, and prints what it shows.
 
-The conventions, written in the Markdown source just above a fenced block (the nearest non-blank
-line before the fence):
+The conventions, written as HTML comments on the lines right above a fenced block (invisible on
+the site, visible in the source):
 
 - a ```python block is a complete program, run in a fresh interpreter in an empty temporary
   directory; ``<!-- continues -->`` makes it continue the page's previous python block instead (the
@@ -11,12 +11,16 @@ line before the fence):
   required, so the page says why;
 - ``<!-- requires: numpy matplotlib -->`` skips the block (and the rest of its chain) when one of
   those modules cannot be imported (``cmd:dot`` names a program instead);
+- every block runs without network where the system can take it away (``unshare -rn``), with
+  ``HOME`` in its temporary directory, so no page depends on a download or on files beside the
+  checkout;
 - a ```text block right after a run block (blank lines only between them) is that block's exact
   standard output: the examples print rounded values, so the check needs no tolerance.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 import re
@@ -29,7 +33,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+# docs/benchmarks/ holds raw benchmark output, not pages (mkdocs.yml leaves it out too)
+PAGES = [ROOT / "README.md", *sorted(p for p in (ROOT / "docs").rglob("*.md") if "benchmarks" not in p.parts)]
 # One chain's time limit: the slowest block trains a small model for a few steps.
 TIMEOUT = 60
 SENTINEL = "@@burtorch-docs-block-end@@"
@@ -122,6 +127,17 @@ def _missing(chain: list[Block]) -> list[str]:
     return missing
 
 
+@functools.cache
+def _no_network() -> list[str]:
+    """A command prefix that runs a block without network (a new network namespace with no
+    interfaces), where the system allows unprivileged namespaces; else none: the pages use no
+    network either way, and this makes a block that would fail rather than pass here."""
+    if shutil.which("unshare") is None:
+        return []
+    probe = subprocess.run(["unshare", "-rn", "true"], capture_output=True)
+    return ["unshare", "-rn"] if probe.returncode == 0 else []
+
+
 def _env(tmp: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("BURTORCH_", "PYTEST", "MPL"))}
     # the interpreter running the tests, and the `burtorch` command installed beside it
@@ -154,7 +170,8 @@ def test_block(chain: list[Block], tmp_path: Path):
         script = tmp_path / "block.py"
         script.write_text("".join(parts), encoding="utf-8")
         cmd = [sys.executable, str(script)]
-    proc = subprocess.run(cmd, cwd=tmp_path, env=_env(tmp_path), capture_output=True, text=True, timeout=TIMEOUT)
+    proc = subprocess.run(_no_network() + cmd, cwd=tmp_path, env=_env(tmp_path), capture_output=True, text=True,
+                          timeout=TIMEOUT)
     assert proc.returncode == 0, f"{where} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     outputs = [proc.stdout] if chain[0].lang == "bash" else proc.stdout.split(SENTINEL + "\n")[:-1]
     assert len(outputs) == len(chain)
