@@ -225,8 +225,8 @@ class Compiled:
     def map(self, X=None, ids=None, reduce=None):
         """Runs every sample of X (N, k): column j is the j-th float argument (a 1-D X is one
         float argument); ids: one int array per id argument, (N,) for an int id, (N, L) for a
-        list of L ids. Returns (values (N,), grads (N, len(argnums))), or with reduce="mean" the
-        mean gradient (len(argnums),). grad() returns the grads only."""
+        list of L ids. Returns (values (N,), grads (N, len(argnums))), or with reduce="mean"
+        (values (N,), the mean gradient (len(argnums),)). grad() returns the grads only."""
         import numpy as np
 
         if reduce not in (None, "mean"):

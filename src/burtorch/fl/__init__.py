@@ -1,6 +1,6 @@
 """Federated optimization research: n clients with their own data and method state, a server that
 aggregates, the EF21 / MARINA / PAGE / DIANA family with native compressors, run serially, on a
-local process pool or on Ray (see docs/federated.md). The methods' update rules, the compressors
+local process pool or on Ray (see docs/guides/federated.md). The methods' update rules, the compressors
 and the random streams live in burtorch.optim (methods, compressors, streams), one layer below.
 
 Names are loaded on first use, so importing burtorch.fl stays free of numpy until a name is used."""
