@@ -303,7 +303,7 @@ def test_the_bound_section_sets_each_half_at_once_against_the_whole_step_alone(m
 def test_work_kinds_set_the_steps_model_and_batch(monkeypatch, capsys):
     from burtorch import nn
     from burtorch.optim import SGD
-    from burtorch_bench import capacity, threads
+    from burtorch_bench import capacity, step_builders
 
     assert capacity.w4_shape("w4") == (64, 16, 64) and capacity.w4_shape("w4:4:8:32") == (4, 8, 32)
     assert capacity.w5_batch("w5:12") == 12
@@ -336,10 +336,10 @@ def test_work_kinds_set_the_steps_model_and_batch(monkeypatch, capsys):
     monkeypatch.setattr(nn, "MakemoreMLP", MLPSpy)
     monkeypatch.setattr(nn, "MiniGPT", GPTSpy)
     monkeypatch.setattr(SGD, "fused_step", step_spy)
-    threads.w4_step(4, 8, 32)(0)
+    step_builders.w4_step(4, 8, 32)(0)
     assert seen[:2] == [(32, 32, 1), (4, 8, 32, {8})]
     seen.clear()
-    threads.w5_step(12)(0)  # chunks of 8 sequences at most, as the two-thread rows replay them
+    step_builders.w5_step(12)(0)  # chunks of 8 sequences at most, as the two-thread rows replay them
     assert seen[:2] == [(12, 8, 1), ("gpt", 8)]
 
 

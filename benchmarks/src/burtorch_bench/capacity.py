@@ -35,6 +35,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .harness import THREAD_ENV
+from .step_builders import w4_step, w5_step
 
 _SIZE = 192  # three float32 192 x 192 operands: 432 KiB, in L2
 _SECONDS = 0.25  # each timed phase of pinned_rates
@@ -76,10 +77,8 @@ def work_kind(text: str) -> str:
 def _workload(kind: str) -> Callable[[], Any]:
     """One unit of work: "gemm", a fixed product (numpy, one BLAS thread, operands in cache), or a
     one-thread training step of W4 (a W4 kind, w4_shape) or W5 ("w5:B"), compiled and fused, as
-    bench.threads' `cpus` and `bound` sections time them."""
+    the `cpus` and `bound` sections of `threads` time them."""
     if kind != "gemm":
-        from .threads import w4_step, w5_step
-
         step = w5_step(w5_batch(kind)) if kind.startswith("w5") else w4_step(*w4_shape(kind))
         count = itertools.count()
         return lambda: step(next(count))

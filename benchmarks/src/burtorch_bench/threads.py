@@ -45,6 +45,7 @@ from typing import Any
 from burtorch.cli.arguments import positive_int
 
 from .specs import random_w4_batches, random_w5_batches, replay_chunk
+from .step_builders import w4_step
 
 
 def _cpu() -> float:
@@ -162,26 +163,6 @@ def steps(reps: int) -> None:
         print(f"{name:<34} {m1:>12.3f} {m2:>13.3f} {m1 / m2:>8.2f}x {load:>9.2f}", flush=True)
 
 
-def w4_step(hidden: int, block: int = 16, batch: int = 64, threads: int = 1) -> Callable[[int], None]:
-    """step(i): a W4 step on `threads` threads (compiled fused, the batch as one chunk) on the
-    i-th of 8 fixed batches of `batch` samples, of the model with `hidden` units over contexts
-    of `block` positions (the paper's: 16)."""
-    import burtorch as bt
-    from burtorch import nn
-    from burtorch.optim import SGD
-
-    r = random.Random(0)
-    bt.manual_seed(0)
-    model = nn.MakemoreMLP(vocab=27, block=block, emb=64, hidden=hidden, dtype=bt.float32)
-    batches = random_w4_batches(r, batch, block)
-    opt = SGD(model.parameters(), lr=0.001)
-
-    def step(i: int) -> None:
-        opt.fused_step(model, batches[i % len(batches)], chunk=batch, threads=threads, compile=True)
-
-    return step
-
-
 def cpus_section(reps: int) -> None:
     """One-thread W4 steps in a process pinned to each CPU (capacity.pinned_rates), each alone and
     then both at once: what both CPUs do at once over one alone, with nothing shared between them
@@ -198,26 +179,6 @@ def cpus_section(reps: int) -> None:
     print(f"at once: CPU {cpus[0]} {1e3 / both[0]:.4f}  CPU {cpus[1]} {1e3 / both[1]:.4f}")
     print(f"steps at once / steps alone on the faster CPU {sum(both) / max(alone):.2f}, "
           f"on the slower {sum(both) / min(alone):.2f}", flush=True)
-
-
-def w5_step(batch: int) -> Callable[[int], None]:
-    """step(i): a one-thread W5 step (the paper's miniature GPT, compiled fused in chunks of at most
-    8 sequences, as the two-thread rows give each thread its own) on the i-th of 8 fixed batches
-    of `batch` sequences."""
-    import burtorch as bt
-    from burtorch import nn
-    from burtorch.optim import SGD
-
-    r = random.Random(0)
-    bt.manual_seed(0)
-    model = nn.MiniGPT.paper(vocab=65, dtype=bt.float32)
-    batches = random_w5_batches(r, batch)
-    opt = SGD(model.parameters(), lr=0.001)
-
-    def step(i: int) -> None:
-        opt.fused_step(model, batches[i % len(batches)], chunk=replay_chunk("gpt", batch, 1), threads=1, compile=True)
-
-    return step
 
 
 def bound_section(reps: int, embeds: tuple[int, ...] = (64, 128, 512), w5_batches: tuple[int, ...] = (8, 64)) -> None:
