@@ -252,7 +252,7 @@ def argparse_error():
 def test_summary_is_spliced_between_markers(tmp_path):
     from burtorch_bench import summary
 
-    results = Path(__file__).resolve().parents[2] / "docs" / "benchmarks" / "results" / "results.json"
+    results = Path(__file__).resolve().parents[1] / "results" / "latest.json"
     readme = tmp_path / "README.md"
     readme.write_text(f"# title\n\nbefore\n{summary.START}\nold text\n{summary.END}\nafter\n")
     assert summary.main([str(results), str(readme)]) == 0

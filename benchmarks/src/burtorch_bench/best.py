@@ -3,7 +3,7 @@ fastest peer, PyTorch eager and the GEMM floor (its BLAS on one thread, and on t
 had two-thread rows), as ratios (the figures the speed targets are stated in). Reads the
 results.json that `burtorch-bench` writes.
 
-    python -m burtorch_bench.best docs/benchmarks/results/results.json
+    python -m burtorch_bench.best benchmarks/results/latest.json
 """
 from __future__ import annotations
 

@@ -33,7 +33,9 @@ other actions:
   burtorch-bench fl                 federated scale: 64 clients (makemore MLP), EF21 + TopK, rounds/s
                                     serially, on local processes and on Ray (1 and 2 workers); its
                                     knobs: python -m burtorch_bench.fl_scale --help
-  burtorch-bench report RESULTS.json [--readme PAGE.md]   tables (and a Markdown page) of a run
+  burtorch-bench report RESULTS.json [--markdown PAGE.md] [--plots] [--summary-json OUT.json]
+                                    tables of a run, its performance page, PNG charts next to
+                                    the JSON, the run reduced to what the tables render
   burtorch-bench compare OLD.json NEW.json                 per-row ratios of two runs
 
 W4/W5 train on names.txt / tinyshakespeare.txt from --data (or the directory $BURTORCH_DATA), else
@@ -95,7 +97,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--processes", type=positive_int, default=1,
                    help="fresh processes per row, run in rounds over all rows; a row's samples are "
                         "pooled (a process's speed depends on where its memory landed)")
-    p.add_argument("--readme", help="report: write the benchmarks README page here")
+    from .report import add_report_arguments
+
+    add_report_arguments(p)
 
 
 def _validate(args) -> None:
@@ -113,8 +117,10 @@ def handle(args) -> int:
     if args.what == "report":
         if len(args.files) != 1:
             raise SystemExit("burtorch-bench report: give exactly one results JSON")
-        argv = [args.files[0]] + (["--readme", args.readme] if args.readme else [])
-        return report.main(argv)
+        try:
+            return report.report(args.files[0], args.markdown, args.plots, args.summary_json)
+        except (OSError, ValueError) as exc:
+            raise SystemExit(f"burtorch-bench report: {exc}") from None
     if args.what == "compare":
         if len(args.files) != 2:
             raise SystemExit("burtorch-bench compare: give OLD.json NEW.json")

@@ -1,7 +1,7 @@
 """A compact summary of a bench JSON (one pivot table per workload) spliced into a README between
 markers, so the project README shows measured figures without anyone typing them.
 
-    python -m burtorch_bench.summary docs/benchmarks/results/results.json README.md
+    python -m burtorch_bench.summary benchmarks/results/latest.json README.md
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ def render_summary(doc: dict, json_name: str) -> str:
            f"{doc.get('meta', {}).get('started', 'an unknown date')} (preset "
            f"`{doc.get('meta', {}).get('preset', '?')}`); medians, each framework in its own process "
            "pinned to one core (an N-thread row to N cores). Full tables with min/max, peak RSS, init "
-           "time and the numbers each framework computed: [docs/benchmarks/README.md](docs/benchmarks/README.md).\n"]
+           "time and the numbers each framework computed: [docs/performance.md](docs/performance.md).\n"]
     for workload, groups_ in by_workload.items():
         names = []
         for _, rows in groups_:
