@@ -26,7 +26,7 @@ static double median_seconds(F&& f, int calls) {
 // The core's multiply-add peak: independent accumulators (enough to hide the FMA latency on two
 // pipes), each updated n times by one fused multiply-add of a full SIMD register. They and the two
 // operands must fit the register file: 16 accumulators on AVX2's 16 registers spilled to memory
-// and measured half the peak (57 GFLOP/s on a Zen 3 core whose kernels ran at 91).
+// and measured well below the peak the GEMM kernels themselves reached.
 static double fma_peak_gflops() {
     using S = bt::simd::Simd<float>;
     constexpr int A = S::W == 16 ? 16 : 12;

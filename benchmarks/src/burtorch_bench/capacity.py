@@ -10,9 +10,8 @@ to each other.
   one CPU alone, as this probe did before, a slow moment of that CPU read as more than 2.)
 - Round trip: two threads pinned to the two CPUs hand one cache line back and forth; the time
   of a return trip, in nanoseconds. A threaded step hands its work and its data between the
-  cores many times. On one virtual machine here it read 62-66 ns at some moments and 234-292 ns
-  at others, minutes apart, with the capacity at 2 throughout; a W4 e=64 two-thread step took
-  about 30 % longer in the second state.
+  cores many times. On a virtual machine it can change several-fold from one minute to the next
+  while the capacity stays at 2, and a two-thread step slows with it.
 
 A virtual machine's CPUs can move between such states from one minute to the next, which a
 one-thread row does not see and a two-thread row does. `burtorch-bench` measures both before

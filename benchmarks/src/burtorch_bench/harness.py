@@ -27,7 +27,7 @@ THREAD_ENV = {
     "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONHASHSEED": "0",
 }
 
-# Variants whose first step compiles for tens of seconds run on a subset of the W4/W5 grid unless
+# Variants whose first step compiles for a long time run on a subset of the W4/W5 grid unless
 # the preset says "all" (the paper preset) or the user names the configs.
 COMPILING = ("torch-compile", "mlx-compile")
 
@@ -226,8 +226,8 @@ def run_all(jobs, cpu=None, timeout=900.0, progress=None, processes: int = 1) ->
 
 def merge_processes(runs: list) -> dict:
     """One row from the runs of one job in separate processes. A process's timings depend on where
-    its memory landed (on a shared virtual machine the same step swings about 10 % from one process
-    to the next), so a row's samples are pooled over its processes and their median is the row's;
+    its memory landed (on a shared virtual machine the same step runs measurably faster in one
+    process than in the next), so a row's samples are pooled over its processes and their median is the row's;
     each process's own median is kept beside them. Peak RSS is the largest, init the median. The
     first run that did not succeed stands for the whole row."""
     if len(runs) == 1:

@@ -28,8 +28,8 @@ LN_EPS = 1e-5
 FLOOR = "gemm-floor"
 
 # Rows of its layers that a replayed chunk of the compiled-chunk rows aims at: 64 W4 samples (a
-# row each) or 8 W5 ones (GPT_BLOCK rows each). W5 chunks of 64 samples, 512 rows, were ~8 %
-# slower than chunks of 8 at one thread and at two on a Zen 3 core: their frame outgrows L2.
+# row each) or 8 W5 ones (GPT_BLOCK rows each). W5 chunks of 64 samples, 512 rows, were
+# slower than chunks of 8, at one thread and at two: their frame outgrows L2.
 CHUNK_ROWS = 64
 
 

@@ -259,7 +259,8 @@ def records_section(reps: int, embeds: tuple[int, ...] = (64, 128), per_run: int
 
 
 # Round trips (ns) at or above which a run counts as made while moving data between the CPUs is
-# slow: this VM's two vCPUs measure 60-75 ns at some times and 215-310 at others.
+# slow: between the fast and the slow state a virtual machine's two vCPUs move between
+# (capacity.py), so that each run falls clearly on one side.
 SLOW_ROUND_TRIP_NS = 150.0
 
 
