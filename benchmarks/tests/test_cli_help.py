@@ -31,3 +31,20 @@ def test_benchmark_scripts_have_help(script, capsys):
         module.main(["--help"])
     assert e.value.code == 0
     assert f"python -m burtorch_bench.{script}" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("typed, what", [("w1", "tiny"), ("W4", "mlp"), ("w5", "gpt"), ("mlp", "mlp"), ("all", "all")])
+def test_workloads_by_either_name(typed, what, monkeypatch):
+    from burtorch_bench import cli
+
+    seen = []
+    monkeypatch.setattr(cli, "run_suite", lambda args: seen.append((args.what, args.argv, args.prog)) or 0)
+    assert main([typed, "--reps", "1"]) == 0
+    assert seen == [(what, [typed, "--reps", "1"], "burtorch-bench")]
+
+
+@pytest.mark.parametrize("argv", [["w6"], ["bench"], ["tiny", "--reps", "0"]])
+def test_unknown_workloads_and_bad_counts_are_refused(argv, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2 and "error" in capsys.readouterr().err

@@ -1,5 +1,5 @@
-"""burtorch's benchmarks, beside the library (which never imports them), as torch.utils.benchmark
-sits beside torch.
+"""burtorch's benchmark laboratory: the distribution burtorch-bench, in the repository's
+benchmarks/ directory. It imports burtorch; the library never imports it.
 
 * The suite behind ``burtorch-bench`` (also ``python -m burtorch_bench``): the paper's workloads
   W1-W5 in burtorch and every installed peer. Each (framework, workload, configuration) runs in
@@ -10,7 +10,9 @@ sits beside torch.
   ``summary``, ``compare``).
 * Scripts, each ``python -m burtorch_bench.NAME``: ``op_cost`` (ns per scalar op),
   ``init_time`` (process start to first step), ``train_memory`` (peak RSS of training
-  processes), ``label_memory`` (the cost of node labels), ``saveload`` (W3 variants side by side).
+  processes), ``label_memory`` (the cost of node labels), ``saveload`` (W3 variants side by side),
+  ``compiled_vs_eager``, ``per_sample``, ``partial_grad``, ``step_paths``, ``threads``,
+  ``capacity``, ``gemm_floor``, ``fl_scale``, ``best``.
 
 Nothing heavy is imported here.
 """

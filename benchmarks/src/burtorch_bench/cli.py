@@ -14,6 +14,8 @@ from burtorch.cli.arguments import int_list, non_negative_float, non_negative_in
 from .specs import WORKLOAD_ORDER, config_threads
 
 WORKLOAD_CHOICES = (*WORKLOAD_ORDER, "all")
+# The paper's names of the workloads, accepted beside the suite's own.
+PAPER_NAMES = {"w1": "tiny", "w2": "small", "w3": "saveload", "w4": "mlp", "w5": "gpt"}
 
 DESCRIPTION = """\
 Runs the paper's workloads in burtorch and in every installed peer framework (PyTorch eager,
@@ -28,6 +30,7 @@ workloads:
   mlp       W4: one training step of the character MLP (makemore), hidden e x batch b (FP32)
   gpt       W5: one training step of the miniature GPT, batch b (FP32)
   all       every workload above, in that order
+  (w1 ... w5, the paper's names, run the same workloads)
 
 other actions:
   burtorch-bench fl                 federated scale: 64 clients (makemore MLP), EF21 + TopK, rounds/s
@@ -59,8 +62,9 @@ def _cpu(text: str):
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("what", choices=(*WORKLOAD_CHOICES, "fl", "report", "compare"),
-                   help="a workload (W1 tiny, W2 small, W3 saveload, W4 mlp, W5 gpt), all of "
+    p.add_argument("what", type=lambda s: PAPER_NAMES.get(s.lower(), s),
+                   choices=(*WORKLOAD_CHOICES, "fl", "report", "compare"),
+                   help="a workload (W1 tiny, W2 small, W3 saveload, W4 mlp, W5 gpt: either name), all of "
                         "them, fl (federated scale), or: report JSON / compare OLD.json NEW.json")
     p.add_argument("files", nargs="*", help="JSON file(s) for report / compare")
     preset = p.add_mutually_exclusive_group()
