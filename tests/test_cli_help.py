@@ -17,7 +17,7 @@ def test_command_help(argv, expect, capsys):
 
 
 def test_the_benchmarks_are_not_a_burtorch_command(capsys):
-    """The benchmark suite is its own distribution (burtorch-bench); the library's command has no bench."""
+    """The benchmark suite is its own distribution (in benchmarks/); the library's command has no bench."""
     with pytest.raises(SystemExit) as e:
         main(["bench", "--help"])
     assert e.value.code == 2 and "invalid choice: 'bench'" in capsys.readouterr().err

@@ -66,7 +66,7 @@ def test_tool_modules_import_nothing_heavy():
 ])
 def test_the_library_imports_neither_the_benchmarks_nor_the_app_nor_heavy_packages(skip, heavy_roots, least):
     """Every module of the library (the engine, nn, optim, data, io, viz, fl) imported in a fresh
-    interpreter leaves the benchmarks (burtorch_bench), burtorch.cli and the heavy packages unimported."""
+    interpreter leaves the benchmark laboratory (benchmarks/), burtorch.cli and the heavy packages unimported."""
     import subprocess
     import sys
 
