@@ -15,7 +15,7 @@
 // the forward over a few rows or outputs (forward_by_dots), which takes dot products along
 // `in`; that choice too depends only on the layer's shape, not on the split.
 //
-// Why no BLAS: measured on the target shapes (src/burtorch/bench/gemm_floor.py against the
+// Why no BLAS: measured on the target shapes (burtorch_bench.gemm_floor against the
 // OpenBLAS numpy ships, one thread), these kernels match or beat it on the wide W4 layers, are
 // 2-5x faster on one row and up to 1.6x on the 8-row W5 layers, where a BLAS call's overhead
 // dominates; only the narrow W5 layers at 64-512 rows trail it (70-100 %). And they keep

@@ -25,7 +25,7 @@ namespace bt {
 // Multiply-adds (rows * in * out) above which a layer's products are split across threads:
 // about a microsecond of one core's tiles. Four and sixteen times as much made no measurable
 // difference to two-thread W4 steps (b = 64, e = 64 to 1024, alternated within one process on a
-// Sapphire Rapids host: within 2 % either way). `python -m burtorch.bench.threads` times layers
+// Sapphire Rapids host: within 2 % either way). `python -m burtorch_bench.threads` times layers
 // on both sides of it with one and two threads.
 inline constexpr double kLinearParallelWork = 1 << 16;
 // Output units per task are a multiple of this, so no task cuts a register tile's columns.

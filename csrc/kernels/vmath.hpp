@@ -51,7 +51,7 @@ inline float tanh_float(float xf) {
 // which keeps narrow loops, such as W5's 24-wide rows, off registers they would fill by halves).
 // This loop is long and its double division is most of its time: on 512-bit registers the tanh
 // record over 64 x 1024 floats (forward and backward) took 5-8 % less on a Sapphire Rapids host
-// (python -m burtorch.bench.threads --only ops); the same operations lane by lane, so the same
+// (python -m burtorch_bench.threads --only ops); the same operations lane by lane, so the same
 // bits. Not inlined, so that the caller's preference does not replace this one.
 #if defined(__AVX512F__) && defined(__GNUC__) && !defined(__clang__)
 #define BT_WIDE_LOOP __attribute__((target("prefer-vector-width=512"), noinline))

@@ -9,7 +9,7 @@
 // activations' gradient into the pre-activations' for its own block (map.hpp's kernels, so the
 // bits of the layer followed by a tanh record). Split by units on two threads, a tanh record of
 // its own read h, half of it written on the other core, and its gradient wrote gh for both
-// halves of the sweep to read (W4 b = 64, e = 64, one run of python -m burtorch.bench.threads
+// halves of the sweep to read (W4 b = 64, e = 64, one run of python -m burtorch_bench.threads
 // --only records: the tanh records took 16 us of a 174 us step on two threads, 7 us of 158 on one).
 //
 // A chunk of many rows repeats the table's few rows at every position, so from rows >= 1.5 V the
