@@ -182,10 +182,11 @@ void init_vector(nb::module_& m);
 void init_range(nb::module_& m);
 void init_optim(nb::module_& m);
 void init_compress(nb::module_& m);
+void init_trace(nb::module_& m);
 void init_program(nb::module_& m);
 void init_threads(nb::module_& m);
 
-// ---------------------------------------------------------------- tracing (program.cpp)
+// ---------------------------------------------------------------- tracing (trace.cpp)
 extern PyObject* TraceError;
 bool tracing();
 // Returns true, or raises TraceError naming the user's line and returns false when `arena` is
