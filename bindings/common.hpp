@@ -176,10 +176,13 @@ std::vector<uint32_t> parse_ids(nb::handle h, uint32_t bound, const char* what, 
 // ---------------------------------------------------------------- areas
 void init_errors(nb::module_& m);
 void init_arena(nb::module_& m);
+void init_arena_scope(nb::module_& m);
 void init_value(nb::module_& m);
 void init_functions(nb::module_& m);
 void init_vector(nb::module_& m);
+void init_vector_functions(nb::module_& m);
 void init_range(nb::module_& m);
+void init_range_layers(nb::module_& m);
 void init_optim(nb::module_& m);
 void init_compress(nb::module_& m);
 void init_trace(nb::module_& m);
