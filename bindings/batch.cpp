@@ -71,6 +71,10 @@ static int read_plain_sample_ids(PyObject* sample, const std::vector<int64_t>& s
     return 1;
 }
 
+// Whether an id part is one id (an int, or anything with __index__ that is not a sequence) rather
+// than a sequence of ids. The one rule for a part's kind: sample_shape and the reads below use it.
+static bool is_single_id(PyObject* part) { return !PySequence_Check(part) && PyIndex_Check(part); }
+
 // One sample's ids, read into `out` part by part (an int part as one id, a sequence part as its
 // shape[q] ids), when the sample has `shape` (per part: 0 for an int, L for a sequence of L
 // ints); false, with `out` unspecified, when it has another shape. A part that is neither an
@@ -89,7 +93,7 @@ static bool read_sample_ids(PyObject* sample, const std::vector<int64_t>& shape,
     for (size_t q = 0; q < shape.size(); ++q) {
         if (size_t(PySequence_Fast_GET_SIZE(parts.ptr())) != shape.size()) throw changed();
         nb::object part = nb::borrow(PySequence_Fast_GET_ITEM(parts.ptr(), Py_ssize_t(q)));
-        const bool scalar = !PySequence_Check(part.ptr()) && PyIndex_Check(part.ptr());
+        const bool scalar = is_single_id(part.ptr());
         if (shape[q] == 0) {
             if (!scalar) return false;
             out.push_back(id_of(part.ptr()));
@@ -154,6 +158,36 @@ void BatchIds::read_block(size_t q, size_t s, size_t k, const uint32_t* bound, u
         if (!ok)
             for (size_t i = 0; i < n; ++i) bt::check_sample_id(int64_t(p[i]), bound[i], s + i / w, pos0 + i);
     });
+}
+
+// A sample's shape, the key of its program: per id part, 0 for one id, L for a sequence of L ids.
+// The replays read samples of a given shape only, checking each against it (read_sample_ids).
+static nb::tuple sample_shape(nb::handle sample) {
+    nb::object parts = nb::steal(PySequence_Fast(sample.ptr(), "a sample must be a sequence of id parts"));
+    if (!parts.is_valid()) throw nb::python_error();
+    const Py_ssize_t n = PySequence_Fast_GET_SIZE(parts.ptr());
+    nb::object out = nb::steal(PyTuple_New(n));
+    if (!out.is_valid()) throw nb::python_error();
+    for (Py_ssize_t q = 0; q < n; ++q) {
+        PyObject* part = PySequence_Fast_GET_ITEM(parts.ptr(), q);
+        Py_ssize_t width = 0;
+        if (PyList_CheckExact(part) || PyTuple_CheckExact(part))
+            width = PySequence_Fast_GET_SIZE(part);
+        else if (!PyLong_CheckExact(part) && !is_single_id(part)) {
+            width = PyObject_Length(part);  // a sequence; anything else raises TypeError here
+            if (width < 0) throw nb::python_error();
+        }
+        PyObject* w = PyLong_FromSsize_t(width);
+        if (!w) throw nb::python_error();
+        PyTuple_SET_ITEM(out.ptr(), q, w);
+    }
+    return nb::borrow<nb::tuple>(out);
+}
+
+void init_batch(nb::module_& m) {
+    m.def("_sample_shape", &sample_shape, nb::arg("sample"),
+          "The shape of a sample of id parts, as the replays read it: per part, 0 for one id (an int),\n"
+          "L for a sequence of L ids.");
 }
 
 }  // namespace btpy

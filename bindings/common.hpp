@@ -186,6 +186,7 @@ void init_range_layers(nb::module_& m);
 void init_optim(nb::module_& m);
 void init_compress(nb::module_& m);
 void init_trace(nb::module_& m);
+void init_batch(nb::module_& m);
 void init_program(nb::module_& m);
 void init_threads(nb::module_& m);
 

@@ -16,6 +16,7 @@ NB_MODULE(_core, m) {
     btpy::init_optim(m);
     btpy::init_compress(m);
     btpy::init_trace(m);
+    btpy::init_batch(m);
     btpy::init_program(m);
     btpy::init_threads(m);
     // The SIMD kernels this build chose, and whether its multiply-adds round once.
