@@ -13,17 +13,20 @@ bt::DType g_default_dtype = bt::DType::float64;
 bool g_labels_on = false;
 
 // ---------------------------------------------------------------- the thread's arenas
-// Per thread and dtype: a stack of arenas entered with `with arena:` and a default arena. Both
+// Per thread and dtype: a stack of arenas entered with `with arena:` and a default arena; per
+// thread, the stack of every entered arena (any dtype), whose top decides the default dtype. All
 // live in the thread-state dict (strong references that die with the thread, with the GIL held);
 // the thread_local struct only caches borrowed pointers into that dict.
 namespace {
 struct ThreadArenas {
     PyObject* dict = nullptr;
-    PyObject* stack[2] = {nullptr, nullptr};     // lists
-    PyObject* fallback[2] = {nullptr, nullptr};  // the default arenas
+    PyObject* stack[3] = {nullptr, nullptr, nullptr};  // lists: per dtype, then kEntered
+    PyObject* fallback[2] = {nullptr, nullptr};        // the default arenas
 };
 thread_local ThreadArenas t_arenas;
-const char* const kStackKeys[2] = {"burtorch.arena_stack.float32", "burtorch.arena_stack.float64"};
+const char* const kStackKeys[3] = {"burtorch.arena_stack.float32", "burtorch.arena_stack.float64",
+                                   "burtorch.arena_stack"};
+constexpr int kEntered = 2;  // the stack of every entered arena
 const char* const kDefaultKeys[2] = {"burtorch.default_arena.float32", "burtorch.default_arena.float64"};
 
 // The thread's cache, refreshed when the thread state (hence its dict) changed.
@@ -33,7 +36,7 @@ ThreadArenas* thread_arenas() {
         PyErr_SetString(PyExc_RuntimeError, "burtorch: no thread state dict");
         return nullptr;
     }
-    if (dict != t_arenas.dict) t_arenas = ThreadArenas{dict, {nullptr, nullptr}, {nullptr, nullptr}};
+    if (dict != t_arenas.dict) t_arenas = ThreadArenas{dict, {nullptr, nullptr, nullptr}, {nullptr, nullptr}};
     return &t_arenas;
 }
 
@@ -75,7 +78,34 @@ void enter_arena(nb::handle self) {
     if (!b) throw nb::python_error();
     ThreadArenas* t = thread_arenas();
     PyObject* st = t ? stack_of(t, int(b->core->dtype())) : nullptr;
-    if (!st || PyList_Append(st, self.ptr()) < 0) throw nb::python_error();
+    PyObject* all = st ? stack_of(t, kEntered) : nullptr;
+    if (!all || PyList_Append(all, self.ptr()) < 0) throw nb::python_error();
+    if (PyList_Append(st, self.ptr()) < 0) {
+        PyList_SetSlice(all, PyList_GET_SIZE(all) - 1, PyList_GET_SIZE(all), nullptr);
+        throw nb::python_error();
+    }
+}
+
+// Takes the innermost entry of `self` off the stack of every entered arena (none: nothing to do).
+static void leave_entered(ThreadArenas* t, PyObject* self) {
+    PyObject* all = stack_of(t, kEntered);
+    if (!all) throw nb::python_error();
+    for (Py_ssize_t i = PyList_GET_SIZE(all) - 1; i >= 0; --i)
+        if (PyList_GET_ITEM(all, i) == self) {
+            if (PyList_SetSlice(all, i, i + 1, nullptr) < 0) throw nb::python_error();
+            return;
+        }
+}
+
+bt::DType default_dtype() {
+    ThreadArenas* t = thread_arenas();
+    PyObject* all = t ? stack_of(t, kEntered) : nullptr;
+    if (!all) {
+        PyErr_Clear();  // no thread state dict: nothing can have been entered
+        return g_default_dtype;
+    }
+    const Py_ssize_t n = PyList_GET_SIZE(all);
+    return n ? box_of(PyList_GET_ITEM(all, n - 1))->core->dtype() : g_default_dtype;
 }
 
 void exit_arena(nb::handle self) {
@@ -84,6 +114,7 @@ void exit_arena(nb::handle self) {
     ThreadArenas* t = thread_arenas();
     PyObject* st = t ? stack_of(t, int(b->core->dtype())) : nullptr;
     if (!st) throw nb::python_error();
+    leave_entered(t, self.ptr());
     const Py_ssize_t n = PyList_GET_SIZE(st);
     if (n && PyList_GET_ITEM(st, n - 1) == self.ptr()) {
         if (PyList_SetSlice(st, n - 1, n, nullptr) < 0) throw nb::python_error();
@@ -125,7 +156,7 @@ void init_arena_scope(nb::module_& m) {
     m.def(
         "current_arena",
         [](nb::handle dtype) {
-            bt::DType d = g_default_dtype;
+            bt::DType d = default_dtype();
             if (!dtype.is_none() && !parse_dtype(dtype.ptr(), &d)) throw nb::python_error();
             PyObject* a = current_arena(d);
             if (!a) throw nb::python_error();
@@ -154,10 +185,13 @@ void init_arena_scope(nb::module_& m) {
             g_default_dtype = d;
         },
         nb::arg("dtype"), nb::sig("def set_default_dtype(dtype: DType | str) -> None"),
-        "The dtype of new Values, leaves and checkpoints when none is given (float64 at start).");
+        "The dtype of new Values and leaves when none is given, outside any `with arena:` (float64 at start).\n"
+        "Inside one, the innermost entered arena's dtype applies.");
     m.def(
-        "get_default_dtype", []() { return nb::borrow(g_dtype_objects[int(g_default_dtype)]); },
-        nb::sig("def get_default_dtype() -> DType"));
+        "get_default_dtype", []() { return nb::borrow(g_dtype_objects[int(default_dtype())]); },
+        nb::sig("def get_default_dtype() -> DType"),
+        "The dtype of new Values, leaves and modules: the innermost entered arena's on this thread,\n"
+        "else the one set_default_dtype set.");
     m.def("set_labels", [](bool on) { g_labels_on = on; }, nb::arg("enabled"));
     m.def("labels_enabled", []() { return g_labels_on; });
 

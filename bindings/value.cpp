@@ -239,7 +239,7 @@ static PyObject* value_vectorcall(PyObject*, PyObject* const* args, size_t nargs
     if (label && label != Py_None && !PyUnicode_Check(label))
         return PyErr_Format(PyExc_TypeError, "Value(): label must be a str or None");
 
-    bt::DType dt = g_default_dtype;
+    bt::DType dt = default_dtype();
     bool have_dt = dtype_o && dtype_o != Py_None;
     if (have_dt && !parse_dtype(dtype_o, &dt)) return nullptr;
     PyObject* owner;
@@ -259,7 +259,7 @@ static PyObject* value_vectorcall(PyObject*, PyObject* const* args, size_t nargs
     // surrogate) fails the call without leaving a node behind.
     const char* lab = nullptr;
     Py_ssize_t lab_len = 0;
-    if (label && label != Py_None && g_labels_on && !(lab = PyUnicode_AsUTF8AndSize(label, &lab_len))) return nullptr;
+    if (label && label != Py_None && !(lab = PyUnicode_AsUTF8AndSize(label, &lab_len))) return nullptr;
     bt::ArenaBase* arena = box_of(owner)->core.get();
     PyObject* r = guarded([&]() -> PyObject* {
         uint32_t i = dispatch(arena, [&](auto& A) {

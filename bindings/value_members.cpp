@@ -199,7 +199,6 @@ static int s_label(PyObject* self, PyObject* val, void*) {
         PyErr_SetString(PyExc_TypeError, "Value.label must be a str or None");
         return -1;
     }
-    if (!g_labels_on) return 0;  // labels switched off: nothing is stored
     if (!val || val == Py_None) {
         v->arena->set_label(v->idx, std::string());
         return 0;
@@ -254,7 +253,7 @@ PyGetSetDef value_getset[] = {
     {"dtype", g_dtype, nullptr, "burtorch.float32 or burtorch.float64.", nullptr},
     {"arena", g_arena, nullptr, "The Arena holding this node.", nullptr},
     {"alive", g_alive, nullptr, "False once a rewind discarded this node.", nullptr},
-    {"label", g_label, s_label, "The node's label, or None (stored only while labels are on).", nullptr},
+    {"label", g_label, s_label, "The node's label, or None. Writable.", nullptr},
     {"op", g_op, nullptr, "Name of the op that produced this node ('leaf' for leaves).", nullptr},
     {"is_leaf", g_is_leaf, nullptr, "True if no op produced this node.", nullptr},
     {"children", g_children, nullptr, "The argument nodes of the op that produced this node.", nullptr},

@@ -248,7 +248,7 @@ static nb::object anchor_owner(const VectorBox* anchor, bt::ArenaBase** arena) {
         *arena = anchor->arena;
         return anchor->owner;
     }
-    PyObject* a = current_arena(g_default_dtype);
+    PyObject* a = current_arena(default_dtype());
     if (!a) throw nb::python_error();
     *arena = box_of(a)->core.get();
     return nb::borrow(a);

@@ -8,7 +8,7 @@ namespace btpy {
 
 // ---------------------------------------------------------------- construction
 static nb::object arena_for(nb::handle arena, nb::handle dtype) {
-    bt::DType dt = g_default_dtype;
+    bt::DType dt = default_dtype();
     const bool have_dt = !dtype.is_none();
     if (have_dt && !parse_dtype(dtype.ptr(), &dt)) throw nb::python_error();
     if (!arena.is_none()) {
