@@ -30,7 +30,7 @@ int64_t id_of(PyObject* o) {
 // Python code, so the batch cannot change meanwhile). 1: read; 0: not of `shape`; -1: a part of
 // another kind (a numpy int, a range, ...), which the general path below reads.
 // An exact int's value, read inline when it fits one digit (every id of a real vocabulary): the
-// call into libpython per id was a tenth of a W4 e = 4 step of 64 samples. Beyond int64: -1,
+// call into libpython per id was a sizeable part of a small model's step. Beyond int64: -1,
 // out of range for any table.
 static inline int64_t exact_int_value(PyObject* o) {
 #if PY_VERSION_HEX >= 0x030C0000
