@@ -28,6 +28,37 @@ template <typename T>
     return simd::madd(-lr, wd == T(0) ? g : simd::madd(wd, w, g), w);
 }
 
+// The plain SGD update as a weight sink of the linear kernels (kernels/gemm.hpp): a linear layer's
+// weight gradient is consumed where its chains finish, each element of W becoming
+// sgd_update(W, gradient) there (fused_sgd.hpp's step inside the sweep). update_lanes is the same
+// expression lane by lane, with the same fused operations, so the bits are the scalar step's.
+// Decay: -1, the weight decay is looked at per element (zero or not); 0 or 1, it is known to be
+// zero or nonzero (specialized() picks one, for loops that pay for the test).
+template <typename T, int Decay = -1>
+struct SgdSink {
+    using V = typename simd::Simd<T>::V;
+    T* W;
+    T lr, weight_decay;
+
+    [[gnu::always_inline]] T update(T w, T g) const {
+        if constexpr (Decay < 0) return sgd_update(w, g, lr, weight_decay);
+        if constexpr (Decay == 0) return simd::madd(-lr, g, w);
+        return simd::madd(-lr, simd::madd(weight_decay, w, g), w);
+    }
+    [[gnu::always_inline]] V update_lanes(V w, V g) const {
+        using S = simd::Simd<T>;
+        const bool decay = Decay < 0 ? weight_decay != T(0) : Decay == 1;
+        return S::madd(S::set1(-lr), decay ? S::madd(S::set1(weight_decay), w, g) : g, w);
+    }
+    template <class F>
+    void specialized(F&& f) const {
+        if (weight_decay != T(0))
+            f(SgdSink<T, 1>{W, lr, weight_decay});
+        else
+            f(SgdSink<T, 0>{W, lr, weight_decay});
+    }
+};
+
 // Runs body(i0, i1, out) over [0, n), which writes the new values of parameters [i0, i1) to
 // out[0 .. i1 - i0), reading w[i] (and the optimizer's buffers at i) first, so that w ends up
 // holding them. Without `stream`, out is w itself. With it, the new values go out through
