@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
+#include <vector>
 
 #include "kernels/simd.hpp"
 
@@ -56,6 +57,30 @@ struct SgdSink {
             f(SgdSink<T, 1>{W, lr, weight_decay});
         else
             f(SgdSink<T, 0>{W, lr, weight_decay});
+    }
+};
+
+// Linear weights whose plain SGD step (no momentum) is applied inside a sweep (fused_sgd.hpp):
+// the one linear record that reads such a weight hands the kernels sink(W) (SgdSink above), so W
+// is updated in place after its input gradient has read the old values, instead of its gradient
+// being accumulated.
+struct FusedSgd {
+    double lr = 0.0, weight_decay = 0.0;
+    std::vector<uint32_t> weight_slots;  // the first slot of each weight
+    // Which weights a record updated: a record the sweep skips (its outputs' grads all zero)
+    // leaves its weight to be stepped with a zero gradient afterwards, as the unfused step would.
+    mutable std::vector<uint8_t> applied;
+
+    // The index of the weight starting at w_slot, or -1.
+    int64_t find(uint32_t w_slot) const {
+        for (size_t i = 0; i < weight_slots.size(); ++i)
+            if (weight_slots[i] == w_slot) return int64_t(i);
+        return -1;
+    }
+    // The kernels' sink for the weight whose values are at W (null f: a sink never used).
+    template <typename T>
+    static SgdSink<T> sink(const FusedSgd* f, T* W) {
+        return SgdSink<T>{W, T(f ? f->lr : 0.0), T(f ? f->weight_decay : 0.0)};
     }
 };
 
