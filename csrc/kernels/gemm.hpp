@@ -473,13 +473,13 @@ auto sink_to_tile(const Sink& sink, T* W, size_t ldw) {
         using S = Simd<T>;
         constexpr int R = std::extent_v<std::remove_reference_t<decltype(acc)>, 0>;
         constexpr int NV = std::extent_v<std::remove_reference_t<decltype(acc)>, 1>;
+        const Sink s = sink;  // a local: the stores below could otherwise alias the closure's copy
         Vec<T> w[R][NV];
         for (int m = 0; m < R; ++m)
             for (int v = 0; v < NV; ++v) w[m][v] = load_lanes(W + (m0 + m) * ldw + n0 + v * S::W, lanes<T>(width, v));
         for (int m = 0; m < R; ++m)
             for (int v = 0; v < NV; ++v)
-                store_lanes(W + (m0 + m) * ldw + n0 + v * S::W, sink.update_lanes(w[m][v], acc[m][v]),
-                            lanes<T>(width, v));
+                store_lanes(W + (m0 + m) * ldw + n0 + v * S::W, s.update_lanes(w[m][v], acc[m][v]), lanes<T>(width, v));
     };
 }
 
