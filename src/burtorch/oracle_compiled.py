@@ -16,6 +16,9 @@ from .program import traced_ids
 
 # model -> {(sample shape, dtype, wrt key): Program}; dies with the model.
 _programs: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+# Programs kept per model: a loop over ever new sample shapes or wrt lists must not keep every
+# program it traced; past this, the least recently used one is dropped (and retraced if needed).
+MAX_PROGRAMS = 64
 
 
 def _flat(x) -> list:
@@ -79,14 +82,48 @@ def _cached_program(model, shape, wrt_key=None):
     cache = _programs.get(model)
     if cache is not None:
         params = cache.get("params")
-        prog = cache.get((shape, params.arena.dtype, wrt_key)) if params is not None else None
+        key = (shape, params.arena.dtype, wrt_key) if params is not None else None
+        prog = cache.get(key) if key is not None else None
         if prog is not None and prog.alive:
+            if next(reversed(cache)) != key:  # most recently used last: eviction takes the first
+                cache[key] = cache.pop(key)
             return prog
     return None
 
 
+def _wrt_key(wrt):
+    """What identifies the nodes of a wrt list: each one's arena and node indices (its spans and
+    shape for a Vector). Not its repr, which prints values: two parameters holding equal numbers
+    would share a program, and one whose values change would trace a new one every step."""
+    if wrt is None:
+        return None
+    key = []
+    for w in wrt:
+        if isinstance(w, _core.Vector):
+            key.append(("Vector", id(w.arena), tuple(w.spans), tuple(w.shape)))
+        elif isinstance(w, _core.Value):
+            key.append(("Value", id(w.arena), w.index))
+        else:
+            raise TypeError(f"wrt must hold Values or Vectors, got {type(w).__name__}")
+    return tuple(key)
+
+
+def _remember(cache: dict, key, prog) -> None:
+    """cache[key] = prog, dropping dead programs, then the least recently used past MAX_PROGRAMS."""
+    cache.pop(key, None)
+    for k in [k for k, p in cache.items() if k != "params" and not p.alive]:
+        del cache[k]
+    programs = [k for k in cache if k != "params"]
+    for k in programs[:max(0, len(programs) + 1 - MAX_PROGRAMS)]:
+        del cache[k]
+    cache[key] = prog
+
+
 def _program(model, sample, shape, loss_fn, wrt):
-    wrt_key = None if wrt is None else tuple((type(w).__name__, repr(w)) for w in wrt)
+    # a custom loss_fn traces another program: it is part of the key (a chunk's _ChunkLoss is not,
+    # its shapes are already in `shape`)
+    custom = loss_fn is not None and type(loss_fn) is not _ChunkLoss
+    wrt_key = (_wrt_key(wrt), loss_fn) if custom else _wrt_key(wrt)
     prog = _cached_program(model, shape, wrt_key)
     if prog is not None:
         return prog
@@ -111,7 +148,7 @@ def _program(model, sample, shape, loss_fn, wrt):
     finally:
         _core._trace_abort()
         arena.rewind(cp)
-    cache[key] = prog
+    _remember(cache, key, prog)
     return prog
 
 

@@ -29,6 +29,8 @@ Program = _core.Program
 
 # Variants kept per signature: each failed guard adds one; past this, the oldest is dropped.
 MAX_VARIANTS = 16
+# Signatures kept per compiled function (least recently used dropped first).
+MAX_SIGNATURES = 64
 
 
 class TracedId:
@@ -118,7 +120,13 @@ class Compiled:
     def __init__(self, fn, argnums, ids, dtype, with_value):
         self.fn = fn
         self._single = isinstance(argnums, int)
-        self.argnums = (argnums,) if self._single else tuple(argnums)
+        self.argnums = (argnums,) if self._single else tuple(argnums) if isinstance(argnums, (tuple, list)) else None
+        if self.argnums is None:
+            raise ValueError(f"argnums must be an int or a tuple of ints, got {argnums!r}")
+        if not all(isinstance(a, int) and not isinstance(a, bool) and a >= 0 for a in self.argnums):
+            raise ValueError(f"argnums must be non-negative ints, got {argnums!r}")
+        if len(set(self.argnums)) != len(self.argnums):
+            raise ValueError(f"argnums names an argument twice: {argnums!r}")
         self.ids = tuple(sorted(ids))
         if any(a in self.ids for a in self.argnums):
             raise ValueError("an argument cannot be both differentiated (argnums) and an id")
@@ -136,7 +144,7 @@ class Compiled:
         floats: list = []
         id_args: list = []
         id_shape: list[int] = []
-        wrt_pos: list[int] = []
+        float_pos: dict[int, int] = {}  # argument index -> its position among the floats
         for i, a in enumerate(args):
             if i in self.ids:
                 if _is_int(a):
@@ -154,18 +162,19 @@ class Compiled:
                     a = float(a)
                 except (TypeError, ValueError):
                     raise TypeError(f"argument {i} must be a float (or a Value); got {type(a).__name__}") from None
-            if i in self.argnums:
-                wrt_pos.append(len(floats))
+            float_pos[i] = len(floats)
             floats.append(float(a))
         missing = [a for a in self.argnums if a >= len(args)]
         if missing:
             raise TypeError(f"argnums {missing} out of range for {len(args)} arguments")
-        return floats, id_args, tuple(id_shape), tuple(wrt_pos)
+        # the grads come in argnums order (argnums=(1, 0) gives (d/dx1, d/dx0)), as in JAX
+        return floats, id_args, tuple(id_shape), tuple(float_pos[a] for a in self.argnums)
 
     def _arena(self):
         return _core.current_arena(self.dtype) if self.dtype is not None else _core.current_arena()
 
     def _key(self, nargs, id_shape, arena):
+        # id(arena) stays unique while cached: each program keeps its arena alive
         return (nargs, id_shape, id(arena), arena.dtype)
 
     def _trace(self, args, floats, id_args, id_shape, wrt_pos, arena):
@@ -184,10 +193,16 @@ class Compiled:
     def _programs(self, args, floats, id_args, id_shape, wrt_pos):
         arena = self._arena()
         key = self._key(len(args), id_shape, arena)
-        progs = [p for p in self._cache.get(key, []) if p.alive]
+        progs = [p for p in self._cache.pop(key, []) if p.alive]
         if not progs:
             progs = [self._trace(args, floats, id_args, id_shape, wrt_pos, arena)]
-        self._cache[key] = progs
+            # a new signature: those whose programs died are dropped, then the least recently
+            # used past MAX_SIGNATURES, so a loop over new arenas or id lengths stays bounded
+            for k in [k for k, ps in self._cache.items() if not any(p.alive for p in ps)]:
+                del self._cache[k]
+            for k in list(self._cache)[:max(0, len(self._cache) + 1 - MAX_SIGNATURES)]:
+                del self._cache[k]
+        self._cache[key] = progs  # most recently used last
         return key, progs, arena
 
     # ---- one call (no numpy: plain buffers in and out)
