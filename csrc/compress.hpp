@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <numeric>
 #include <stdexcept>
 #include <string>
@@ -86,6 +87,14 @@ size_t rand_seq_k(const T* x, size_t d, size_t k, uint64_t seed, T* val) {
 template <typename T>
 void natural(const T* x, size_t d, uint64_t seed, T* out) {
     check_finite(x, d);
+    // Above the largest power of two of T, the upper neighbour 2^(e+1) is inf in T: such a value
+    // has no unbiased rounding in T, so it is refused before anything is written.
+    const double top = std::ldexp(1.0, std::numeric_limits<T>::max_exponent - 1);
+    for (size_t i = 0; i < d; ++i)
+        if (std::fabs(double(x[i])) > top)
+            throw std::invalid_argument("natural compression: coordinate " + std::to_string(i) + " (" +
+                                        std::to_string(double(x[i])) +
+                                        ") lies above the largest power of two of its type, so it would round to inf");
     Rng rng(seed);
     for (size_t i = 0; i < d; ++i) {
         const double u = rng.uniform();

@@ -35,6 +35,8 @@ def read_libsvm(path: str, max_features: int = 1_000_000) -> tuple[np.ndarray, n
             label = float(fields[0])
         except ValueError:
             raise ValueError(f"{path}:{number}: the label {fields[0]!r} is not a number") from None
+        if not np.isfinite(label):  # a nan label compares unequal to both classes: every label would map to -1
+            raise ValueError(f"{path}:{number}: the label is {label}")
         row = {}
         for field in fields[1:]:
             index, sep, value = field.partition(":")
