@@ -1,0 +1,162 @@
+"""Regression tests of issue 41 (reliability of the new surfaces): one or more per finding, each
+failing before its fix. The classes: caches keyed by the wrong thing, trace rules, modes,
+state left half-changed by an error, thread isolation, silent numeric damage, files, and the
+command lines."""
+import random
+
+import numpy as np
+import pytest
+
+import burtorch as bt
+from burtorch.nn import MiniGPT
+
+# ---------------------------------------------------------------- 1. caches
+
+
+def _gpt_and_batch():
+    bt.manual_seed(1)
+    model = MiniGPT(vocab=13, block=6, dim=8, layers=2, heads=2)
+    r = random.Random(2)
+    batch = [([r.randrange(13) for _ in range(6)], [r.randrange(13) for _ in range(6)]) for _ in range(3)]
+    return model, batch
+
+
+def test_per_sample_grads_wrt_parameters_that_print_alike():
+    model, batch = _gpt_and_batch()
+    a, b = model.blocks[0].ln1.weight, model.blocks[1].ln1.weight
+    assert repr(a) == repr(b)  # the old cache key
+    Ga, _ = bt.per_sample_grads(model, batch, wrt=[a])
+    Gb, _ = bt.per_sample_grads(model, batch, wrt=[b])
+    G, _ = bt.per_sample_grads(model, batch)
+    names = [n for n, _ in model.named_parameters()]
+    sizes = [p.size for _, p in model.named_parameters()]
+    starts = np.concatenate([[0], np.cumsum(sizes)])
+    ia, ib = names.index("blocks.0.ln1.weight"), names.index("blocks.1.ln1.weight")
+    np.testing.assert_array_equal(Ga, G[:, starts[ia]:starts[ia + 1]])
+    np.testing.assert_array_equal(Gb, G[:, starts[ib]:starts[ib + 1]])
+    assert not np.array_equal(Ga, Gb)
+
+
+def test_per_sample_grads_loss_fn_is_part_of_the_key():
+    model, batch = _gpt_and_batch()
+    G1, L1 = bt.per_sample_grads(model, batch, loss_fn=lambda m, s: m.loss(*s))
+    G2, L2 = bt.per_sample_grads(model, batch, loss_fn=lambda m, s: m.loss(*s) * 2.0)
+    np.testing.assert_allclose(L2, 2 * L1, rtol=1e-6)
+    np.testing.assert_allclose(G2, 2 * G1, rtol=1e-5, atol=1e-7)
+
+
+def test_program_cache_stays_bounded_in_a_training_loop():
+    from burtorch import oracle_compiled
+
+    model, batch = _gpt_and_batch()
+    p = model.blocks[0].ln1.weight
+    opt = bt.optim.SGD(model.parameters(), lr=0.1)
+    for T in range(1, 7):  # new values every step (the old key printed them) and new shapes
+        for _ in range(15):
+            short = [(i[:T], t[:T]) for i, t in batch]
+            bt.per_sample_grads(model, short, wrt=[p])
+            bt.grad_oracle(model, short, compile=True)
+            opt.step()
+    cache = oracle_compiled._programs[model]
+    assert len(cache) - 1 <= 12  # two programs per shape, and the parameter vector
+    pv = model.parameter_vector()
+    for i in range(oracle_compiled.MAX_PROGRAMS + 20):  # wrt lists of ever new nodes
+        bt.per_sample_grads(model, batch[:1], wrt=[pv[i:i + 1]])
+    assert len(cache) - 1 <= oracle_compiled.MAX_PROGRAMS
+
+
+def test_compiled_signatures_stay_bounded():
+    from burtorch import program
+
+    f = bt.value_and_grad(lambda x, ids: x * 2.0, ids=(1,))
+    for n in range(program.MAX_SIGNATURES + 30):  # a new id length each call
+        assert f(1.5, list(range(n + 1))) == (3.0, 2.0)
+    assert len(f._cache) <= program.MAX_SIGNATURES
+
+
+# ---------------------------------------------------------------- 2. trace rules
+
+
+def test_argnums_order_orders_the_grads():
+    f = bt.value_and_grad(lambda x, y: x * 2.0 + y * 3.0, argnums=(1, 0))
+    assert f(1.0, 1.0) == (5.0, (3.0, 2.0))
+    g = bt.grad(lambda x, y, z: x * 2.0 + y * 3.0 + z * 5.0, argnums=(2, 0, 1))
+    assert g(1.0, 1.0, 1.0) == (5.0, 2.0, 3.0)
+    np.testing.assert_array_equal(g.map(np.ones((4, 3))), np.tile([5.0, 2.0, 3.0], (4, 1)))
+
+
+@pytest.mark.parametrize("argnums", [(0, 0), -1, (1, -1), 1.0, True])
+def test_bad_argnums_refused(argnums):
+    with pytest.raises(ValueError, match="argnums"):
+        bt.value_and_grad(lambda x, y: x * y, argnums=argnums)
+
+
+# ---------------------------------------------------------------- 3. modes
+
+
+@pytest.mark.parametrize("mode, probe", [(bt.no_grad, lambda: not bt.is_grad_enabled()),
+                                         (bt.detect_anomaly, bt.is_anomaly_enabled)])
+def test_mode_decorator_on_a_generator_function(mode, probe):
+    @mode()
+    def gen():
+        yield probe()
+        x = yield probe()
+        yield x, probe()
+
+    it = gen()
+    assert next(it) is True
+    assert not probe()  # the caller, between two resumptions, is outside the mode
+    assert next(it) is True
+    assert it.send(7) == (7, True)
+    assert not probe()
+
+
+@pytest.mark.parametrize("mode", [bt.no_grad, bt.detect_anomaly])
+def test_mode_decorator_refuses_async_functions(mode):
+    async def coro():
+        return bt.is_grad_enabled()
+
+    async def agen():
+        yield 1
+
+    for fn in (coro, agen):
+        with pytest.raises(TypeError, match="async"):
+            mode()(fn)
+    with pytest.raises(TypeError, match="decorates functions"):
+        mode()(3)
+
+
+# ---------------------------------------------------------------- 6. numbers
+
+
+def test_libsvm_nan_label_refused(tmp_path):
+    from burtorch.fl.libsvm import read_libsvm
+
+    p = tmp_path / "a.svm"
+    p.write_text("1 1:0.5\nnan 2:1\n-1 1:2\n")
+    with pytest.raises(ValueError, match=r"a\.svm:2: the label is nan"):
+        read_libsvm(str(p))
+    p.write_text("1 1:0.5\ninf 2:1\n")
+    with pytest.raises(ValueError, match="the label is inf"):
+        read_libsvm(str(p))
+
+
+@pytest.mark.parametrize("dtype, bits", [(np.float32, 32), (np.float64, 64)])
+def test_natural_compression_near_the_types_maximum(dtype, bits):
+    from burtorch.fl.compressors import Natural
+
+    big = np.finfo(dtype).max
+    top = dtype(2.0) ** (np.finfo(dtype).maxexp - 1)  # the largest power of two: kept exactly
+    c = Natural(3, float_bits=bits, seed=1)
+    np.testing.assert_array_equal(c.compress(np.array([top, -top, 1.0], dtype=dtype)).values, [top, -top, 1.0])
+    for x in ([big, 1.0, 2.0], [1.0, -big, 2.0]):
+        with pytest.raises(ValueError, match="largest power of two"):
+            c.compress(np.array(x, dtype=dtype))
+
+
+@pytest.mark.parametrize("bad", [[None, 1.0], ["1", "2"], [True, False], [1.0, "x"]])
+def test_load_array_refuses_non_numbers(bad):
+    v = bt.vector([5.0, 6.0])
+    with pytest.raises(TypeError, match="real numbers"):
+        bt.load_array(v, bad)
+    assert v.data == [5.0, 6.0]
