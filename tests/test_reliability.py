@@ -2,6 +2,7 @@
 failing before its fix. The classes: caches keyed by the wrong thing, trace rules, modes,
 state left half-changed by an error, thread isolation, silent numeric damage, files, and the
 command lines."""
+import io
 import random
 
 import numpy as np
@@ -160,3 +161,47 @@ def test_load_array_refuses_non_numbers(bad):
     with pytest.raises(TypeError, match="real numbers"):
         bt.load_array(v, bad)
     assert v.data == [5.0, 6.0]
+
+
+# ---------------------------------------------------------------- 7. files
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "mkfifo"), reason="no FIFOs on this platform")
+def test_atomic_save_leaves_a_fifo_alone(tmp_path):
+    import os
+    import stat
+
+    from burtorch.io.regular_file import NotRegularFileError
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    v = bt.vector([1.0, 2.0])
+    model = bt.nn.Linear(2, 1)
+    for save in (lambda: bt.io.save(fifo, v), lambda: bt.io.save_state_dict(model, fifo)):
+        with pytest.raises(NotRegularFileError, match="FIFO"):
+            save()
+        assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    with pytest.raises(NotRegularFileError, match="directory"):
+        bt.io.save(tmp_path, v)
+    assert sorted(os.listdir(tmp_path)) == ["pipe"]  # no temporary file left
+
+
+def test_loader_checks_the_magic_before_reading_the_file(tmp_path):
+    from burtorch.io.format import FIXED_SIZE, FormatError, read_declared
+
+    junk = bytes(range(256)) * (1 << 14)  # 4 MiB without the magic
+    taken = []
+    stream = io.BytesIO(junk)
+
+    def read(n):
+        chunk = stream.read(n)
+        taken.append(len(chunk))
+        return chunk
+
+    with pytest.raises(FormatError, match="not a burtorch file"):
+        read_declared(read, len(junk))
+    assert sum(taken) <= FIXED_SIZE
+    p = tmp_path / "junk.bin"
+    p.write_bytes(junk)
+    with pytest.raises(FormatError, match="not a burtorch file"):
+        bt.io.load_state_dict(p)
