@@ -205,3 +205,92 @@ def test_loader_checks_the_magic_before_reading_the_file(tmp_path):
     p.write_bytes(junk)
     with pytest.raises(FormatError, match="not a burtorch file"):
         bt.io.load_state_dict(p)
+
+
+# ---------------------------------------------------------------- 8. the command lines
+
+
+def _cli(argv, capsys):
+    from burtorch.cli.main import main
+
+    try:
+        code = main(argv)
+    except SystemExit as e:
+        code = e.code
+    return code, capsys.readouterr()
+
+
+def test_train_save_into_a_missing_directory_fails_before_training(tmp_path, capsys):
+    code, out = _cli(["train", "mlp", "--preset", "tiny", "--steps", "3", "--save", str(tmp_path / "no" / "x.ckpt")],
+                     capsys)
+    assert code == 2 and "does not exist" in out.err
+    assert "initial validation loss" not in out.out  # refused before any work
+
+
+@pytest.mark.parametrize("flag", ["--batch", "--sample", "--eval-samples", "--hidden", "--chunk"])
+def test_train_huge_sizes_refused_at_once(flag, capsys):
+    code, out = _cli(["train", "mlp", "--preset", "tiny", "--steps", "1", flag, str(10**12)], capsys)
+    assert code == 2 and "above the most" in out.err
+
+
+@pytest.mark.parametrize("model", ["mlp", "gpt"])
+@pytest.mark.parametrize("content", ["a", "ab\n", "hello world\n", "\n\n\n"])
+def test_train_small_data_files_are_usage_errors(tmp_path, model, content, capsys):
+    p = tmp_path / "d.txt"
+    p.write_text(content)
+    code, out = _cli(["train", model, "--preset", "tiny", "--steps", "1", "--data", str(p)], capsys)
+    assert code == 2 and out.err.startswith("burtorch train: error: ") and "Traceback" not in out.err
+
+
+def test_fl_libsvm_with_one_large_feature_index_starts_at_once(tmp_path, capsys):
+    import time
+
+    p = tmp_path / "wide.svm"
+    p.write_text("".join(f"{1 if i % 2 else -1} 1:{i / 40} 4000:{(i % 7) / 7} {2 + i * 97 % 3990}:1\n"
+                         for i in range(40)))
+    t0 = time.perf_counter()
+    code, out = _cli(["fl", "--libsvm", str(p), "--rounds", "1", "--quiet", "--clients", "20"], capsys)
+    assert code == 0, out.err
+    assert time.perf_counter() - t0 < 10  # the d^3 setup took minutes per run
+
+
+def test_smoothness_from_the_smaller_gram_matrix():
+    from burtorch.fl.logistic import LogisticProblem
+
+    r = np.random.default_rng(0)
+    for rows, dim in ((30, 50), (60, 8)):
+        A, y = r.standard_normal((rows, dim)), np.where(r.standard_normal(rows) > 0, 1.0, -1.0)
+        problem = LogisticProblem(A, y, 3, "iid", lam=0.1)
+        s = problem.smoothness()
+        mean_h = sum(B.T @ B / len(B) for B in problem.shards) / 3
+        local = [np.linalg.eigvalsh(B.T @ B / len(B))[-1] / 4 + 0.2 for B in problem.shards]
+        assert s.L == pytest.approx(np.linalg.eigvalsh(mean_h)[-1] / 4 + 0.2, rel=1e-12)
+        assert s.L_tilde == pytest.approx(np.sqrt(np.mean(np.square(local))), rel=1e-12)
+
+
+@pytest.mark.parametrize("flag", ["--lr", "--lr-scale", "--lam", "--alpha", "--participation", "--p", "--target"])
+@pytest.mark.parametrize("value", ["nan", "inf", "-1"])
+def test_fl_non_finite_and_negative_numbers_are_usage_errors(flag, value, capsys):
+    code, out = _cli(["fl", "--rounds", "1", "--quiet", flag, value], capsys)
+    assert code == 2 and "must be" in out.err
+
+
+@pytest.mark.parametrize("flag", ["--clients", "--rounds", "--k", "--s", "--samples", "--dim", "--hidden",
+                                  "--max-samples", "--eval-every", "--local-steps", "--batch", "--workers"])
+def test_fl_non_positive_counts_are_usage_errors(flag, capsys):
+    code, out = _cli(["fl", "--rounds", "1", "--quiet", flag, "0"], capsys)
+    assert code == 2 and "positive" in out.err
+
+
+def test_fl_json_into_a_missing_directory_fails_before_the_rounds(tmp_path, capsys):
+    code, out = _cli(["fl", "--rounds", "1", "--json", str(tmp_path / "no" / "r.json")], capsys)
+    assert code == 2 and "does not exist" in out.err and "round" not in out.out
+
+
+def test_fl_libsvm_too_large_for_a_dense_matrix(tmp_path):
+    from burtorch.fl.libsvm import read_libsvm
+
+    p = tmp_path / "big.svm"
+    p.write_text("1 1:1 900000:1\n-1 2:1\n")
+    with pytest.raises(ValueError, match="dense matrix"):
+        read_libsvm(str(p), max_cells=1_000_000)
