@@ -45,8 +45,8 @@ extern PyTypeObject ValueType;
 extern PyObject* StaleValueError;
 extern PyObject* AnomalyError;
 extern PyObject* g_dtype_objects[2];
-extern bt::DType g_default_dtype;
-extern bool g_labels_on;
+extern bt::DType g_default_dtype;  // set_default_dtype (read it through default_dtype())
+extern bool g_labels_on;           // bt.labels(): automatic labels only; a label= given is always stored
 
 inline bool is_value(PyObject* o) { return Py_TYPE(o) == &ValueType; }
 inline PyValue* as_pyvalue(PyObject* o) { return reinterpret_cast<PyValue*>(o); }
@@ -82,6 +82,9 @@ std::string describe(PyValue* v);
 
 // The thread's current arena for a dtype (innermost `with arena:`, else the thread's default).
 PyObject* current_arena(bt::DType dt);  // borrowed
+// The dtype of what is made with no dtype or arena given: the innermost arena entered on this
+// thread (`with arena:`, any dtype), else the one set by set_default_dtype (float64 at start).
+bt::DType default_dtype();
 ArenaBox* box_of(PyObject* arena_obj);  // nullptr with TypeError set if not an Arena
 
 // Warns once per arena when a loop appends without ever rewinding (called after a sweep).
@@ -176,16 +179,21 @@ std::vector<uint32_t> parse_ids(nb::handle h, uint32_t bound, const char* what, 
 // ---------------------------------------------------------------- areas
 void init_errors(nb::module_& m);
 void init_arena(nb::module_& m);
+void init_arena_scope(nb::module_& m);
 void init_value(nb::module_& m);
 void init_functions(nb::module_& m);
 void init_vector(nb::module_& m);
+void init_vector_functions(nb::module_& m);
 void init_range(nb::module_& m);
+void init_range_layers(nb::module_& m);
 void init_optim(nb::module_& m);
 void init_compress(nb::module_& m);
+void init_trace(nb::module_& m);
+void init_batch(nb::module_& m);
 void init_program(nb::module_& m);
 void init_threads(nb::module_& m);
 
-// ---------------------------------------------------------------- tracing (program.cpp)
+// ---------------------------------------------------------------- tracing (trace.cpp)
 extern PyObject* TraceError;
 bool tracing();
 // Returns true, or raises TraceError naming the user's line and returns false when `arena` is

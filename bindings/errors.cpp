@@ -32,6 +32,8 @@ void set_error_from_current_exception() {
         PyErr_SetString(PyExc_MemoryError, "burtorch: out of memory");
     } catch (const bt::AnomalyError& e) {
         PyErr_SetString(AnomalyError, e.what());
+    } catch (const bt::NonFiniteLoss& e) {
+        PyErr_SetString(PyExc_FloatingPointError, e.what());
     } catch (const std::exception& e) {
         PyErr_SetString(PyExc_RuntimeError, e.what());
     } catch (...) {
@@ -59,6 +61,8 @@ void init_errors(nb::module_& m) {
             PyErr_SetString(PyExc_MemoryError, e.what());
         } catch (const bt::AnomalyError& e) {
             PyErr_SetString(AnomalyError, e.what());
+        } catch (const bt::NonFiniteLoss& e) {  // a std::domain_error, which nanobind makes a ValueError
+            PyErr_SetString(PyExc_FloatingPointError, e.what());
         }
     });
 }

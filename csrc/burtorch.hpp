@@ -14,4 +14,5 @@
 #include "program.hpp"
 #include "range/dispatch.hpp"
 #include "reduce.hpp"
+#include "replay_driver.hpp"
 #include "rng.hpp"

@@ -33,9 +33,9 @@ template <typename T>
 // holding them. Without `stream`, out is w itself. With it, the new values go out through
 // streaming stores (simd.hpp), a block at a time through an aligned buffer: for a step split
 // across threads right after an oracle that ran on them. Every core then holds the weights it
-// read, so an ordinary store first waits for the line to be taken from the other core's cache;
-// on a VM whose two vCPUs are far apart (a round trip of 220-310 ns instead of 65) those waits
-// made a two-thread W4 step 1.2-1.35x slower. Each element's arithmetic is body's either way,
+// read, so an ordinary store first waits for the line to be taken from the other core's cache,
+// which on a VM whose vCPUs are far apart slows a two-thread step noticeably; streaming stores
+// do not wait for the line. Each element's arithmetic is body's either way,
 // so the bits do not depend on `stream`. (The body is a plain loop over its range, not a call
 // per element: GCC vectorized Adam's arithmetic only in that form.)
 template <typename T, class Body>

@@ -15,10 +15,9 @@
 // the forward over a few rows or outputs (forward_by_dots), which takes dot products along
 // `in`; that choice too depends only on the layer's shape, not on the split.
 //
-// Why no BLAS: measured on the target shapes (src/burtorch/bench/gemm_floor.py against the
-// OpenBLAS numpy ships, one thread), these kernels match or beat it on the wide W4 layers, are
-// 2-5x faster on one row and up to 1.6x on the 8-row W5 layers, where a BLAS call's overhead
-// dominates; only the narrow W5 layers at 64-512 rows trail it (70-100 %). And they keep
+// Why no BLAS: on the target shapes these kernels hold their own against the OpenBLAS numpy
+// ships (src/burtorch/bench/gemm_floor.py compares them, one thread), and they win where a
+// BLAS call's overhead dominates: one row, or a few rows of a small layer. And they keep
 // `pip install .` free of any binary dependency.
 //
 // The micro-kernel: an MR x NR tile of the result held in registers (NR = NV SIMD widths along
@@ -40,9 +39,9 @@ namespace bt::gemm {
 using simd::Simd;
 
 // The forward takes dot products along `in` for a few rows or a few outputs of a wide input
-// (W is read once, in order, and no scratch is needed); otherwise it runs tiles. Measured on
-// AVX-512: dots win below 8 rows or 8 outputs when in >= 64; tiles win elsewhere, and at any
-// size for narrow inputs, where a dot product is mostly its final reduction. `out` is the
+// (W is read once, in order, and no scratch is needed); otherwise it runs tiles. Dots win for a
+// few rows or outputs of a wide input; tiles win elsewhere, and at any size for narrow inputs,
+// where a dot product is mostly its final reduction. `out` is the
 // layer's, not a sub-range's, so a split does not change the path.
 inline bool forward_by_dots(size_t rows, size_t in, size_t out) {
     return rows < 2 || (in >= 64 && (rows < 8 || out < 8));
@@ -69,9 +68,7 @@ BT_ALWAYS_INLINE int lanes(int width, int v) {
 }
 
 // The first n lanes at p (the rest zero), and their store: a whole register unmasked. A masked
-// load costs more than a plain one. Measured on a Sapphire Rapids host, one thread, the two
-// forms alternated within one process: W4's 64 x 1024 -> 1024 products took 2-5 % less time
-// with full-width tiles loading unmasked (here and in accumulate), 64 x 1024 -> 64 4-7 %.
+// load costs more than a plain one, so full-width tiles load unmasked (here and in accumulate).
 template <typename T>
 BT_ALWAYS_INLINE Vec<T> load_lanes(const T* p, int n) {
     return n == Simd<T>::W ? Simd<T>::load(p) : Simd<T>::load(p, n);
@@ -98,8 +95,8 @@ struct Ahead {
 // the tile in memory and stores every accumulator on each k step (SIMD types may alias
 // anything), at a third of the speed. The lambdas that expand the folds are forced inline: left
 // to itself GCC made the outer one a call per tile, so the tile went through memory between its
-// init, its k loop and its finish (grad weight at 64 x 1024 -> 1024: 1535 -> 1390 us,
-// build/cpp/gemm_kernels). `ahead`: lines to prefetch meanwhile.
+// init, its k loop and its finish (build/cpp/gemm_kernels shows the difference). `ahead`: lines
+// to prefetch meanwhile.
 template <typename T, int MR, int NV>
 BT_ALWAYS_INLINE void accumulate(Vec<T> (&acc)[MR][NV], const T* a, size_t am, size_t ak, const T* b, size_t ldb,
                                  size_t K, int width, Ahead ahead = {}) {
@@ -149,9 +146,8 @@ inline T* pack_buffer(size_t n) {
 
 // Elements between the starts of two packed panels of K rows: K NR plus one cache line, so
 // that panels do not start a multiple of 4 KiB apart. Packing B writes one row of every panel
-// in turn; with K NR a multiple of 4 KiB, as on W4's layers, those writes all fell into one
-// L1 set, which holds 12 lines, and the 32 panels of a 1024-wide W evicted each other's lines
-// before they were filled.
+// in turn; with K NR a multiple of 4 KiB, as on power-of-two layers, those writes all fall into
+// one L1 set, and the panels of a wide W evict each other's lines before they are filled.
 template <typename T>
 inline constexpr size_t panel_stride(size_t K) {
     return K * kNV * Simd<T>::W + 64 / sizeof(T);
@@ -178,9 +174,8 @@ inline void pack_panels(const T* b, size_t ldb, size_t K, size_t N, T* dst) {
 
 // dst[c * ldd + r] = src[r * lds + c] for r < rows, c < cols (both at most kTransposeBlock: 16
 // with AVX-512, 8 with AVX2): one block of a transpose, moved as that many vectors through
-// registers instead of element by element (a scalar transpose took ~20 us for a 64 x 1024 block
-// with AVX-512, and ~5 us of the 64 x 1024 -> 64 forward's W^T on a Zen 3 core with AVX2; it
-// runs on every chunk's forward). Only the rows x cols block is read and written. Moving values
+// registers instead of element by element (a scalar transpose is a large part of a narrow
+// layer's forward, and it runs on every chunk's forward). Only the rows x cols block is read and written. Moving values
 // changes no bit.
 #if defined(__AVX512F__)
 #define BT_REGISTER_TRANSPOSE 1
@@ -418,8 +413,8 @@ auto from_tile(const T* C, size_t ldc) {
 }
 // The tile -> C. as_sum: 0 + acc instead, what adding the chain into zeroed memory stores (a
 // chain from zero ends at -0 only where it underflows, and 0 + -0 is +0). A flag rather than a
-// finisher of its own: each finisher type instantiates the whole tile loop again (0.2 MB of
-// code, and a training process's peak memory with it).
+// finisher of its own: each finisher type instantiates the whole tile loop again (code size,
+// and a training process's peak memory with it).
 template <typename T>
 auto to_tile(T* C, size_t ldc, bool as_sum = false) {
     return [=](auto& acc, size_t m0, size_t n0, int width) {
@@ -473,8 +468,8 @@ auto sgd_to_tile(T* W, size_t ldw, T lr, T wd) {
 // dst (cols x rows, leading dimension ld) = src^T, src rows x cols with leading dimension lds.
 // Blocked so that both sides stay in cache lines. Within a block the inner loop walks along a
 // row of the side with the wider leading dimension, so the 16 accesses that step across rows are
-// those of the narrower one: 16 steps of a 4 KiB row (a 1024-wide layer) all fall into one 12-way
-// L1 set (writing y from y^T that way took 80 % of the wide W4 forward's own time).
+// those of the narrower one: 16 steps of a 4 KiB row (a 1024-wide layer) all fall into one L1
+// set, and writing y from y^T that way would take most of a wide forward's time.
 template <typename T>
 inline void transpose(const T* src, size_t rows, size_t cols, size_t lds, T* dst, size_t ld) {
     constexpr size_t B = 16;
@@ -672,8 +667,8 @@ inline void grad_input(const T* gy, const T* W, T* gx, size_t rows, size_t in, s
     // A = gy rows, B = W's columns [i0, i1); W is taken a block of its rows at a time (packed,
     // within the packing budget) and each block's products added into gx: the same chain per
     // element, in order. Row blocks outer: a row block of gy stays in L1 while the packed block
-    // streams past it from L2 (panels outer re-read all of gy's block from L2 for every panel:
-    // 5 % slower on W4's 64 x 1024 -> 1024 layer, 16 % on -> 27, build/cpp/gemm_kernels A/B).
+    // streams past it from L2 (panels outer would re-read all of gy's block from L2 for every
+    // panel; build/cpp/gemm_kernels compares the two orders).
     constexpr size_t NR = kNV * Simd<T>::W;
     const size_t kc = grad_input_block<T>(n);
     const size_t panels = (n + NR - 1) / NR, tiles = (r1 - r0 + kMR - 1) / kMR * panels;
@@ -799,8 +794,8 @@ inline void grad_input_sgd_tiled(const T* gy, const T* x, T* gx, size_t rows, si
     constexpr size_t NR = kNV * Simd<T>::W;
     const size_t n = i1 - i0, panels = (n + NR - 1) / NR;
     // W's block, its packed copy, x's packed columns and gx's block all stay in L2 during a
-    // block: half the packing budget's rows (the full budget was 2 % slower on two threads at
-    // W4 e = 1024; the blocks do not change a chain).
+    // block: half the packing budget's rows, as the full budget would spill them (the blocks do
+    // not change a chain).
     const size_t kc = std::max<size_t>(kMR, grad_input_block<T>(n) / 2);
     T* xp = pack_buffer<T, 2>(panels * panel_stride<T>(rows));
     pack_panels(x + i0, in, rows, n, xp);

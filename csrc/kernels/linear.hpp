@@ -22,11 +22,10 @@
 
 namespace bt {
 
-// Multiply-adds (rows * in * out) above which a layer's products are split across threads:
-// about a microsecond of one core's tiles. Four and sixteen times as much made no measurable
-// difference to two-thread W4 steps (b = 64, e = 64 to 1024, alternated within one process on a
-// Sapphire Rapids host: within 2 % either way). `python -m burtorch.bench.threads` times layers
-// on both sides of it with one and two threads.
+// Multiply-adds (rows * in * out) above which a layer's products are split across threads: about
+// the work that outweighs waking a helper. The threshold is not sensitive: several times as much
+// made no clear difference to two-thread training steps. `python -m burtorch.bench.threads`
+// times layers on both sides of it with one and two threads.
 inline constexpr double kLinearParallelWork = 1 << 16;
 // Output units per task are a multiple of this, so no task cuts a register tile's columns.
 inline constexpr size_t kLinearAlign = 16;
@@ -38,12 +37,12 @@ inline constexpr size_t kColumnSplitWidth = 64;
 // moves it between the cores every step: the forward splits by output units (rows of W), the
 // input gradient by input columns (W's columns), each the only split that keeps every element
 // one chain, so each core then reads the quarter of W the other one wrote. That pays only when W
-// does not fit one core's cache (4 MB in float). Measured on one-row W4 steps, two threads
-// against one: 1024 -> 128 and 1024 -> 512 took 1.9-2.5x as long; 1024 -> 1024 ran 0.9-1.1x as
-// fast on a Sapphire Rapids host and 1.4x on a Zen 4 one.
+// does not fit one core's cache: below that, one-row steps on two threads took longer than on
+// one.
 inline constexpr double kFewRowsParallelWeights = 1 << 20;
 
-// A layer with fewer outputs than two aligned blocks a task (W4's 27 logits) splits otherwise:
+// A layer with fewer outputs than two aligned blocks a task (a character model's 27 logits)
+// splits otherwise:
 // by units the tasks came out uneven (16 and 11 of 27) and short, and on two threads both of its
 // products took as long as on one or longer. Its forward splits by rows (each task all of W, a
 // few rows of x), its weight gradient by input columns; each element is still one chain. A row
@@ -52,9 +51,8 @@ inline constexpr double kFewRowsParallelWeights = 1 << 20;
 inline constexpr size_t kFewOutputsMinRows = 8;
 // Multiply-adds from which such a layer splits at all: four times kLinearParallelWork. Its tasks
 // each read all of W and the rows of x or gy that the layer before wrote on the caller's core,
-// and at W4's 64 x 64 -> 27 and 64 x 128 -> 27 (b = 64, an Emerald Rapids host) both products
-// took as long on two threads as on one or longer; 64 x 512 -> 27 took 0.69-0.77 of one
-// thread's time.
+// so a narrow input's products took as long on two threads as on one or longer; only a wider
+// input gains from the split.
 inline constexpr double kFewOutputsParallelWork = 4 * kLinearParallelWork;
 inline bool few_outputs(uint32_t rows, uint32_t out, size_t tasks) {
     return size_t(out) < 2 * kLinearAlign * tasks && rows >= 2 * kFewOutputsMinRows;
@@ -140,9 +138,8 @@ inline void linear_fwd(const T* x, const T* W, const T* b, T* y, uint32_t rows, 
 // other core). Each task takes gx's chains through its own units; the partial input gradients
 // are then summed in task order. So gx is the same from run to run for a thread count, but not
 // one chain: within rounding of one thread's (the tests hold it to 1e-5 relative in float, 1e-12
-// in double). Alternated with the column split within one process on two threads, W4 b = 64
-// fused steps took 5 % less time at e = 512 and 1024 and 3 % less at e = 384; at e = 256 and
-// 128 1 % either way, and at e = 64 7 % more (Sapphire Rapids host, 2 MiB of L2 per core).
+// in double). Against the column split on two threads, fused steps gained once W is large
+// enough to fill a good part of L2 and lost on small layers, hence the byte threshold.
 inline constexpr size_t kUnitsSplitBytes = size_t(3) << 19;
 
 // Whether the fused SGD backward of this layer over `tasks` tasks splits by output units.
@@ -209,10 +206,9 @@ inline void linear_bwd(const T* x, const T* W, const T* gy, T* gx, T* gW, T* gb,
     }
     if (sgd && tw > 1 && rows > size_t(gemm::kMR) && size_t(in) >= kColumnSplitWidth * tw) {
         // Both products in one region, split by columns (gemm::grad_input_sgd_tiled), when the
-        // input is wide enough for the input gradient to split by columns anyway. Alternated
-        // with the two regions below within one process, two threads, W4 b = 64 fused steps took
-        // 3-5 % less time at e = 64, 3 % less at e = 128 and 512, the same at e = 1024 (within
-        // 1 %). On one thread the one pass was 1-2 % slower than the two products apart.
+        // input is wide enough for the input gradient to split by columns anyway: one parallel
+        // region instead of two, which on two threads saved a wait without losing elsewhere. On
+        // one thread the two products apart stay faster, hence tw > 1.
         const size_t tc = std::min<size_t>(tw, (size_t(in) + kLinearAlign - 1) / kLinearAlign);
         threads::parallel_tasks(tc, [&](size_t t) {
             const auto [i0, i1] = threads::split(in, tc, t, kLinearAlign);

@@ -11,7 +11,7 @@
 
 namespace bt {
 
-// Products along a head's hs values. A head is narrow (the W5 model's are 4 wide), so for the
+// Products along a head's hs values. A head is narrow (a small transformer's may be 4 wide), so for the
 // common widths HS is a compile-time constant and the loops unroll into a few fused
 // multiply-adds; HS = 0 takes the vectorized kernels at any width.
 template <int HS, typename T>

@@ -43,7 +43,7 @@ inline void linear_backward(const Frame<T>& A, const Record& r, const Operands& 
     // The products write gx (gx_add = false), so it is never zeroed here. A first writer whose x
     // is one span (a replay's layer over the previous layer's output) has them write x's grads
     // in place, each element as 0 + its chain (gx_as_sum): the bits scatter_first would write,
-    // without a pass through scratch (5 % of a W4 e = 64 b = 64 step).
+    // without a pass through scratch (a noticeable part of a small model's step).
     const bool one_span = o.v[0].n == 1, in_place = A.first_write && one_span;
     const size_t gathered = one_span ? 0 : nx, own_gx = in_place ? 0 : nx;
     const uint32_t w = o.v[1].first(0);

@@ -86,9 +86,8 @@ inline void map_unary_forward(const Frame<T>& A, const Record& r, const Operands
 }
 // Work per element of a unary map's gradient, against kParallelItemWork. Most of its kernels are
 // a multiply or two an element, so the time goes to moving y, gy and gx, which the records around
-// it wrote on the caller's core: split in two, tanh's gradient over 8,192 and 32,768 floats took
-// longer than on one thread (W4 b = 64, e = 128 and 512, an Emerald Rapids host); over 65,536
-// (e = 1024) it took 0.55-0.6 of the time unsplit.
+// it wrote on the caller's core: split in two, tanh's gradient over tens of thousands of floats
+// took longer than on one thread, and only from about twice as many did the split pay.
 inline constexpr double kMapGradWork = 0.5;
 
 // Scratch, for x in several spans: [x gathered (n) | gx (n)].

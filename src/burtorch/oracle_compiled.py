@@ -25,17 +25,9 @@ def _flat(x) -> list:
     return [x] if hasattr(x, "__index__") and not hasattr(x, "__len__") else list(x)
 
 
-def _shape(sample):
-    out = []
-    for part in sample:  # plain ints and lists first: this runs for every sample of a chunked batch
-        kind = type(part)
-        if kind is int:
-            out.append(0)
-        elif kind is list or kind is tuple:
-            out.append(len(part))
-        else:
-            out.append(0 if hasattr(part, "__index__") and not hasattr(part, "__len__") else len(part))
-    return tuple(out)
+# A sample's shape (per id part: 0 for one id, L for a sequence of L ids), by the rule the native
+# replays read samples with, so the two never disagree.
+_shape = _core._sample_shape
 
 
 def _listed(batch):

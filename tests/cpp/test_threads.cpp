@@ -38,8 +38,7 @@ static void test_every_task_once() {
 
 // Task 0 runs on the submitting thread every time, so that a task's data stays on one core from
 // region to region; the others go to whichever thread claims them first (which one is a race, so
-// it is not checked). When any thread could claim task 0, a helper took it in about a fifth of
-// these regions.
+// it is not checked). When any thread could claim task 0, a helper often took it.
 static void test_task_zero_is_the_callers() {
     const auto caller = std::this_thread::get_id();
     int elsewhere = 0;
