@@ -169,6 +169,10 @@ def compiled_grad_oracle(model, batch, loss_fn=None, zero_grad: bool = True, thr
     n = len(batch)
     if n == 0:
         raise ValueError("grad_oracle(): empty batch")
+    if _core.is_anomaly_enabled():  # replays check nothing: the eager oracle checks every op
+        from .oracle import _eager_oracle
+
+        return _eager_oracle(model, batch, loss_fn, zero_grad, chunk)
     if chunk > 1:
         return _chunked_oracle(model, batch, zero_grad, threads, chunk)
     values = array("d", [0.0]) * n
@@ -302,8 +306,8 @@ def compiled_fused_step(opt, model, batch):
     cannot replay (not a list or an ArrayBatch, mixed shapes, a guard that comes out
     differently): then the caller steps eagerly. A non-finite loss raises FloatingPointError and
     changes nothing."""
-    if type(batch) is not list and type(batch) is not ArrayBatch:
-        return None
+    if type(batch) is not list and type(batch) is not ArrayBatch or _core.is_anomaly_enabled():
+        return None  # under detect_anomaly the caller's eager step checks every op
     n = len(batch)
     shape = _shape_at(batch, 0)
     prog = _uniform_chunk_program(model, batch, 0, n, shape)
@@ -327,8 +331,8 @@ def compiled_sgd_chunks(opt, model, batch, k: int, threads: int):
     replay so (another kind of batch, a sample of another shape, an optimizer over other
     parameters than the model's): the caller steps unfused. A chunk whose guard fails runs
     eagerly, and the step then follows as opt.step(): the same values either way."""
-    if type(batch) is not list and type(batch) is not ArrayBatch:
-        return None
+    if type(batch) is not list and type(batch) is not ArrayBatch or _core.is_anomaly_enabled():
+        return None  # under detect_anomaly the caller's eager step checks every op
     n = len(batch)
     if n % k:
         return None
@@ -386,8 +390,38 @@ def per_sample_grads(model, batch, loss_fn=None, wrt=None, out=None):
           or not out.flags.c_contiguous or not out.flags.writeable):
         raise ValueError(f"out must be a writable C-contiguous {np.dtype(dt).name} array of shape {(N, first.num_wrt)}")
     losses = np.empty(N, dtype=np.float64)
+    if _core.is_anomaly_enabled():  # replays check nothing: each sample's eager sweep checks every op
+        _eager_rows(model, batch, loss_fn, wrt, out, losses)
+        return out, losses
     for failed in _replay_batch(model, batch, loss_fn, wrt, "rows", 1.0, losses, out, stream=reused):
         if failed:
             raise RuntimeError(f"per_sample_grads(): guards failed for samples {failed}; "
                                "the loss branches on values, so per-sample programs do not apply")
     return out, losses
+
+
+def _eager_rows(model, batch, loss_fn, wrt, out, losses):
+    """per_sample_grads, each sample swept eagerly (under detect_anomaly): row i the grads of the
+    wrt nodes after sample i's sweep alone; the grads they held before are put back."""
+    nodes = [_parameters(model)] if wrt is None else list(wrt)
+    arena = nodes[0].arena
+    saved = [n.grad if isinstance(n, _core.Value) else n.tolist("grads") for n in nodes]
+    try:
+        for i, sample in enumerate(batch):
+            for n in nodes:
+                n.zero_grad()
+            cp = arena.checkpoint()
+            try:
+                loss = loss_fn(model, sample) if loss_fn is not None else model.loss(*sample)
+                loss.backward()
+                losses[i] = loss.data
+            finally:
+                arena.rewind(cp)
+            out[i] = list(chain.from_iterable([n.grad] if isinstance(n, _core.Value) else n.tolist("grads")
+                                              for n in nodes))
+    finally:
+        for n, g in zip(nodes, saved):
+            if isinstance(n, _core.Value):
+                n.grad = g
+            else:
+                n.set_grad(g)

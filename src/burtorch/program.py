@@ -208,6 +208,8 @@ class Compiled:
     # ---- one call (no numpy: plain buffers in and out)
     def __call__(self, *args):
         floats, id_args, id_shape, wrt_pos = self._split(args)
+        if _core.is_anomaly_enabled():  # replays check nothing: the eager ops check every output
+            return self._eager(args, floats, id_args, id_shape, wrt_pos)
         key, progs, arena = self._programs(args, floats, id_args, id_shape, wrt_pos)
         X = _row(array("d", floats))
         flat_ids = [v for a in id_args for v in a]
@@ -222,6 +224,35 @@ class Compiled:
         result = self._call_one(prog, X, ids)
         assert result is not None, "a fresh trace failed its own guards"
         return result
+
+    def _eager(self, args, floats, id_args, id_shape, wrt_pos):
+        """fn run eagerly on fresh leaves, then swept backward: the same value and grads as a
+        replay, with every op of it (scalar and range, forward and backward) checked by
+        detect_anomaly, which names the op that made the first non-finite number."""
+        arena = self._arena()
+        cp = arena.checkpoint()
+        try:
+            with arena:
+                inputs = [_core.Value(x, dtype=arena.dtype) for x in floats]
+                it_x, it_i = iter(inputs), iter(zip(id_args, id_shape))
+                call = []
+                for i in range(len(args)):
+                    if i in self.ids:
+                        ids, n = next(it_i)
+                        call.append(ids[0] if n == 0 else ids)
+                    else:
+                        call.append(next(it_x))
+                root = self.fn(*call)
+                if isinstance(root, _core.Vector) and len(root.values()) == 1:
+                    root = root.values()[0]
+                if not isinstance(root, _core.Value):
+                    raise TypeError(f"the function must return a scalar Value, got {type(root).__name__}")
+                root.backward()
+                value = root.data
+                grads = [inputs[p].grad for p in wrt_pos]
+        finally:
+            arena.rewind(cp)
+        return self._result(value, grads)
 
     def _call_one(self, prog, X, ids):
         """The result of one sample, or None when a guard came out differently."""
@@ -255,6 +286,8 @@ class Compiled:
             raise ValueError("map(): no samples")
         row_args = _sample_args(X, id_cols, 0, self.ids, nargs)
         floats, id_args, id_shape0, wrt_pos = self._split(row_args)
+        if _core.is_anomaly_enabled():  # every sample eagerly, its ops checked (see __call__)
+            return self._map_eager(X, id_cols, N, nargs, reduce)
         key, progs, arena = self._programs(row_args, floats, id_args, id_shape0, wrt_pos)
         prog = progs[-1]
         ids = np.concatenate([c.reshape(N, -1) for c in id_cols], axis=1) if id_cols else np.zeros((N, 0), np.int64)
@@ -269,6 +302,17 @@ class Compiled:
             else:
                 grads[s] = g
         return (value, grads) if self._with_value else grads
+
+    def _map_eager(self, X, id_cols, N, nargs, reduce):
+        import numpy as np
+
+        values = np.empty(N, dtype=np.float64)
+        grads = np.zeros((N, len(self.argnums)), dtype=np.float64)
+        for s in range(N):
+            values[s], grads[s] = self._call_raw(_sample_args(X, id_cols, s, self.ids, nargs))
+        if reduce:
+            grads = grads.sum(axis=0) / N
+        return (values, grads) if self._with_value else grads
 
     def _call_raw(self, args):
         saved = self._with_value, self._single
