@@ -127,6 +127,8 @@ def _run(argv, capsys):
         code = main(argv)
     except SystemExit as e:  # argparse: a usage error (2) or --help (0)
         code = e.code
+    except Exception as e:  # a traceback the user would see
+        pytest.fail(f"burtorch {' '.join(argv)} raised {e!r}")
     elapsed = time.perf_counter() - t0
     captured = capsys.readouterr()
     return code, captured.err, elapsed

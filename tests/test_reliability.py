@@ -3,6 +3,7 @@ failing before its fix. The classes: caches keyed by the wrong thing, trace rule
 state left half-changed by an error, thread isolation, silent numeric damage, files, and the
 command lines."""
 import io
+import math
 import random
 
 import numpy as np
@@ -125,6 +126,53 @@ def test_mode_decorator_refuses_async_functions(mode):
             mode()(fn)
     with pytest.raises(TypeError, match="decorates functions"):
         mode()(3)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: bt.vector([1000.0, 1.0]).exp(),
+    lambda: bt.linear(bt.vector([1e300, 1e300]), bt.vector([1e300, 1e300]).reshape(1, 2)),
+    lambda: bt.softmax(bt.vector([math.inf, 1.0])),
+    lambda: bt.cross_entropy(bt.vector([math.nan, 1.0]), 0),
+], ids=["map", "linear", "softmax", "cross_entropy"])
+def test_detect_anomaly_checks_range_ops(make):
+    with pytest.raises(bt.AnomalyError, match="the forward of"):
+        with bt.detect_anomaly():
+            make()
+    make()  # outside the mode: no check
+
+
+def test_detect_anomaly_checks_compiled_replays():
+    f = bt.value_and_grad(lambda x, y: (bt.vector([x, y]).exp()).sum(), argnums=(0, 1))
+    assert f(1.0, 2.0)[0] == pytest.approx(math.exp(1) + math.exp(2))  # traced and replayed outside the mode
+    with pytest.raises(bt.AnomalyError, match="map_unary"):
+        with bt.detect_anomaly():
+            f(1000.0, 2.0)
+    with pytest.raises(bt.AnomalyError):
+        with bt.detect_anomaly():
+            f.map(np.array([[1.0, 2.0], [1000.0, 1.0]]))
+    value, grads = f.map(np.array([[1.0, 2.0], [1000.0, 1.0]]))  # outside: the replay, unchecked
+    assert math.isinf(value[1])
+
+
+def test_detect_anomaly_checks_the_compiled_oracle_and_per_sample_grads():
+    model, batch = _gpt_and_batch()
+    bt.grad_oracle(model, batch, compile=True)  # the programs are traced
+    pv = model.parameter_vector()
+    w = model.head.weight
+    before = pv.numpy("values").copy()
+    bt.load_array(w, np.full(w.size, 1e38, dtype=np.float32))
+    for run in (lambda: bt.grad_oracle(model, batch, compile=True), lambda: bt.per_sample_grads(model, batch),
+                lambda: bt.grad_oracle(model, batch, compile=True, chunk=3)):
+        with pytest.raises(bt.AnomalyError):
+            with bt.detect_anomaly():
+                run()
+    bt.load_array(pv, before)
+    G_mode = None
+    with bt.detect_anomaly():
+        G_mode, L_mode = bt.per_sample_grads(model, batch)
+    G, L = bt.per_sample_grads(model, batch)
+    np.testing.assert_array_equal(L_mode, L)
+    np.testing.assert_allclose(G_mode, G, rtol=1e-5, atol=1e-7)
 
 
 # ---------------------------------------------------------------- 6. numbers
