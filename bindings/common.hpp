@@ -25,6 +25,9 @@ namespace btpy {
 // The payload of a Python `Arena` object.
 struct ArenaBox {
     std::unique_ptr<bt::ArenaBase> core;
+    // The thread whose private default arena this is (PyThread_get_thread_ident), 0 for an arena
+    // made by the user: another thread may not rewind or clear it (check_owner, arena_scope.cpp).
+    unsigned long owner_thread = 0;
     explicit ArenaBox(bt::DType dt, const bt::Capacity& cap) {
         if (dt == bt::DType::float64)
             core = std::make_unique<bt::Arena<double>>(cap);
