@@ -342,3 +342,82 @@ def test_fl_libsvm_too_large_for_a_dense_matrix(tmp_path):
     p.write_text("1 1:1 900000:1\n-1 2:1\n")
     with pytest.raises(ValueError, match="dense matrix"):
         read_libsvm(str(p), max_cells=1_000_000)
+
+
+# ---------------------------------------------------------------- 4. state after an error
+
+
+@pytest.mark.parametrize("compile", [False, True])
+@pytest.mark.parametrize("chunk", [1, 2])
+def test_a_failing_oracle_leaves_the_grads_as_they_were(compile, chunk):
+    from burtorch.nn import MakemoreMLP
+
+    bt.manual_seed(1)
+    model = MakemoreMLP(vocab=11, block=4, emb=5, hidden=7)
+    r = random.Random(2)
+    batch = [([r.randrange(11) for _ in range(4)], r.randrange(11)) for _ in range(6)]
+    pv = model.parameter_vector()
+    bt.grad_oracle(model, batch)
+    before = pv.numpy("grads").copy()
+    bad = batch[:3] + [([0, 0, 0, 0], 99)]  # the fourth sample fails after three were swept
+    with pytest.raises(IndexError):
+        bt.grad_oracle(model, bad, compile=compile, chunk=chunk)
+    np.testing.assert_array_equal(pv.numpy("grads"), before)
+    bt.load_array(model.fc2.bias, np.full(model.fc2.bias.size, np.inf, dtype=np.float32))  # every loss is nan
+    with pytest.raises(FloatingPointError):  # after zero_grad=True zeroed the grads
+        bt.grad_oracle(model, batch, compile=compile, chunk=chunk)
+    np.testing.assert_array_equal(pv.numpy("grads"), before)
+
+
+@pytest.mark.parametrize("argv", [["train", "mlp", "--preset", "tiny", "--steps", "3", "--lr", "1e300"],
+                                  ["fl", "--rounds", "5", "--quiet", "--lr", "1e300"],
+                                  ["fl", "--rounds", "5", "--quiet", "--lr", "1e300", "--method", "marina",
+                                   "--compressor", "randk", "--k", "3"]])
+def test_a_diverging_run_says_so_without_a_traceback(argv, capsys):
+    code, out = _cli(argv, capsys)
+    assert code == 1 and "the run diverged" in out.err and "Traceback" not in out.err
+
+
+# ---------------------------------------------------------------- 5. threads
+
+
+def test_rewind_of_another_threads_default_arena_is_refused():
+    import threading
+
+    started, release, seen = threading.Event(), threading.Event(), {}
+
+    def owner():
+        x = bt.Value(1.0)
+        seen["cp"] = bt.checkpoint()
+        seen["y"] = x * 2.0
+        started.set()
+        release.wait(10)
+        seen["alive"] = seen["y"].alive and seen["y"].data == 2.0
+
+    t = threading.Thread(target=owner)
+    t.start()
+    started.wait(10)
+    try:
+        for attempt in (lambda: bt.rewind(seen["cp"]), lambda: seen["y"].arena.rewind(seen["cp"]),
+                        lambda: seen["y"].arena.clear(), lambda: seen["y"].arena.release_unused()):
+            with pytest.raises(RuntimeError, match="another thread's default arena"):
+                attempt()
+    finally:
+        release.set()
+        t.join()
+    assert seen["alive"]
+
+
+def test_a_shared_arena_may_still_be_rewound_from_any_thread():
+    import threading
+
+    arena = bt.Arena(bt.float64)
+    with arena:
+        bt.Value(1.0)
+    cp = arena.checkpoint()
+    with arena:
+        bt.Value(2.0)
+    t = threading.Thread(target=arena.rewind, args=(cp,))
+    t.start()
+    t.join()
+    assert arena.num_nodes == 1

@@ -168,7 +168,15 @@ def main(args) -> int:
         progress = None if args.quiet else Progress(args.rounds, every=max(1, args.rounds // 10))
         with Federation(problem, method, args.participation, args.executor, args.workers, args.address, seed,
                         args.eval_every) as fed:
-            fed.run(args.rounds, None if progress is None else functools.partial(_show_round, progress))
+            try:
+                fed.run(args.rounds, None if progress is None else functools.partial(_show_round, progress))
+            except (FloatingPointError, ValueError) as e:
+                # a step size too large: a loss, gradient or message went inf or nan (a compressor
+                # refuses non-finite coordinates); said so, not a traceback
+                if isinstance(e, ValueError) and "not finite" not in str(e):
+                    raise
+                print(f"\nburtorch fl: {label}: the run diverged: {e}", file=sys.stderr)
+                return 1
             results.append({"label": label, "settings": fed.settings(), "records": fed.records})
         last = results[-1]["records"][-1]
         line = (f"{label}: round {last['round']}  loss {last.get('loss', float('nan')):.6g}  "

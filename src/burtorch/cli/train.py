@@ -253,6 +253,9 @@ def main(args) -> int:
     except UsageError as e:
         print(f"burtorch train: error: {e}", file=sys.stderr)
         return 2
+    except FloatingPointError as e:  # the run diverged: a step's loss is inf or nan (the step is not taken)
+        print(f"burtorch train: the run diverged: {e}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:  # before training started (or a second Ctrl-C): nothing to save yet
         print("\nburtorch train: interrupted; no checkpoint written", file=sys.stderr)
         return 130
