@@ -259,6 +259,8 @@ void init_arena(nb::module_& m) {
             "write_bytes",
             [](nb::handle self, int64_t first, nb::handle data, const std::string& what) {
                 ArenaBox& b = *box_of(self.ptr());
+                if (!refuse_write_while_tracing(b.core.get(), "writing nodes (load_array, io.load)"))
+                    throw nb::python_error();
                 Py_buffer view;
                 if (PyObject_GetBuffer(data.ptr(), &view, PyBUF_C_CONTIGUOUS) != 0) throw nb::python_error();
                 const size_t vs = b.core->value_size();

@@ -202,6 +202,8 @@ bool tracing();
 // Returns true, or raises TraceError naming the user's line and returns false when `arena` is
 // being traced: a number read out of a traced Value would be baked into the program.
 bool refuse_while_tracing(bt::ArenaBase* arena, const char* what);
+// The same for a write (values or grads, of any arena) made while tracing: a replay would not repeat it.
+bool refuse_write_while_tracing(bt::ArenaBase* arena, const char* what);
 // Notes a comparison made on traced Values (b == nullptr: against the number c; py_op
 // Py_LT/LE/GT/GE, or -1 for bool(a)) and its outcome, re-checked by every replay.
 void record_guard(PyValue* a, PyValue* b, double c, int py_op, bool result);

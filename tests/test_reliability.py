@@ -93,6 +93,53 @@ def test_bad_argnums_refused(argnums):
         bt.value_and_grad(lambda x, y: x * y, argnums=argnums)
 
 
+def _writes():
+    p = bt.Value(3.0)
+    v = bt.vector([1.0, 2.0])
+    model = bt.nn.Linear(2, 1, dtype=bt.float32)  # another arena: its writes are as much lost
+    opt = bt.optim.SGD(model.parameters(), lr=0.1)
+    return {
+        "Value.data": lambda: setattr(p, "data", 5.0),
+        "Value.grad": lambda: setattr(p, "grad", 1.0),
+        "Value.zero_grad": p.zero_grad,
+        "Vector.set_data": lambda: v.set_data([3.0, 4.0]),
+        "Vector.set_grad": lambda: v.set_grad([3.0, 4.0]),
+        "Vector.zero_grad": v.zero_grad,
+        "Vector.scale_grad": lambda: v.scale_grad(2.0),
+        "load_array": lambda: bt.load_array(v, [5.0, 6.0]),
+        "optimizer step": opt.step,
+    }
+
+
+@pytest.mark.parametrize("name", sorted(_writes()))
+def test_a_write_inside_a_traced_function_is_refused(name):
+    write = _writes()[name]
+
+    def fn(x):
+        write()
+        return x * 2.0
+
+    with pytest.raises(bt.TraceError, match="dropped by every replay"):
+        bt.value_and_grad(fn)(1.0)
+    write()  # outside a trace, the same write is fine
+    assert bt.value_and_grad(lambda x: x * 2.0)(1.0) == (2.0, 2.0)  # the failed trace left nothing behind
+
+
+def test_a_bad_argument_to_a_native_cast_is_a_type_error():
+    for wrt in ([1.0], ["a"], [None]):
+        with pytest.raises(TypeError, match="wrt must hold Values or Vectors"):
+            bt.trace(lambda x: x * 2.0, [1.0], wrt=wrt)
+
+    class FakeId(int):
+        _bt_input = "not an int"  # looks like a traced id to the native side, but is not one
+
+    def fn(x, ids):
+        return bt.embedding(bt.vector([1.0, 2.0, 3.0]).reshape(3, 1), [FakeId(1)]).sum() * x
+
+    with pytest.raises(TypeError, match="type this function cannot use"):  # was RuntimeError('std::bad_cast')
+        bt.value_and_grad(fn, ids=(1,))(1.0, [1])
+
+
 # ---------------------------------------------------------------- 3. modes
 
 
