@@ -382,6 +382,11 @@ def test_fl_json_into_a_missing_directory_fails_before_the_rounds(tmp_path, caps
     assert code == 2 and "does not exist" in out.err and "round" not in out.out
 
 
+def test_fl_smoothness_that_overflows_is_a_usage_error(capsys):
+    code, out = _cli(["fl", "--rounds", "1", "--quiet", "--lam", "1e300"], capsys)
+    assert code == 2 and "overflow" in out.err
+
+
 def test_fl_libsvm_too_large_for_a_dense_matrix(tmp_path):
     from burtorch.fl.libsvm import read_libsvm
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import burtorch as bt
-from fuzz_profile import FUZZ_SEED, MODE_FUZZ_PROGRAMS
+from fuzz_profile import FUZZ_SEED, MODE_FUZZ_PROGRAMS, THREAD_STRESS_ROUNDS
 from op_table import BINARY, NARY, UNARY
 
 HOSTILE = [0.0, -0.0, 1.0, -1.0, 1e-300, -1e-300, 1e300, -1e300, 700.0, 1000.0, -1000.0, math.inf, -math.inf,
@@ -120,3 +120,81 @@ def test_detect_anomaly_covers_compiled_calls_and_map(name, n_args, fn):
     except bt.AnomalyError:
         raised = True
     assert raised == expected, f"map {name}"
+
+
+# ---------------------------------------------------------------- Python threads at once
+
+
+def _work(seed: int, shared: dict | None = None):
+    """One thread's round: random graphs built and swept (scalar and range ops) in its default
+    arena between a checkpoint and a rewind, a compiled function called and mapped, a small
+    model's compiled oracle and per-sample gradients, and (when `shared` holds other threads'
+    checkpoints) attempts to rewind those, which must be refused. Returns every number it made,
+    to compare with the same round run alone."""
+    from burtorch.nn import MakemoreMLP
+
+    r = random.Random(seed)
+    out = []
+    cp = bt.checkpoint()
+    if shared is not None:
+        shared[seed] = cp
+    for _ in range(4):
+        xs = [bt.Value(r.uniform(-2, 2)) for _ in range(6)]
+        v = bt.vector(xs)
+        y = (v.tanh() * v).sum() + bt.softmax(v).dot(v) + xs[0] * xs[1] - xs[2].exp()
+        y = y + bt.linear(v, bt.vector([r.uniform(-1, 1) for _ in range(12)]).reshape(2, 6)).sum()
+        y.backward()
+        out += [y.data] + [x.grad for x in xs]
+        if shared is not None:
+            for other, their_cp in list(shared.items()):
+                if other != seed:
+                    try:
+                        bt.rewind(their_cp)
+                        out.append("rewound another thread's arena")
+                    except RuntimeError:
+                        pass
+    bt.rewind(cp)
+    f = bt.value_and_grad(lambda a, b: (a * b).tanh() + bt.vector([a, b]).exp().sum(), argnums=(0, 1))
+    for _ in range(3):
+        out += list(np.ravel(f(r.uniform(-1, 1), r.uniform(-1, 1))[1]))
+    values, grads = f.map(np.array([[r.uniform(-1, 1), r.uniform(-1, 1)] for _ in range(5)]))
+    out += values.tolist() + grads.ravel().tolist()
+    bt.manual_seed(seed)
+    model = MakemoreMLP(vocab=9, block=3, emb=4, hidden=5, dtype=bt.float64)
+    batch = [([r.randrange(9) for _ in range(3)], r.randrange(9)) for _ in range(6)]
+    out.append(bt.grad_oracle(model, batch, compile=True))
+    out += model.parameter_vector().tolist("grads")
+    G, L = bt.per_sample_grads(model, batch)
+    out += G.ravel().tolist() + L.tolist()
+    with bt.detect_anomaly():
+        out.append(bt.is_anomaly_enabled())
+    out.append(bt.is_anomaly_enabled())
+    return out
+
+
+@pytest.mark.parametrize("n_threads", [2, 4])
+def test_threads_build_rewind_and_replay_at_once(n_threads):
+    import threading
+
+    rounds = max(2, THREAD_STRESS_ROUNDS // n_threads)
+    for k in range(rounds):
+        seeds = [FUZZ_SEED * 100 + 10 * k + i for i in range(n_threads)]
+        alone = {s: _work(s) for s in seeds}
+        results, errors, shared = {}, [], {}
+        barrier = threading.Barrier(n_threads)
+
+        def run(s):
+            try:
+                barrier.wait(10)
+                results[s] = _work(s, shared)
+            except BaseException as e:  # reported below, with its thread's seed
+                errors.append((s, repr(e)))
+
+        threads = [threading.Thread(target=run, args=(s,)) for s in seeds]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert not errors, errors
+        for s in seeds:
+            assert results[s] == alone[s], f"round {k}, thread seed {s}: results differ from the same work alone"

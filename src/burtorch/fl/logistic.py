@@ -84,7 +84,13 @@ class LogisticProblem(Problem):
         else:
             L = np.linalg.eigvalsh(sum(B.T @ B / len(B) for B in self.shards) / n)[-1] / 4.0 + reg
         L_max = max(float(np.max(np.einsum("ij,ij->i", B, B))) for B in self.shards) / 4.0 + reg
-        return Smoothness(float(L), float(np.sqrt(np.mean(np.square(local)))), L_max)
+        with np.errstate(over="ignore"):
+            L_tilde = float(np.sqrt(np.mean(np.square(local))))
+        if not all(np.isfinite(x) for x in (L, L_tilde, L_max)):
+            # the theory steps would be 0 or nan: no progress, without a word
+            raise ValueError(f"the smoothness constants overflow (L={L}, L_tilde={L_tilde}, L_max={L_max}): "
+                             "lam or the data are too large")
+        return Smoothness(float(L), L_tilde, L_max)
 
     def settings(self) -> dict[str, Any]:
         return {**super().settings(), "dim": self.dim, "lam": self.lam, "split": self.split, "data": self.source}
