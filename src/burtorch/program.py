@@ -13,9 +13,15 @@ Trace rules (see the README):
 - reading a number out of a traced Value (``float(v)``, ``.data``, ``.item()``, ``tolist()``,
   numpy views), ``backward()`` and ``no_grad()`` inside the traced function raise TraceError
   naming the line: their result would be baked into the program;
+- writes (``.data =``, ``.grad =``, ``zero_grad()``, ``set_data``, ``load_array``, optimizer
+  steps), into any arena, raise TraceError: they would run once, at trace time, and be dropped
+  by every replay;
 - ids (ints passed where an id argument is declared) may only be used as ids: in
   ``bt.embedding`` / ``nn.Embedding`` lookups and as ``cross_entropy`` targets. Any other use
-  (arithmetic, comparisons, indexing a Python list) raises TraceError.
+  (arithmetic, comparisons, indexing a Python list) raises TraceError. A scalar id argument is
+  one traced id, a list of L ints L of them (one signature per L);
+- gradients come in ``argnums`` order (``argnums=(1, 0)``: d/dx1 first), as in JAX;
+- under ``detect_anomaly`` calls and ``.map`` run eagerly, so that every op is checked.
 """
 from __future__ import annotations
 
