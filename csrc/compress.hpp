@@ -119,7 +119,16 @@ double dither(const T* x, size_t d, unsigned s, uint64_t seed, T* out) {
     check_finite(x, d);
     double sq = 0.0;
     for (size_t i = 0; i < d; ++i) sq += double(x[i]) * double(x[i]);
-    const double norm = std::sqrt(sq);
+    double norm = std::sqrt(sq);
+    if (!std::isfinite(norm)) {  // the squares overflow (double inputs near the maximum): scaled by the largest
+        double top = 0.0;
+        for (size_t i = 0; i < d; ++i) top = std::max(top, std::fabs(double(x[i])));
+        double scaled = 0.0;
+        for (size_t i = 0; i < d; ++i) scaled += (double(x[i]) / top) * (double(x[i]) / top);
+        norm = top * std::sqrt(scaled);
+        if (!std::isfinite(norm))
+            throw std::invalid_argument("dithering: the norm of these values overflows the type; scale them down");
+    }
     Rng rng(seed);
     for (size_t i = 0; i < d; ++i) {
         const double u = rng.uniform();

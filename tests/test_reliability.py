@@ -250,6 +250,35 @@ def test_natural_compression_near_the_types_maximum(dtype, bits):
             c.compress(np.array(x, dtype=dtype))
 
 
+@pytest.mark.parametrize("name", ["randk", "randseqk", "dithering", "scaled-randk", "scaled-dithering"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_compressors_refuse_values_that_overflow_instead_of_sending_inf(name, dtype):
+    from burtorch.fl.compressors import make_compressor
+
+    big = np.finfo(dtype).max
+    x = np.array([0.9 * big, -0.8 * big, 1.0, 2.0], dtype=dtype)
+    c = make_compressor(name, 4, 1, 1)
+    try:
+        msg = c.compress(x)
+    except ValueError as e:
+        assert "overflow" in str(e)
+    else:  # the coordinates drawn (or their scale) stayed in range: sent finite
+        assert np.isfinite(msg.values).all()
+    for seed in range(20):  # every draw: an error or finite values, never inf
+        try:
+            assert np.isfinite(c.compress(x, seed=seed).values).all()
+        except ValueError as e:
+            assert "overflow" in str(e)
+
+
+def test_dithering_norm_of_large_doubles_does_not_overflow():
+    from burtorch.fl.compressors import make_compressor
+
+    c = make_compressor("dithering", 4, 1, 4)
+    values = c.compress(np.array([1e200, -1e200, 1.0, 2.0])).values
+    assert np.isfinite(values).all() and values[0] > 0 > values[1]  # the norm overflowed: every value was 0
+
+
 @pytest.mark.parametrize("bad", [[None, 1.0], ["1", "2"], [True, False], [1.0, "x"]])
 def test_load_array_refuses_non_numbers(bad):
     v = bt.vector([5.0, 6.0])
