@@ -135,8 +135,9 @@ def _run(argv, capsys):
 
 
 @pytest.mark.parametrize("command", ["train", "fl"])
-def test_cli_fuzz(command, files, capsys):
+def test_cli_fuzz(command, files, capsys, monkeypatch):
     paths, out = files
+    monkeypatch.chdir(out)  # a run's default checkpoint (--save-every without --save) lands here
     r = random.Random(f"{FUZZ_SEED}-{command}")
     make = _train_argv if command == "train" else _fl_argv
     codes = {0: 0, 1: 0, 2: 0}
