@@ -26,7 +26,7 @@ static void check_state(const VectorBox& p, const OptimState& st, uint32_t nbuf)
 using bt::threads::in_blocks;
 
 // Whether an optimizer step split across threads writes the new weights with streaming stores
-// (csrc/optim.hpp's write_blocks; the default); off only for burtorch.bench.threads, which times
+// (csrc/optim.hpp's write_blocks; the default); off only for burtorch_bench.threads, which times
 // both side by side.
 static bool g_stream_split_steps = true;
 

@@ -31,7 +31,7 @@ static void set_num_threads(nb::handle n_h) {
 
 // How long one cache line takes to go from CPU a to CPU b and back, in nanoseconds: two threads,
 // each pinned to its CPU, hand a counter back and forth `rounds` times (the median of 9 batches).
-// A diagnostic of the machine for the bench (burtorch.bench.capacity): a threaded step hands its
+// A diagnostic of the machine for the bench (burtorch_bench.capacity): a threaded step hands its
 // work, and its data, between the cores many times.
 static double line_round_trip_ns(int cpu_a, int cpu_b, int rounds) {
     if (rounds < 1) throw nb::value_error("rounds must be at least 1");

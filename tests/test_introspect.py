@@ -62,15 +62,15 @@ def test_tool_modules_import_nothing_heavy():
 @pytest.mark.parametrize("skip, heavy_roots, least", [
     # the library without the federated package and the research methods built on it: no numpy,
     # no matplotlib
-    (("burtorch.bench", "burtorch.cli", "burtorch.__main__", "burtorch.fl")
+    (("burtorch.cli", "burtorch.__main__", "burtorch.fl")
      + tuple(f"burtorch.optim.{m}" for m in ("estimator", "gd", "page", "ef21", "marina")),
      ("numpy", "matplotlib"), 30),
     # burtorch.fl works on numpy arrays (its extra installs numpy), but still without matplotlib
-    (("burtorch.bench", "burtorch.cli", "burtorch.__main__"), ("matplotlib",), 40),
+    (("burtorch.cli", "burtorch.__main__"), ("matplotlib",), 40),
 ])
 def test_the_library_imports_neither_the_benchmarks_nor_the_app_nor_heavy_packages(skip, heavy_roots, least):
     """Every module of the library (the engine, nn, optim, data, io, viz, fl) imported in a fresh
-    interpreter leaves burtorch.bench, burtorch.cli and the heavy packages unimported."""
+    interpreter leaves the benchmark laboratory (benchmarks/), burtorch.cli and the heavy packages unimported."""
     import subprocess
     import sys
 
@@ -88,7 +88,7 @@ def test_the_library_imports_neither_the_benchmarks_nor_the_app_nor_heavy_packag
         "            walk(module)\n"
         "walk(burtorch)\n"
         f"heavy = sorted(m for m in sys.modules if m.split('.')[0] in {heavy_roots!r}\n"
-        "               or m.startswith(('burtorch.bench', 'burtorch.cli')))\n"
+        "               or m.startswith(('burtorch_bench', 'burtorch.cli')))\n"
         "print(len(names), heavy)\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

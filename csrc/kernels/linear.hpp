@@ -24,7 +24,7 @@ namespace bt {
 
 // Multiply-adds (rows * in * out) above which a layer's products are split across threads: about
 // the work that outweighs waking a helper. The threshold is not sensitive: several times as much
-// made no clear difference to two-thread training steps. `python -m burtorch.bench.threads`
+// made no clear difference to two-thread training steps. `python -m burtorch_bench.threads`
 // times layers on both sides of it with one and two threads.
 inline constexpr double kLinearParallelWork = 1 << 16;
 // Output units per task are a multiple of this, so no task cuts a register tile's columns.

@@ -50,7 +50,7 @@ inline float tanh_float(float xf) {
 // GCC vectorizes loops 256 bits wide on AVX-512 CPUs unless told otherwise (-mprefer-vector-width,
 // which keeps narrow loops, such as a small model's 24-wide rows, off registers they would fill
 // by halves). This loop is long and its double division is most of its time, so it gains from
-// 512-bit registers (python -m burtorch.bench.threads --only ops times it); the same operations
+// 512-bit registers (python -m burtorch_bench.threads --only ops times it); the same operations
 // lane by lane, so the same bits. Not inlined, so that the caller's preference does not replace this one.
 #if defined(__AVX512F__) && defined(__GNUC__) && !defined(__clang__)
 #define BT_WIDE_LOOP __attribute__((target("prefer-vector-width=512"), noinline))

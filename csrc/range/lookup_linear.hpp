@@ -10,7 +10,7 @@
 // bits of the layer followed by a tanh record). Split by units on two threads, a tanh record of
 // its own read h, half of it written on the other core, and its gradient wrote gh for both
 // halves of the sweep to read, so the tanh records took more than twice as long on two threads as
-// on one (python -m burtorch.bench.threads --only records shows them).
+// on one (python -m burtorch_bench.threads --only records shows them).
 //
 // A chunk of many rows repeats the table's few rows at every position, so from rows >= 1.5 V the
 // record computes through per-position tables instead of x. With W_p the d columns of W that

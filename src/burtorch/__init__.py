@@ -91,8 +91,7 @@ from .modes import detect_anomaly, no_grad  # noqa: E402,F401
 from .seeding import manual_seed  # noqa: E402,F401
 
 # The library's packages load on first use, so `import burtorch` stays light (no numpy, no
-# matplotlib). The benchmarks (burtorch.bench) and the command line (burtorch.cli) sit beside the
-# library and are never loaded by it.
+# matplotlib). The command line (burtorch.cli) sits beside the library and is never loaded by it.
 _LAZY_MODULES = ("io", "viz", "views", "introspect", "nn", "optim", "data", "oracle", "seeding", "program")
 
 if TYPE_CHECKING:  # what the lazy loader below returns, as type checkers should see it

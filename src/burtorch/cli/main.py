@@ -1,4 +1,4 @@
-"""The ``burtorch`` command: ``train``, ``demo``, ``bench`` and ``info``."""
+"""The ``burtorch`` command: ``train``, ``demo``, ``fl`` and ``info``."""
 from __future__ import annotations
 
 import argparse
@@ -32,7 +32,6 @@ def _demo(args) -> int:
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``burtorch`` command with every subcommand registered."""
     from .. import __version__
-    from ..bench.cli import register as register_bench
     from .arguments import positive_int
     from .fl import register as register_fl
     from .train import register as register_train
@@ -48,7 +47,6 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--repeats", type=positive_int, default=5,
                       help="timed runs per workload; the median is reported (default: 5)")
     demo.set_defaults(func=_demo)
-    register_bench(sub)
     register_fl(sub)
     info = sub.add_parser("info", help="this machine, interpreter and burtorch build",
                           description="Prints the CPU and its vector extensions, memory, OS, Python, "

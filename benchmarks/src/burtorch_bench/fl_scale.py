@@ -1,0 +1,150 @@
+"""Federated runs at scale: rounds per second of the serial, processes and Ray executors on the
+makemore MLP per client, the Ray executor's per-round overhead on a tiny model, and the peak
+memory of 1,000 clients of the default problem.
+
+    python -m burtorch_bench.fl_scale [--clients 64] [--rounds 20] [--repeats 3] [--json out.json]
+
+Each configuration runs ``repeats`` times (a fresh federation each time, start-up excluded) and
+the median is printed; start-up (spawning workers, starting Ray) is reported on its own. Memory
+is measured from the OS in a child process (peak RSS), next to the same child doing nothing.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from typing import Any
+
+
+def _names_problem(clients: int, hidden: int, max_samples: int, data=None):
+    from burtorch.data.corpus import default_words, read_words
+    from burtorch.data.locate import find_data_file
+    from burtorch.fl.names import NamesProblem
+
+    path = find_data_file("names.txt", data)
+    words = read_words(str(path)) if path else default_words()
+    return NamesProblem(words, clients, hidden=hidden, max_samples=max_samples, split="iid", seed=0,
+                        source=str(path) if path else "embedded words")
+
+
+def time_rounds(problem, make_method, executor: str, workers, rounds: int, repeats: int) -> dict:
+    from burtorch.fl import Federation
+
+    per_round, startup, finals = [], [], []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fed = Federation(problem, make_method(), executor=executor, workers=workers, seed=1, eval_every=0)
+        t1 = time.perf_counter()
+        try:
+            fed.run(rounds)
+            t2 = time.perf_counter()
+            finals.append(fed.x.tobytes())
+        finally:
+            fed.close()
+        startup.append(t1 - t0)
+        per_round.append((t2 - t1) / rounds)
+    return {"executor": executor, "workers": workers, "s_per_round": statistics.median(per_round),
+            "rounds_per_s": 1.0 / statistics.median(per_round), "startup_s": statistics.median(startup),
+            "all_s_per_round": per_round, "same_iterates": len(set(finals)) == 1, "final": finals[0]}
+
+
+def peak_rss_mb(code: str) -> float:
+    """The child's own peak RSS (VmHWM: unlike ru_maxrss it does not carry the parent's peak over exec)."""
+    probe = "\nprint([l.split()[1] for l in open('/proc/self/status') if l.startswith('VmHWM')][0])"
+    out = subprocess.run([sys.executable, "-c", code + probe], capture_output=True, text=True, check=True)
+    return int(out.stdout.strip().splitlines()[-1]) / 1024.0
+
+
+MEMORY_RUN = """
+from burtorch import fl
+from burtorch.fl.logistic import synthetic
+problem = synthetic({clients}, {clients} * 50, 30, seed=0)
+with fl.Federation(problem, fl.EF21(None, fl.TopK(30, 1)), seed=0) as fed:
+    fed.run(3)
+    resident = fed.executor.group.resident_bytes()
+print(resident)
+"""
+MEMORY_BASE = "import numpy, burtorch, burtorch.fl, burtorch.fl.logistic"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m burtorch_bench.fl_scale", description=__doc__.splitlines()[0])
+    ap.add_argument("--clients", type=int, default=64)
+    ap.add_argument("--rounds", type=int, default=20)
+    ap.add_argument("--hidden", type=int, default=64, help="hidden width e of the makemore MLP")
+    ap.add_argument("--max-samples", type=int, default=256, help="samples per client")
+    ap.add_argument("--k", type=int, default=100, help="TopK's k")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--memory-clients", type=int, default=1000)
+    ap.add_argument("--no-ray", action="store_true", help="skip the Ray rows")
+    ap.add_argument("--json", default=None)
+    ap.add_argument("--data", metavar="PATH", default=None,
+                    help="names.txt or a directory holding it (default: $BURTORCH_DATA, else the embedded words)")
+    args = ap.parse_args(argv)
+
+    import burtorch as bt
+    from burtorch.fl import EF21, TopK
+
+    # Workers run their clients on one thread each (one core per worker), so the serial
+    # executor's clients run on one thread too: the rows then compare executors by workers,
+    # not by how many cores a single process's records split across.
+    bt.set_num_threads(1)
+    results: dict[str, Any] = {"settings": vars(args), "mlp": [], "tiny": []}
+    problem = _names_problem(args.clients, args.hidden, args.max_samples, args.data)
+    d = len(problem.initial_point(1))
+    make = lambda: EF21(0.1, TopK(d, args.k))  # noqa: E731
+    print(f"makemore MLP e={args.hidden} ({d:,} parameters) on {args.clients} clients x {args.max_samples} samples, "
+          f"EF21 + Top{args.k}, {args.rounds} rounds, medians of {args.repeats}")
+    configs = [("serial", None), ("processes", 2)]
+    try:
+        import ray  # noqa: F401
+        if not args.no_ray:
+            configs += [("ray", 1), ("ray", 2)]
+    except ImportError:
+        print("  (ray not installed: pip install \"burtorch[fl]\" for the Ray rows)")
+    for executor, workers in configs:
+        row = time_rounds(problem, make, executor, workers, args.rounds, args.repeats)
+        results["mlp"].append(row)
+    serial = results["mlp"][0]
+    for row in results["mlp"]:
+        same = row["final"] == serial["final"]
+        print(f"  {row['executor']:>9} x{row['workers'] or 1}: {row['rounds_per_s']:7.2f} rounds/s "
+              f"({row['s_per_round'] * 1e3:8.1f} ms/round, {serial['s_per_round'] / row['s_per_round']:4.2f}x serial, "
+              f"start-up {row['startup_s']:.2f} s, iterates {'equal to' if same else 'DIFFERENT from'} serial)")
+
+    from burtorch.fl.logistic import synthetic
+
+    tiny = synthetic(args.clients, args.clients * 10, 5, seed=0)
+    make_tiny = lambda: EF21(0.1, TopK(5, 1))  # noqa: E731
+    print(f"tiny model (d=5, {args.clients} clients x 10 samples), {args.rounds * 5} rounds: the executors' own cost")
+    for executor, workers in configs:
+        row = time_rounds(tiny, make_tiny, executor, workers, args.rounds * 5, args.repeats)
+        results["tiny"].append(row)
+    base = results["tiny"][0]["s_per_round"]
+    for row in results["tiny"]:
+        print(f"  {row['executor']:>9} x{row['workers'] or 1}: {row['s_per_round'] * 1e3:7.2f} ms/round "
+              f"(overhead over serial {(row['s_per_round'] - base) * 1e3:+7.2f} ms/round)")
+
+    n = args.memory_clients
+    run_mb = peak_rss_mb(MEMORY_RUN.format(clients=n))
+    resident_mb = int(subprocess.run([sys.executable, "-c", MEMORY_RUN.format(clients=n)], capture_output=True,
+                                     text=True, check=True).stdout.split()[-1]) / 2 ** 20
+    base_mb = peak_rss_mb(MEMORY_BASE)
+    results["memory"] = {"clients": n, "peak_rss_mb": run_mb, "imports_only_mb": base_mb,
+                         "method_vectors_mb": resident_mb}
+    print(f"memory: {n:,} clients of the default problem (EF21, serial): peak RSS {run_mb:.1f} MB "
+          f"(the same imports alone: {base_mb:.1f} MB; the clients' EF21 vectors: {resident_mb:.2f} MB)")
+    for part in ("mlp", "tiny"):
+        for row in results[part]:
+            row.pop("final")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

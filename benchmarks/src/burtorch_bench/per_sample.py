@@ -1,0 +1,186 @@
+"""Per-sample gradients (the N x d matrix DP-SGD and gradient-noise studies need): W4's MLP at
+e = 64 (d = 69,083), N = 1,024 samples, FP32, one core.
+
+    taskset -c 0 python -m burtorch_bench.per_sample [--n 1024] [--hidden 64] [--reps 7]
+
+Rows: burtorch's per_sample_grads (recorded program, rows written straight into one numpy
+buffer) allocating a fresh (N, d) output per call like the peers do, and the same writing into an
+output passed as out= and reused across calls (no fresh pages to fault in); an eager burtorch
+loop (build, backward, copy the grads out, rewind); torch.func.vmap(torch.func.grad(...)) and
+jax.jit(jax.vmap(jax.grad(...))) where installed. Every framework starts from the same weights
+and batch; each row's gradients are cross-checked against burtorch's. Each repetition runs every
+framework once, in turn, so all rows see the same load; medians of --reps after one warm-up.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+
+import numpy as np
+
+
+def _setup(n, hidden, seed=0):
+    from .specs import MLP_BLOCK, MLP_EMBED_DIM
+
+    rng = np.random.default_rng(seed)
+    V = 27
+    p = {"C": rng.normal(size=(V, MLP_EMBED_DIM)).astype(np.float32),
+         "W1": (rng.normal(size=(hidden, MLP_BLOCK * MLP_EMBED_DIM)) * 0.05).astype(np.float32),
+         "b1": (rng.normal(size=hidden) * 0.01).astype(np.float32),
+         "W2": (rng.normal(size=(V, hidden)) * 0.1).astype(np.float32),
+         "b2": np.zeros(V, np.float32)}
+    X = rng.integers(0, V, size=(n, MLP_BLOCK))
+    Y = rng.integers(0, V, size=n)
+    return p, X, Y, V
+
+
+def _burtorch_model(p, V, hidden):
+    import burtorch as bt
+    from burtorch.nn import MakemoreMLP
+
+    m = MakemoreMLP.paper(hidden=hidden, vocab=V, dtype=bt.float32)
+    state = m.state_dict()
+    for name, key in (("embed.weight", "C"), ("fc1.weight", "W1"), ("fc1.bias", "b1"),
+                      ("fc2.weight", "W2"), ("fc2.bias", "b2")):
+        state[name].set_data(p[key].reshape(-1).tolist())
+    return m
+
+
+def _flat_torch(grads):
+    return np.concatenate([grads[k].reshape(len(grads[k]), -1) for k in ("C", "W1", "b1", "W2", "b2")], axis=1)
+
+
+def run_burtorch_compiled(p, X, Y, V, hidden):
+    import burtorch as bt
+
+    m = _burtorch_model(p, V, hidden)
+    batch = [(x, int(y)) for x, y in zip(X.tolist(), Y.tolist())]
+    bt.per_sample_grads(m, batch[:2])  # the trace
+
+    def once():
+        return bt.per_sample_grads(m, batch)[0]
+    return once
+
+
+def run_burtorch_compiled_out(p, X, Y, V, hidden):
+    import burtorch as bt
+
+    m = _burtorch_model(p, V, hidden)
+    batch = [(x, int(y)) for x, y in zip(X.tolist(), Y.tolist())]
+    out = bt.per_sample_grads(m, batch)[0]  # the trace, and the buffer every call reuses
+
+    def once():
+        return bt.per_sample_grads(m, batch, out=out)[0]
+    return once
+
+
+def run_burtorch_eager(p, X, Y, V, hidden):
+    m = _burtorch_model(p, V, hidden)
+    pv = m.parameter_vector()
+    grads = pv.numpy("grads")
+    arena = pv.arena
+    batch = [(x, int(y)) for x, y in zip(X.tolist(), Y.tolist())]
+
+    def once():
+        out = np.empty((len(batch), pv.size), np.float32)
+        cp = arena.checkpoint()
+        for i, s in enumerate(batch):
+            pv.zero_grad()
+            m.loss(*s).backward()
+            out[i] = grads
+            arena.rewind(cp)
+        return out
+    return once
+
+
+def run_torch(p, X, Y, V, hidden):
+    import torch
+    from torch.func import grad, vmap
+
+    torch.set_num_threads(1)
+    tp = {k: torch.tensor(v) for k, v in p.items()}
+    Xt, Yt = torch.tensor(X), torch.tensor(Y)
+
+    def loss(params, x, y):
+        h = torch.tanh(params["C"][x].reshape(-1) @ params["W1"].T + params["b1"])
+        logits = h @ params["W2"].T + params["b2"]
+        return torch.nn.functional.cross_entropy(logits[None], y[None])
+    f = vmap(grad(loss), in_dims=(None, 0, 0))
+
+    def once():
+        g = f(tp, Xt, Yt)
+        return _flat_torch({k: v.numpy() for k, v in g.items()})
+    return once
+
+
+def run_jax(p, X, Y, V, hidden):
+    os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1")
+    import jax
+    import jax.numpy as jnp
+
+    jp = {k: jnp.asarray(v) for k, v in p.items()}
+    Xj, Yj = jnp.asarray(X), jnp.asarray(Y)
+
+    def loss(params, x, y):
+        h = jnp.tanh(params["C"][x].reshape(-1) @ params["W1"].T + params["b1"])
+        logits = h @ params["W2"].T + params["b2"]
+        return jax.nn.logsumexp(logits) - logits[y]
+    f = jax.jit(jax.vmap(jax.grad(loss), in_axes=(None, 0, 0)))
+
+    def once():
+        g = f(jp, Xj, Yj)
+        return _flat_torch({k: np.asarray(v) for k, v in jax.block_until_ready(g).items()})
+    return once
+
+
+ROWS = (("burtorch-compiled", run_burtorch_compiled), ("burtorch-compiled-out", run_burtorch_compiled_out),
+        ("burtorch-eager-loop", run_burtorch_eager),
+        ("torch-func-vmap-grad", run_torch), ("jax-jit-vmap-grad", run_jax))
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="python -m burtorch_bench.per_sample", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--n", type=int, default=1024)
+    ap.add_argument("--hidden", type=int, default=64)
+    ap.add_argument("--reps", type=int, default=7)
+    args = ap.parse_args(argv)
+    p, X, Y, V = _setup(args.n, args.hidden)
+    d = sum(v.size for v in p.values())
+    print(f"per-sample gradients: W4 MLP e={args.hidden}, d={d:,}, N={args.n:,}, FP32, "
+          f"output {args.n * d * 4 / 1e6:.0f} MB; medians of {args.reps} runs")
+    print(f"{'framework':<22} {'median ms':>10} {'min':>8} {'max':>8} {'x torch':>8}  max |G - burtorch| / max |G|")
+    runs = {}
+    for name, make in ROWS:
+        try:
+            once = make(p, X, Y, V, args.hidden)
+            once()  # warm-up (compilation for jit peers)
+        except ImportError as exc:
+            print(f"{name:<22} not installed ({exc.name})")
+            continue
+        runs[name] = once
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    for _ in range(args.reps):  # every framework once per repetition: all see the same load
+        for name, once in runs.items():
+            t = time.perf_counter()
+            G = once()
+            times[name].append(time.perf_counter() - t)
+            del G
+    if "burtorch-compiled" not in runs:
+        raise SystemExit("per_sample: burtorch's compiled row is the reference and did not run")
+    reference = runs["burtorch-compiled"]().copy()
+    torch_ms = statistics.median(times["torch-func-vmap-grad"]) if "torch-func-vmap-grad" in times else None
+    for name, once in runs.items():
+        G = once()
+        err = float(np.max(np.abs(G - reference)) / np.max(np.abs(reference)))
+        ok = "ok" if err < 1e-4 else "MISMATCH"
+        med = statistics.median(times[name])
+        rel = f"{med / torch_ms:8.3f}" if torch_ms else f"{'-':>8}"
+        print(f"{name:<22} {1e3 * med:>10.1f} {1e3 * min(times[name]):>8.1f} {1e3 * max(times[name]):>8.1f} {rel}  "
+              f"{err:.2e} {ok}")
+        del G
+
+
+if __name__ == "__main__":
+    main()
