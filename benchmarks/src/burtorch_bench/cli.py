@@ -109,6 +109,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def _validate(args) -> None:
     if args.data is not None and not Path(args.data).exists():
         raise SystemExit(f"burtorch-bench: --data {args.data!r} does not exist")
+    # The results are written after every run: the directory is made (or refused) before the first.
+    out = Path(args.out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise SystemExit(f"burtorch-bench: --out {args.out}: {exc.strerror or exc}") from None
+    if not os.access(out, os.W_OK | os.X_OK):
+        raise SystemExit(f"burtorch-bench: --out {args.out} is not writable")
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     for t in getattr(args, "threads", None) or ():
         if not 1 <= t <= cores:
@@ -128,7 +136,10 @@ def handle(args) -> int:
     if args.what == "compare":
         if len(args.files) != 2:
             raise SystemExit("burtorch-bench compare: give OLD.json NEW.json")
-        old, new = (report.load(f) for f in args.files)
+        try:
+            old, new = (report.load(f) for f in args.files)
+        except (OSError, ValueError) as exc:  # a missing, special or junk file: said, not a traceback
+            raise SystemExit(f"burtorch-bench compare: {exc}") from None
         sys.stdout.write(compare.render(compare.compare(old, new, args.frameworks),
                                         args.files[0], args.files[1]))
         return 0
