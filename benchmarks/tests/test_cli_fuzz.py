@@ -1,8 +1,9 @@
 """A fuzzer of the burtorch-bench command line (issue 41): random invocations of the quick
 workloads (burtorch's own rows), of `report` and of `compare`, over odd flag values, output
 directories and input files (empty, junk, non-UTF-8, a directory, a FIFO, missing, a valid run).
-Each must end in bounded time with exit 0, a usage error (2), or a message without a traceback
-(SystemExit with a string), and a run that ends with 0 must have written its results.json.
+Each must end in bounded time with exit 0, 1 (a run failed or disagreed), a usage error (2), or a
+message without a traceback (SystemExit with a string), and a suite that ends with 0 or 1 must
+have written its results.json.
 
 BURTORCH_FUZZ sets the number of invocations (unset: a few, ci: more, long: many, from a fresh
 seed printed on failure); each workload run starts a child process, so the counts stay small."""
@@ -87,10 +88,11 @@ def test_bench_cli_fuzz(inputs, capsys, monkeypatch):
             pytest.fail(f"{why} raised {e!r}")
         elapsed = time.perf_counter() - t0
         err = capsys.readouterr().err
-        assert code in (0, 2) or isinstance(code, str), f"exit {code!r}: {why}\n{err[-2000:]}"
+        # 1: a run failed or disagreed, which the written results say
+        assert code in (0, 1, 2) or isinstance(code, str), f"exit {code!r}: {why}\n{err[-2000:]}"
         assert "Traceback" not in err, f"{why}\n{err[-2000:]}"
         assert elapsed < SECONDS_PER_RUN, f"{elapsed:.0f} s: {why}"
-        if code == 0 and argv[0] not in ("report", "compare"):
+        if code in (0, 1) and argv[0] not in ("report", "compare"):
             out = argv[argv.index("--out") + 1] if "--out" in argv else str(d / "bench-results")
             assert os.path.isfile(os.path.join(out, "results.json")), f"no results.json: {why}"
         codes["ok" if code == 0 else "refused"] += 1
@@ -102,6 +104,14 @@ def _exit(argv):
         return main(argv)
     except SystemExit as e:
         return e.code
+
+
+@pytest.mark.parametrize("flag", ["--iters", "--embed", "--batch", "--reps"])
+def test_huge_sizes_are_refused_before_the_runs(flag, tmp_path, capsys):
+    code = _exit(["mlp" if flag in ("--embed", "--batch") else "tiny", "--frameworks", "burtorch", flag,
+                  "9" * 13, "--out", str(tmp_path / "o")])
+    assert isinstance(code, str) and "above the most" in code
+    assert "[1/" not in capsys.readouterr().err
 
 
 def test_out_that_is_a_file_is_refused_before_the_runs(tmp_path, capsys):

@@ -109,6 +109,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def _validate(args) -> None:
     if args.data is not None and not Path(args.data).exists():
         raise SystemExit(f"burtorch-bench: --data {args.data!r} does not exist")
+    # Sizes past these would run for hours or exhaust memory in every child: refused before any work.
+    for flag, values, top in (("--iters", [args.iters], 10**8), ("--reps", [args.reps], 10**4),
+                              ("--warmup", [args.warmup], 10**6), ("--embed", args.embed, 1 << 16),
+                              ("--batch", args.batch, 1 << 16)):
+        for v in values or ():
+            if v is not None and v > top:
+                raise SystemExit(f"burtorch-bench: {flag} {v} is above the most this suite takes ({top:,})")
     # The results are written after every run: the directory is made (or refused) before the first.
     out = Path(args.out)
     try:
