@@ -67,6 +67,24 @@ def test_program_cache_stays_bounded_in_a_training_loop():
     assert len(cache) - 1 <= oracle_compiled.MAX_PROGRAMS
 
 
+@pytest.mark.parametrize("chunk", [1, 3])
+def test_compiled_oracle_sees_a_replaced_layer(chunk):
+    from burtorch.nn import Linear, MakemoreMLP
+
+    bt.manual_seed(1)
+    model = MakemoreMLP(vocab=11, block=4, emb=5, hidden=7)
+    r = random.Random(2)
+    batch = [([r.randrange(11) for _ in range(4)], r.randrange(11)) for _ in range(6)]
+    bt.grad_oracle(model, batch, compile=True, chunk=chunk)  # traced with the first fc2
+    model.fc2 = Linear(7, 11)
+    compiled = bt.grad_oracle(model, batch, compile=True, chunk=chunk)
+    G = model.parameter_vector().numpy("grads").copy()
+    assert compiled == pytest.approx(bt.grad_oracle(model, batch, chunk=chunk), rel=1e-6)
+    np.testing.assert_allclose(G, model.parameter_vector().numpy("grads"), rtol=1e-4, atol=1e-6)
+    Gs, _ = bt.per_sample_grads(model, batch)
+    assert Gs.shape[1] == model.num_parameters()
+
+
 def test_compiled_signatures_stay_bounded():
     from burtorch import program
 

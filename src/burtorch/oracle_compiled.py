@@ -12,10 +12,13 @@ from itertools import chain
 
 from . import _core
 from .data.arrays import ArrayBatch
+from .nn.module import structure_epoch
 from .program import traced_ids
 
 # model -> {(sample shape, dtype, wrt key): Program}; dies with the model.
 _programs: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+# model -> nn.module.structure_epoch() when its cached parameter vector was built.
+_epochs: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 # Programs kept per model: a loop over ever new sample shapes or wrt lists must not keep every
 # program it traced; past this, the least recently used one is dropped (and retraced if needed).
 MAX_PROGRAMS = 64
@@ -46,11 +49,19 @@ def _shape_at(batch, i: int):
 
 
 def _parameters(model):
-    """model.parameter_vector(), kept per model (building it walks every module each time)."""
+    """model.parameter_vector(), kept per model (building it walks every module each time), built
+    again when a module's structure changed since (nn.module.structure_epoch); when its nodes
+    changed too (a layer replaced), the model's programs, which read the old nodes, are dropped."""
     cache = _programs.setdefault(model, {})
     params = cache.get("params")
-    if params is None or not _alive(params):
-        params = cache["params"] = model.parameter_vector()
+    epoch = structure_epoch()
+    if params is None or _epochs.get(model) != epoch or not _alive(params):
+        fresh = model.parameter_vector()
+        if params is not None and (fresh.arena is not params.arena or fresh.spans != params.spans):
+            for k in [k for k in cache if k != "params"]:
+                del cache[k]
+        params = cache["params"] = fresh
+        _epochs[model] = epoch
     return params
 
 
@@ -72,7 +83,7 @@ def sample_program(model, sample, loss_fn=None, wrt=None):
 def _cached_program(model, shape, wrt_key=None):
     """The live program already traced for `shape`, or None."""
     cache = _programs.get(model)
-    if cache is not None:
+    if cache is not None and _epochs.get(model) == structure_epoch():  # else _parameters looks again
         params = cache.get("params")
         key = (shape, params.arena.dtype, wrt_key) if params is not None else None
         prog = cache.get(key) if key is not None else None
