@@ -240,6 +240,27 @@ def test_detect_anomaly_checks_the_compiled_oracle_and_per_sample_grads():
     np.testing.assert_allclose(G_mode, G, rtol=1e-5, atol=1e-7)
 
 
+def test_gradient_calls_refuse_no_grad_alike():
+    from burtorch.nn import MakemoreMLP
+
+    model = MakemoreMLP(vocab=11, block=4, emb=5, hidden=7)
+    r = random.Random(1)
+    batch = [([r.randrange(11) for _ in range(4)], r.randrange(11)) for _ in range(4)]
+    opt = bt.optim.SGD(model.parameters(), lr=0.1)
+    f = bt.value_and_grad(lambda x, y: x * y, argnums=(0, 1))
+    f(1.0, 2.0)  # traced: a replay under no_grad used to answer while a first call refused
+    before = model.parameter_vector().tolist()
+    calls = [lambda: bt.grad_oracle(model, batch), lambda: bt.grad_oracle(model, batch, compile=True),
+             lambda: bt.per_sample_grads(model, batch), lambda: f(1.0, 2.0), lambda: f.map(np.ones((2, 2))),
+             lambda: opt.fused_step(model, batch, chunk=4), lambda: opt.fused_step(model, batch)]
+    for call in calls:
+        with pytest.raises(ValueError, match="no_grad"):
+            with bt.no_grad():
+                call()
+    assert model.parameter_vector().tolist() == before
+    assert opt.fused_step(model, batch, chunk=4) > 0  # outside the mode, as before
+
+
 # ---------------------------------------------------------------- 6. numbers
 
 

@@ -53,6 +53,7 @@ def grad_oracle(model: Any, batch: Sequence[Any], loss_fn: LossFn | None = None,
     """
     if not isinstance(chunk, int) or chunk < 1:
         raise ValueError(f"chunk must be a positive int, got {chunk!r}")
+    check_grad_enabled("grad_oracle()")
     n_threads = checked_threads(threads)
     if compile and chunk > 1 and loss_fn is not None:
         raise ValueError("chunk > 1 needs a model with loss_batch(samples) and no custom loss_fn")
@@ -70,6 +71,13 @@ def grad_oracle(model: Any, batch: Sequence[Any], loss_fn: LossFn | None = None,
         # swept would leave part of the batch's gradient in the grads: they are put back as they were
         _restore_grads(saved)
         raise
+
+
+def check_grad_enabled(what: str) -> None:
+    """Raises ValueError under no_grad(): the call computes gradients, and without records its
+    sweeps would reach no parameter (an eager oracle returned its loss with the grads untouched)."""
+    if not _core.is_grad_enabled():
+        raise ValueError(f"{what} computes gradients: it cannot run under no_grad()")
 
 
 def _saved_grads(model: Any) -> list[tuple[Any, int, bytes]]:

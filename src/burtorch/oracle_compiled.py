@@ -388,6 +388,8 @@ def per_sample_grads(model, batch, loss_fn=None, wrt=None, out=None):
     one across calls saves faulting in fresh pages for every call)."""
     import numpy as np
 
+    if not _core.is_grad_enabled():  # as grad_oracle: a trace records ops, an eager sweep needs them
+        raise ValueError("per_sample_grads() computes gradients: it cannot run under no_grad()")
     batch = _listed(batch)
     N = len(batch)
     if N == 0:

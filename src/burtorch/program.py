@@ -213,6 +213,7 @@ class Compiled:
 
     # ---- one call (no numpy: plain buffers in and out)
     def __call__(self, *args):
+        _check_grad_enabled()
         floats, id_args, id_shape, wrt_pos = self._split(args)
         if _core.is_anomaly_enabled():  # replays check nothing: the eager ops check every output
             return self._eager(args, floats, id_args, id_shape, wrt_pos)
@@ -283,6 +284,7 @@ class Compiled:
 
         if reduce not in (None, "mean"):
             raise ValueError(f"reduce must be None or 'mean', got {reduce!r}")
+        _check_grad_enabled()
         X, id_cols, N = _batch(X, ids)
         id_shape = tuple(0 if c.ndim == 1 else c.shape[1] for c in id_cols)
         if len(id_shape) != len(self.ids):
@@ -331,6 +333,13 @@ class Compiled:
     def programs(self):
         """Every program traced so far (all signatures and variants)."""
         return [p for progs in self._cache.values() for p in progs]
+
+
+def _check_grad_enabled():
+    """Under no_grad() a first call could not trace (a trace records ops) while a later one would
+    replay: one rule for both, the call computes gradients and is refused."""
+    if not _core.is_grad_enabled():
+        raise ValueError("a compiled gradient cannot run under no_grad(): it computes gradients")
 
 
 def _row(buf):

@@ -92,6 +92,7 @@ class SGD(Optimizer):
         """
         oracle = late.module("oracle")
         checked_threads, grad_oracle, thread_cap = oracle.checked_threads, oracle.grad_oracle, oracle.thread_cap
+        oracle.check_grad_enabled("fused_step()")  # under no_grad a one-graph step returned its loss, untaken
         n = len(batch)
         good_chunk = isinstance(chunk, int) and not isinstance(chunk, bool) and chunk >= 1
         if (compile and not self.momentum and good_chunk and 1 < chunk < n and n % chunk == 0 and loss_fn is None
