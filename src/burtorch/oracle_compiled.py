@@ -100,7 +100,7 @@ def _wrt_key(wrt):
     would share a program, and one whose values change would trace a new one every step."""
     if wrt is None:
         return None
-    key = []
+    key: list[tuple] = []
     for w in wrt:
         if isinstance(w, _core.Vector):
             key.append(("Vector", id(w.arena), tuple(w.spans), tuple(w.shape)))

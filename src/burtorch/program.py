@@ -126,9 +126,9 @@ class Compiled:
     def __init__(self, fn, argnums, ids, dtype, with_value):
         self.fn = fn
         self._single = isinstance(argnums, int)
-        self.argnums = (argnums,) if self._single else tuple(argnums) if isinstance(argnums, (tuple, list)) else None
-        if self.argnums is None:
+        if not self._single and not isinstance(argnums, (tuple, list)):
             raise ValueError(f"argnums must be an int or a tuple of ints, got {argnums!r}")
+        self.argnums: tuple = (argnums,) if self._single else tuple(argnums)
         if not all(isinstance(a, int) and not isinstance(a, bool) and a >= 0 for a in self.argnums):
             raise ValueError(f"argnums must be non-negative ints, got {argnums!r}")
         if len(set(self.argnums)) != len(self.argnums):
