@@ -157,6 +157,7 @@ void init_arena(nb::module_& m) {
         .def(
             "clear",
             [](ArenaBox& b) {
+                check_owner(b, "clear");
                 bt::Mark mk;
                 mk.arena_id = b.core->id();
                 b.core->rewind(mk);
@@ -171,7 +172,11 @@ void init_arena(nb::module_& m) {
             nb::arg("nodes"), nb::arg("records") = 0, nb::arg("args") = 0,
             "Commits memory for this many nodes (and records, args) up front.")
         .def(
-            "release_unused", [](ArenaBox& b) { b.core->release_unused(); },
+            "release_unused",
+            [](ArenaBox& b) {
+                check_owner(b, "release memory of");
+                b.core->release_unused();
+            },
             "Returns memory above the current size to the OS.")
         .def("stats", &arena_stats, nb::sig("def stats(self) -> dict[str, Any]"),
              "Nodes, records and bytes in use by category.")
@@ -254,6 +259,8 @@ void init_arena(nb::module_& m) {
             "write_bytes",
             [](nb::handle self, int64_t first, nb::handle data, const std::string& what) {
                 ArenaBox& b = *box_of(self.ptr());
+                if (!refuse_write_while_tracing(b.core.get(), "writing nodes (load_array, io.load)"))
+                    throw nb::python_error();
                 Py_buffer view;
                 if (PyObject_GetBuffer(data.ptr(), &view, PyBUF_C_CONTIGUOUS) != 0) throw nb::python_error();
                 const size_t vs = b.core->value_size();

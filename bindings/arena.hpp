@@ -16,6 +16,10 @@ struct Checkpoint {
 Checkpoint take_checkpoint(nb::handle a0, nb::handle a1);
 void rewind_to(const Checkpoint& cp);
 
+// Raises RuntimeError when `b` is another thread's private default arena: discarding its nodes
+// (rewind, clear, release_unused) from here would pull them from under that thread.
+void check_owner(const ArenaBox& b, const char* what);
+
 // `with arena:`: pushes the arena on the thread's stacks / pops it (it must be the innermost).
 void enter_arena(nb::handle self);
 void exit_arena(nb::handle self);

@@ -66,6 +66,7 @@ PyObject* current_arena(bt::DType dt) {
     if (!a) {
         a = PyObject_CallOneArg(g_arena_type, g_dtype_objects[d]);
         if (!a) return nullptr;
+        box_of(a)->owner_thread = PyThread_get_thread_ident();
         int rc = PyDict_SetItemString(t->dict, kDefaultKeys[d], a);
         Py_DECREF(a);  // the dict keeps it alive
         if (rc < 0) return nullptr;
@@ -143,8 +144,18 @@ Checkpoint take_checkpoint(nb::handle a0, nb::handle a1) {
     return cp;
 }
 
+void check_owner(const ArenaBox& b, const char* what) {
+    if (b.owner_thread == 0 || b.owner_thread == PyThread_get_thread_ident()) return;
+    throw std::runtime_error(std::string("cannot ") + what +
+                             " another thread's default arena: each thread's default arena is private to it "
+                             "(its nodes may be in use there); share work between threads through an "
+                             "Arena made with bt.Arena() and entered with `with arena:`");
+}
+
 void rewind_to(const Checkpoint& cp) {
     for (int k = 0; k < 2; ++k)  // validate everything before changing anything
+        if (cp.arena[k].is_valid()) check_owner(*box_of(cp.arena[k].ptr()), "rewind");
+    for (int k = 0; k < 2; ++k)
         if (cp.arena[k].is_valid())
             if (const char* why = box_of(cp.arena[k].ptr())->core->mark_problem(cp.mark[k]))
                 throw nb::value_error((std::string("cannot rewind: ") + why).c_str());

@@ -25,6 +25,9 @@ namespace btpy {
 // The payload of a Python `Arena` object.
 struct ArenaBox {
     std::unique_ptr<bt::ArenaBase> core;
+    // The thread whose private default arena this is (PyThread_get_thread_ident), 0 for an arena
+    // made by the user: another thread may not rewind or clear it (check_owner, arena_scope.cpp).
+    unsigned long owner_thread = 0;
     explicit ArenaBox(bt::DType dt, const bt::Capacity& cap) {
         if (dt == bt::DType::float64)
             core = std::make_unique<bt::Arena<double>>(cap);
@@ -199,6 +202,8 @@ bool tracing();
 // Returns true, or raises TraceError naming the user's line and returns false when `arena` is
 // being traced: a number read out of a traced Value would be baked into the program.
 bool refuse_while_tracing(bt::ArenaBase* arena, const char* what);
+// The same for a write (values or grads, of any arena) made while tracing: a replay would not repeat it.
+bool refuse_write_while_tracing(bt::ArenaBase* arena, const char* what);
 // Notes a comparison made on traced Values (b == nullptr: against the number c; py_op
 // Py_LT/LE/GT/GE, or -1 for bool(a)) and its outcome, re-checked by every replay.
 void record_guard(PyValue* a, PyValue* b, double c, int py_op, bool result);

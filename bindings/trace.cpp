@@ -50,6 +50,16 @@ bool refuse_while_tracing(bt::ArenaBase* arena, const char* what) {
     return false;
 }
 
+bool refuse_write_while_tracing(bt::ArenaBase* /*arena*/, const char* what) {
+    // Any arena: a write into another arena is as much a side effect that replays would not repeat.
+    if (!t_trace) return true;
+    PyErr_Format(TraceError,
+                 "%s while tracing (%s): the write would happen once, while tracing, and be dropped by every "
+                 "replay. Write values and grads outside the traced function.",
+                 what, python_line().c_str());
+    return false;
+}
+
 void record_guard(PyValue* a, PyValue* b, double c, int py_op, bool result) {
     bt::Trace* t = bt::trace_of(a->arena);
     if (!t || (b && b->arena != t->arena())) return;
@@ -143,6 +153,9 @@ static ProgramBox* trace_end(nb::handle root_h, nb::handle inputs_h, nb::handle 
             if (!check_alive(v)) throw nb::python_error();
             st->add_wrt(bt::Span{v->idx, 1});
         } else {
+            if (!nb::isinstance<VectorBox>(h))
+                throw nb::type_error(
+                    ("wrt must hold Values or Vectors, got " + std::string(Py_TYPE(h.ptr())->tp_name)).c_str());
             VectorBox vb = nb::cast<VectorBox>(h);
             if (vb.arena != arena) throw nb::value_error("wrt holds a Vector of another arena");
             vb.check();

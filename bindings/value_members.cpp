@@ -111,7 +111,7 @@ static PyObject* m_detach(PyObject* self, PyObject*) {
 
 static PyObject* m_zero_grad(PyObject* self, PyObject*) {
     PyValue* v = reinterpret_cast<PyValue*>(self);
-    if (!check_alive(v)) return nullptr;
+    if (!check_alive(v) || !refuse_write_while_tracing(v->arena, "zero_grad()")) return nullptr;
     set_grad(v, 0.0);
     Py_RETURN_NONE;
 }
@@ -157,6 +157,7 @@ static int set_number(PyObject* self, PyObject* val, const char* what, void (*wr
     }
     PyValue* v = reinterpret_cast<PyValue*>(self);
     if (!check_alive(v)) return -1;
+    if (!refuse_write_while_tracing(v->arena, what[0] == 'd' ? "setting Value.data" : "setting Value.grad")) return -1;
     write(v, d);
     return 0;
 }

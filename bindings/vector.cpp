@@ -80,6 +80,7 @@ static void assign(const VectorBox& v, nb::handle data, bool grads) {
         throw nb::value_error(
             ("assigning " + std::to_string(a.v.size()) + " numbers to a Vector of " + std::to_string(v.size)).c_str());
     v.check();
+    if (!refuse_write_while_tracing(v.arena, grads ? "set_grad()" : "set_data()")) throw nb::python_error();
     if (grads) v.arena->mark_grads_written();
     size_t i = 0;
     each_slot_ptr(v, grads, [&](auto* p) { *p = static_cast<std::remove_reference_t<decltype(*p)>>(a.v[i++]); });
@@ -87,12 +88,14 @@ static void assign(const VectorBox& v, nb::handle data, bool grads) {
 
 static void fill_grad(const VectorBox& v, double value) {
     v.check();
+    if (!refuse_write_while_tracing(v.arena, "zero_grad()")) throw nb::python_error();
     if (value != 0.0) v.arena->mark_grads_written();
     each_slot_ptr(v, true, [&](auto* p) { *p = static_cast<std::remove_reference_t<decltype(*p)>>(value); });
 }
 
 static void scale_grad(const VectorBox& v, double c) {
     v.check();
+    if (!refuse_write_while_tracing(v.arena, "scale_grad()")) throw nb::python_error();
     // A finite factor keeps zero grads zero; inf or nan turns them into nan, which the next sweep
     // must reset like any other write to interior grads.
     if (!std::isfinite(c)) v.arena->mark_grads_written();

@@ -17,7 +17,7 @@
 // `in`; that choice too depends only on the layer's shape, not on the split.
 //
 // Why no BLAS: on the target shapes these kernels hold their own against the OpenBLAS numpy
-// ships (benchmarks/src/burtorch_bench/gemm_floor.py compares them, one thread), and they win where a
+// ships (burtorch_bench.gemm_floor compares them, one thread), and they win where a
 // BLAS call's overhead dominates: one row, or a few rows of a small layer. And they keep
 // `pip install .` free of any binary dependency.
 //

@@ -11,7 +11,7 @@ template <typename T>
 inline uint32_t append_gather(Arena<T>& A, const Spans& table, uint32_t d, const uint32_t* ids, uint32_t n) {
     const uint32_t dims[2] = {n, d};
     Appended ap = append_range(A, Op::gather, {&table}, dims, 2, size_t(n) * d, 0, 0.0, ids, n);
-    range_forward(A.frame(), ap.rec, ap.args);
+    forward_appended(A, ap);
     return ap.out;
 }
 template <typename T>

@@ -14,7 +14,7 @@ inline uint32_t append_linear(Arena<T>& A, const Spans& x, const Spans& W, const
     const size_t ny = size_t(rows) * nout;
     Appended ap =
         b ? append_range(A, Op::linear, {&x, &W, b}, tail, 4, ny) : append_range(A, Op::linear, {&x, &W}, tail, 4, ny);
-    range_forward(A.frame(), ap.rec, ap.args);
+    forward_appended(A, ap);
     return ap.out;
 }
 // Scratch: [x gathered (rows * in) | the operand each task's tiles transpose, if any (none when

@@ -73,7 +73,7 @@ inline uint32_t append_lookup_linear(Arena<T>& A, const Spans& table, const Span
     const size_t ny = size_t(rows) * nout, nids = size_t(rows) * (nin / d);
     Appended ap = b ? append_range(A, Op::lookup_linear, {&table, &W, b}, tail, 5, ny, 0, 0.0, ids, nids)
                     : append_range(A, Op::lookup_linear, {&table, &W}, tail, 5, ny, 0, 0.0, ids, nids);
-    range_forward(A.frame(), ap.rec, ap.args);
+    forward_appended(A, ap);
     return ap.out;
 }
 

@@ -39,7 +39,7 @@ template <typename T>
 inline uint32_t append_softmax(Arena<T>& A, const Spans& x, uint32_t rows, uint32_t n) {
     const uint32_t tail[2] = {rows, n};
     Appended ap = append_range(A, Op::softmax, {&x}, tail, 2, size_t(rows) * n);
-    range_forward(A.frame(), ap.rec, ap.args);
+    forward_appended(A, ap);
     return ap.out;
 }
 // Scratch: x gathered (rows * n).
@@ -125,7 +125,7 @@ inline uint32_t append_cross_entropy(Arena<T>& A, const Spans& logits, uint32_t 
                                      const uint32_t* targets) {
     const uint32_t dims[2] = {rows, V};
     Appended ap = append_range(A, Op::cross_entropy, {&logits}, dims, 2, 1, 0, 0.0, targets, rows);
-    range_forward(A.frame(), ap.rec, ap.args);
+    forward_appended(A, ap);
     return ap.out;
 }
 // Scratch: [logits gathered (rows * V) | each row's loss (rows)].
