@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "arena.hpp"
+#include "vector.hpp"
 
 namespace btpy {
 
@@ -46,6 +47,7 @@ static nb::dict arena_stats(const ArenaBox& b) {
     bytes["records"] = a.bytes_records();
     bytes["args"] = a.bytes_args();
     bytes["labels"] = a.label_bytes();
+    bytes["pins"] = a.bytes_pins();
     nb::dict d;
     d["dtype"] = dtype_name(a.dtype());
     d["nodes"] = a.num_slots();
@@ -53,11 +55,17 @@ static nb::dict arena_stats(const ArenaBox& b) {
     d["args"] = a.num_args();
     d["labels"] = a.num_labels();
     d["bytes"] = bytes;
-    d["bytes_in_use"] =
-        a.num_slots() * 2 * vs + a.bytes_gen() + a.bytes_lo() + a.bytes_records() + a.bytes_args() + a.label_bytes();
+    d["bytes_in_use"] = a.num_slots() * 2 * vs + a.bytes_gen() + a.bytes_lo() + a.bytes_records() + a.bytes_args() +
+                        a.label_bytes() + a.bytes_pins();
     d["bytes_committed"] = a.committed_bytes();
     d["epoch"] = a.epoch();
     d["rewinds"] = a.rewinds();
+    // What keeps the arena from shrinking: the highest slot a live handle pins (-1: none).
+    const size_t top = a.pinned_top();
+    d["pinned_top"] = int64_t(top) - 1;
+    d["pins_at_top"] = top ? a.pins_of(uint32_t(top - 1)) : 0u;
+    d["reclaims"] = a.reclaims();
+    d["reclaimed_nodes"] = a.reclaimed_slots();
     return d;
 }
 
@@ -233,9 +241,14 @@ void init_arena(nb::module_& m) {
                 char* p = range_ptr(b, first, last, what);
                 if (writable && what == "grads") b.core->expose_grads();  // writes we cannot see
                 size_t shape[1] = {static_cast<size_t>(last - first)};
-                // The array keeps the arena alive; the arena's columns never move, so it never dangles.
+                // The array's owner is a Vector over the range: it keeps the arena alive (whose
+                // columns never move, so the array never dangles) and pins the nodes it shows, so
+                // that reclamation never hands them to new nodes while the array lives.
+                nb::object owner = last > first ? nb::cast(contiguous_vector(nb::borrow(self), b.core.get(),
+                                                                             uint32_t(first), size_t(last - first)))
+                                                : nb::borrow(self);
                 nb::dlpack::dtype dt = b.core->dtype() == bt::DType::float64 ? nb::dtype<double>() : nb::dtype<float>();
-                auto arr = nb::ndarray<nb::numpy, nb::ndim<1>>(p, 1, shape, self, nullptr, dt);
+                auto arr = nb::ndarray<nb::numpy, nb::ndim<1>>(p, 1, shape, owner, nullptr, dt);
                 nb::object o = nb::cast(arr, nb::rv_policy::reference);
                 if (!writable) o.attr("flags").attr("writeable") = false;
                 return o;

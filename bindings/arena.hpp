@@ -11,6 +11,7 @@ extern PyObject* g_arena_type;  // burtorch.Arena
 struct Checkpoint {
     nb::object arena[2];
     bt::Mark mark[2];
+    SlotPin pin[2];  // the last slot below each mark: reclamation never discards a live checkpoint
 };
 // A checkpoint of a0 and a1 (either may be a null handle).
 Checkpoint take_checkpoint(nb::handle a0, nb::handle a1);

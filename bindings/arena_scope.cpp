@@ -67,6 +67,7 @@ PyObject* current_arena(bt::DType dt) {
         a = PyObject_CallOneArg(g_arena_type, g_dtype_objects[d]);
         if (!a) return nullptr;
         box_of(a)->owner_thread = PyThread_get_thread_ident();
+        box_of(a)->core->reclaim_thread = box_of(a)->owner_thread;
         int rc = PyDict_SetItemString(t->dict, kDefaultKeys[d], a);
         Py_DECREF(a);  // the dict keeps it alive
         if (rc < 0) return nullptr;
@@ -140,6 +141,8 @@ Checkpoint take_checkpoint(nb::handle a0, nb::handle a1) {
             if (!b) throw nb::python_error();
             cp.arena[k] = nb::borrow(hs[k]);
             cp.mark[k] = b->core->checkpoint();
+            if (cp.mark[k].slots)
+                cp.pin[k].take(b->core.get(), cp.mark[k].slots - 1);  // a live checkpoint stays reachable
         }
     return cp;
 }

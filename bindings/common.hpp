@@ -52,6 +52,63 @@ extern bt::DType g_default_dtype;  // set_default_dtype (read it through default
 extern bool g_labels_on;           // bt.labels(): automatic labels only; a label= given is always stored
 
 inline bool is_value(PyObject* o) { return Py_TYPE(o) == &ValueType; }
+
+// Drops a pin on (idx, gen) and, when that was the top slot's last pin, reclaims the arena's
+// unpinned top (value.cpp). Only from the arena's reclaiming thread and never while it is traced.
+void release_pin(bt::ArenaBase* arena, uint32_t idx, uint64_t gen);
+
+// A pin on one slot held for the lifetime of a C++ object (a Vector's highest slot, a checkpoint's
+// position): each copy pins again, a move hands the pin over.
+struct SlotPin {
+    bt::ArenaBase* arena = nullptr;
+    uint32_t idx = 0;
+    uint64_t gen = 0;
+    SlotPin() = default;
+    SlotPin(bt::ArenaBase* a, uint32_t i) { take(a, i); }
+    SlotPin(const SlotPin& o) { take_copy(o); }
+    SlotPin(SlotPin&& o) noexcept : arena(o.arena), idx(o.idx), gen(o.gen) { o.arena = nullptr; }
+    SlotPin& operator=(const SlotPin& o) {
+        if (this != &o) {
+            drop();
+            take_copy(o);
+        }
+        return *this;
+    }
+    SlotPin& operator=(SlotPin&& o) noexcept {
+        if (this != &o) {
+            drop();
+            arena = o.arena;
+            idx = o.idx;
+            gen = o.gen;
+            o.arena = nullptr;
+        }
+        return *this;
+    }
+    ~SlotPin() { drop(); }
+    void take(bt::ArenaBase* a, uint32_t i) {
+        drop();
+        if (!a || i >= a->num_slots()) return;
+        arena = a;
+        idx = i;
+        gen = a->gen_of(i);
+        a->pin(i);
+    }
+    void drop() {
+        if (arena) release_pin(arena, idx, gen);
+        arena = nullptr;
+    }
+
+private:
+    void take_copy(const SlotPin& o) {
+        arena = nullptr;
+        if (o.arena && o.arena->alive(o.idx, o.gen)) {
+            arena = o.arena;
+            idx = o.idx;
+            gen = o.gen;
+            arena->pin(idx);
+        }
+    }
+};
 inline PyValue* as_pyvalue(PyObject* o) { return reinterpret_cast<PyValue*>(o); }
 
 template <typename T>

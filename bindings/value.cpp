@@ -35,11 +35,21 @@ PyObject* make_value(bt::ArenaBase* arena, PyObject* owner, uint32_t idx) {
     v->owner = owner;
     v->idx = idx;
     v->gen = arena->gen_of(idx);
+    arena->pin(idx);
     return reinterpret_cast<PyObject*>(v);
+}
+
+void release_pin(bt::ArenaBase* arena, uint32_t idx, uint64_t gen) {
+    if (!arena->unpin(idx, gen)) [[likely]]
+        return;
+    if (arena->reclaim_thread && arena->reclaim_thread != PyThread_get_thread_ident()) return;
+    if (bt::trace_of(arena)) return;  // a trace refers to its records by position
+    arena->reclaim_top();
 }
 
 static void value_dealloc(PyObject* o) {
     PyValue* v = reinterpret_cast<PyValue*>(o);
+    release_pin(v->arena, v->idx, v->gen);  // before the owner goes: it keeps the arena alive
     Py_DECREF(v->owner);
     if (g_nfree < kFreeMax)
         g_free[g_nfree++] = v;

@@ -20,6 +20,9 @@ struct VectorBox {
     std::vector<uint64_t> gens;  // per span: the generation of its last slot
     size_t size = 0;
     uint32_t rows = 0, cols = 0;  // rows == 0: one-dimensional (cols == size)
+    // The highest viewed slot, pinned while the view lives: nothing it shows can be reclaimed.
+    // Declared last, so that it goes before `owner`, which keeps the arena alive.
+    SlotPin pin;
 
     bt::DType dtype() const { return arena->dtype(); }
     // A rewind below a span's last slot either removes it or restamps it, so checking the last

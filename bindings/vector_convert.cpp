@@ -30,7 +30,12 @@ VectorBox make_vector(const nb::object& owner, bt::ArenaBase* arena, const Spans
             v.spans.push_back(s);
         v.size += s.second;
     }
-    for (const Span& s : v.spans) v.gens.push_back(arena->gen_of(s.first + s.second - 1));
+    uint32_t top = 0;
+    for (const Span& s : v.spans) {
+        v.gens.push_back(arena->gen_of(s.first + s.second - 1));
+        top = std::max(top, s.first + s.second - 1);
+    }
+    if (!v.spans.empty()) v.pin.take(arena, top);
     v.rows = rows;
     v.cols = rows ? cols : uint32_t(std::min<size_t>(v.size, UINT32_MAX));
     return v;

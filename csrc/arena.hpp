@@ -13,6 +13,11 @@
 // lo bounds the sweep: a record's lo is the lowest record index its outputs depend on, one min
 // per append. Backward from a root visits records [lo, root's record] only, so a loop that never
 // rewinds costs the same per step forever instead of sweeping every earlier step's records.
+//
+// pins[i] counts the live handles (Values, Vectors, numpy views, checkpoints) whose highest slot
+// is i. Nodes depend only on lower slots, so nothing above the highest pinned slot can still be
+// read: when the last pin of the top slot goes, reclaim_top() truncates the arena down to the
+// highest pinned slot exactly as a rewind would (new epoch, so a stale handle stays detected).
 #pragma once
 #include <algorithm>
 #include <cstdint>
@@ -82,11 +87,13 @@ public:
           lo_col_(cap.slots, 3 * kSkew),
           rec_col_(cap.records, 4 * kSkew),
           args_col_(cap.args, 5 * kSkew),
+          pin_col_(cap.slots, 6 * kSkew),
           id_(next_id()) {
         gen_ = gen_col_.data();
         lo_ = lo_col_.data();
         recs_ = rec_col_.data();
         args_ = args_col_.data();
+        pins_ = pin_col_.data();
     }
     virtual ~ArenaBase() = default;
 
@@ -155,10 +162,61 @@ public:
         if (first <= nslots_) nslots_ = first;
     }
     uint64_t rewinds() const { return rewinds_; }
+
+    // ---- pins and automatic reclamation of the top ----
+    void pin(uint32_t idx) { ++pins_[idx]; }
+    // Drops a pin taken on (idx, gen). True when that was the top slot's last pin: the caller may
+    // then reclaim_top(). A handle made stale by a rewind holds no pin (its slot was reissued).
+    bool unpin(uint32_t idx, uint64_t gen) {
+        if (!alive(idx, gen)) return false;
+        return --pins_[idx] == 0 && size_t(idx) + 1 == nslots_;
+    }
+    uint32_t pins_of(uint32_t idx) const { return pins_[idx]; }
+    // One past the highest pinned slot (0 if none): the arena cannot shrink below it.
+    size_t pinned_top() const {
+        size_t t = nslots_;
+        while (t > 0 && pins_[t - 1] == 0) --t;
+        return t;
+    }
+    // Truncates slots, records and args above the highest pinned slot (a record whose outputs
+    // straddle it stays whole). Returns the number of slots reclaimed. Cost: the slots reclaimed.
+    size_t reclaim_top() {
+        size_t t = pinned_top();
+        if (t == nslots_) return 0;
+        size_t r = first_record_at_or_above(static_cast<uint32_t>(t));
+        if (r > 0 && size_t(recs_[r - 1].out) + recs_[r - 1].nout > t) t = size_t(recs_[r - 1].out) + recs_[r - 1].nout;
+        if (t >= nslots_) return 0;
+        size_t args = nargs_;
+        for (size_t q = r; q < nrecords_; ++q) {
+            const OpKind k = op_info(recs_[q].op).kind;
+            if (k == OpKind::nary || k == OpKind::range) {
+                args = recs_[q].a;
+                break;
+            }
+        }
+        const size_t freed = nslots_ - t;
+        nslots_ = t;
+        nrecords_ = r;
+        nargs_ = args;
+        if (dirty_ > r) dirty_ = r;
+        if (!labels_.empty()) labels_.erase(labels_.lower_bound(static_cast<uint32_t>(t)), labels_.end());
+        ++epoch_;
+        ++reclaims_;
+        reclaimed_slots_ += freed;
+        sweeps_since_rewind_ = 0;
+        slots_at_rewind_ = std::min(slots_at_rewind_, t);
+        return freed;
+    }
+    uint64_t reclaims() const { return reclaims_; }
+    uint64_t reclaimed_slots() const { return reclaimed_slots_; }
     // Sweeps and nodes since the last rewind: how the bindings notice a loop that never rewinds.
     uint64_t sweeps_since_rewind() const { return sweeps_since_rewind_; }
     size_t slots_since_rewind() const { return nslots_ - std::min(nslots_, slots_at_rewind_); }
-    bool growth_warned = false;  // set by the bindings once they warned about a loop that never rewinds
+    bool growth_warned = false;
+    // The thread that may reclaim this arena's top on a handle's release (0: any thread holding
+    // the GIL). Set by the bindings to the owner of a thread's default arena, whose nodes another
+    // thread must not pull from under it.
+    unsigned long reclaim_thread = 0;  // set by the bindings once they warned about a loop that never rewinds
 
     // Grads of records at or above the watermark are zero unless something other than a sweep
     // wrote them: a sweep then skips zeroing them. Whoever writes grads directly says so here;
@@ -231,9 +289,10 @@ public:
     size_t bytes_args() const { return nargs_ * sizeof(uint32_t); }
     size_t bytes_gen() const { return nslots_ * sizeof(uint64_t); }
     size_t bytes_lo() const { return nslots_ * sizeof(uint32_t); }
+    size_t bytes_pins() const { return nslots_ * sizeof(uint32_t); }
     size_t committed_bytes() const {
         return gen_col_.committed_bytes() + lo_col_.committed_bytes() + rec_col_.committed_bytes() +
-               args_col_.committed_bytes() + committed_value_bytes();
+               args_col_.committed_bytes() + pin_col_.committed_bytes() + committed_value_bytes();
     }
     virtual size_t committed_value_bytes() const = 0;
     // Commits memory for this many slots, records and args in total.
@@ -248,6 +307,7 @@ public:
         lo_col_.release_beyond(nslots_);
         rec_col_.release_beyond(nrecords_);
         args_col_.release_beyond(nargs_);
+        pin_col_.release_beyond(nslots_);
         release_values_beyond(nslots_);
     }
 
@@ -259,10 +319,11 @@ protected:
         ensure_values(n);
         gen_col_.ensure(n);
         lo_col_.ensure(n);
+        pin_col_.ensure(n);
     }
     // The counts up to which appends need no check but one compare per kind.
     void refresh_limits() {
-        slot_limit_ = std::min({committed_values(), gen_col_.committed(), lo_col_.committed()});
+        slot_limit_ = std::min({committed_values(), gen_col_.committed(), lo_col_.committed(), pin_col_.committed()});
         record_limit_ = rec_col_.committed();
         args_limit_ = args_col_.committed();
     }
@@ -286,10 +347,12 @@ protected:
     Column<uint32_t> lo_col_;
     Column<Record> rec_col_;
     Column<uint32_t> args_col_;
+    Column<uint32_t> pin_col_;
     uint64_t* gen_;
     uint32_t* lo_;
     Record* recs_;
     uint32_t* args_;
+    uint32_t* pins_;
     // Each count sits beside its limit, not beside the other counts: the compiler would merge
     // adjacent increments into one vector store, and reading one count back from it stalls.
     size_t nslots_ = 0, slot_limit_ = 0;
@@ -298,6 +361,7 @@ protected:
     uint64_t id_;
     uint64_t epoch_ = 0;
     uint64_t rewinds_ = 0;
+    uint64_t reclaims_ = 0, reclaimed_slots_ = 0;
     uint64_t sweeps_since_rewind_ = 0;
     size_t slots_at_rewind_ = 0;
     size_t dirty_ = 0;
@@ -378,6 +442,7 @@ public:
                 grad_[i] = T(0);
                 gen_[i] = epoch;
                 lo_[i] = lo;
+                pins_[i] = 0;
             }
         };
         // A chunk's range records add tens of thousands of slots at once (16 bytes each to
@@ -467,6 +532,7 @@ private:
         grad_[out] = T(0);
         gen_[out] = epoch_;
         lo_[out] = lo;
+        pins_[out] = 0;
         recs_[rec] = Record{op, 0, static_cast<uint32_t>(out), 1, a, b, lo, imm};
         return static_cast<uint32_t>(out);
     }

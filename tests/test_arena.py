@@ -41,12 +41,12 @@ def test_stale_handle_in_every_entry_point():
 def test_rewind_to_discarded_or_foreign_checkpoint():
     a, b = bt.Arena(), bt.Arena()
     with a:
-        bt.Value(1.0)
+        k1 = bt.Value(1.0)  # handles kept: dropped nodes at the top are reclaimed  # noqa: F841
         cp0 = a.checkpoint()
-        bt.Value(2.0)
+        k2 = bt.Value(2.0)  # noqa: F841
         cp1 = a.checkpoint()
         a.rewind(cp0)
-        bt.Value(3.0)  # regrow to the same size: cp1 must still be recognised as discarded
+        k3 = bt.Value(3.0)  # regrow to the same size: cp1 must still be recognised as discarded  # noqa: F841
         with pytest.raises(ValueError, match="discarded"):
             a.rewind(cp1)
         assert a.num_nodes == 2  # unchanged by the refused rewind
@@ -58,8 +58,8 @@ def test_scope_and_module_checkpoint_cover_both_dtypes():
     a64, a32 = bt.current_arena(bt.float64), bt.current_arena(bt.float32)
     n64, n32 = a64.num_nodes, a32.num_nodes
     with bt.scope():
-        bt.Value(1.0) * 2
-        bt.Value(1.0, dtype=bt.float32) * 2
+        x = bt.Value(1.0) * 2  # kept: a dropped graph at the top would be reclaimed  # noqa: F841
+        y = bt.Value(1.0, dtype=bt.float32) * 2  # noqa: F841
         assert a64.num_nodes == n64 + 2 and a32.num_nodes == n32 + 2
     assert a64.num_nodes == n64 and a32.num_nodes == n32
 
@@ -144,7 +144,7 @@ def test_stats_counts_bytes():
     arena = bt.Arena(bt.float32)
     with arena:
         xs = [bt.Value(float(i), dtype=bt.float32) for i in range(100)]
-        bt.reduce_sum(xs)
+        total = bt.reduce_sum(xs)  # noqa: F841
         s = arena.stats()
         assert s["nodes"] == 101 and s["records"] == 1 and s["args"] == 100
         assert s["bytes"]["values"] == 404 and s["bytes"]["records"] == 32

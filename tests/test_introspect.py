@@ -8,18 +8,21 @@ from burtorch.introspect import format_stats, human_bytes, memory_report
 def build(arena, n, labelled):
     """n leaves and n products, each labelled when `labelled` (labels stay off: a label given is
     stored all the same)."""
+    kept = []  # the nodes stay (dropped ones would be reclaimed): returned to the caller
     with arena:
         for i in range(n):
             x = bt.Value(float(i), label=f"x{i}" if labelled else None)
             y = x * 2.0
             if labelled:
                 y.label = f"y{i}"
+            kept.append(y)
+    return kept
 
 
 def test_no_label_given_uses_no_label_memory():
     off, on = bt.Arena(bt.float64), bt.Arena(bt.float64)
-    build(off, 500, False)
-    build(on, 500, True)
+    keep_off = build(off, 500, False)  # noqa: F841  (the nodes must stay alive)
+    keep_on = build(on, 500, True)  # noqa: F841
     s_off, s_on = off.stats(), on.stats()
     assert s_off["labels"] == 0 and s_off["bytes"]["labels"] == 0
     assert s_on["labels"] == 1000 and s_on["bytes"]["labels"] > 0
@@ -28,7 +31,7 @@ def test_no_label_given_uses_no_label_memory():
 
 def test_memory_report_lists_every_category(capsys):
     arena = bt.Arena(bt.float32)
-    build(arena, 10, True)
+    kept = build(arena, 10, True)  # noqa: F841
     text = memory_report(arena)
     assert capsys.readouterr().out.strip() == text
     s = arena.stats()

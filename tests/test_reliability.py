@@ -533,11 +533,12 @@ def test_a_shared_arena_may_still_be_rewound_from_any_thread():
 
     arena = bt.Arena(bt.float64)
     with arena:
-        bt.Value(1.0)
+        first = bt.Value(1.0)  # kept: a dropped Value's node would be reclaimed at once
     cp = arena.checkpoint()
     with arena:
-        bt.Value(2.0)
+        second = bt.Value(2.0)
     t = threading.Thread(target=arena.rewind, args=(cp,))
     t.start()
     t.join()
-    assert arena.num_nodes == 1
+    assert arena.num_nodes == 1 and first.data == 1.0
+    assert not second.alive

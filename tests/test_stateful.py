@@ -137,8 +137,7 @@ def worker_job(report: dict, rounds: int) -> None:
                 return
         small = bt.Arena(F32, capacity=5)
         with small:
-            for _ in range(5):
-                bt.Value(1.0, dtype=F32)
+            kept = [bt.Value(1.0, dtype=F32) for _ in range(5)]  # kept: dropped nodes would be reclaimed  # noqa: F841
             try:
                 bt.Value(1.0, dtype=F32)
                 report["error"] = "capacity not enforced in a thread"

@@ -62,12 +62,13 @@ def test_several_spans_need_copy(nodes):
 
 def test_view_keeps_the_arena_alive():
     arena = bt.Arena(bt.float64)
-    for i in range(5):
-        bt.Value(float(i) * 2, arena=arena)
+    kept = [bt.Value(float(i) * 2, arena=arena) for i in range(5)]  # dropped nodes would be reclaimed
     view = numpy_view((arena, 0, 5))
     del arena
     gc.collect()
     assert view.tolist() == [0.0, 2.0, 4.0, 6.0, 8.0]
+    del kept
+    assert view.tolist() == [0.0, 2.0, 4.0, 6.0, 8.0]  # the view pins what it shows
 
 
 def test_load_array_in_bulk(nodes):

@@ -12,7 +12,7 @@ from typing import IO, Any, Literal
 
 from ._core import Arena, current_arena, float32, float64
 
-_CATEGORIES = ("values", "grads", "generations", "sweep_bounds", "records", "args", "labels")
+_CATEGORIES = ("values", "grads", "generations", "sweep_bounds", "pins", "records", "args", "labels")
 
 
 def human_bytes(n: float) -> str:
