@@ -157,7 +157,8 @@ class _TiedMLP(nn.Module):
     def loss(self, x, t):
         x = bt.leaves(x, dtype=self.fc1.weight.dtype)
         h = self.fc1(x).tanh()
-        self.unused(x)  # a record in the swept range whose output the loss ignores
+        dead = self.unused(x)  # noqa: F841  (a record in the swept range whose output the loss ignores; held,
+        # as a dropped output at the top would be reclaimed at once)
         w = self.fc1.weight
         return _core.cross_entropy(self.fc2(h), t) + (w * w).sum() * 0.01
 
