@@ -48,8 +48,8 @@ class RewindingNumber:
 
     def __float__(self):
         self.world.rewind_pool()
-        bt.Value(-777.0, arena=self.world.a64)
-        bt.Value(-777.0, arena=self.world.a32)
+        # kept: a dropped Value at the top would be reclaimed, and the slots must be reissued now
+        self.world.kept += [bt.Value(-777.0, arena=self.world.a64), bt.Value(-777.0, arena=self.world.a32)]
         return self.value
 
     def __index__(self):
@@ -115,7 +115,7 @@ class RewindingIterable:
         fresh = [bt.Value(float(i), arena=w.a64) for i in range(self.n)]
         yield w.v64
         w.rewind_pool()
-        bt.Value(-777.0, arena=w.a64)
+        w.kept.append(bt.Value(-777.0, arena=w.a64))
         yield from fresh[1:]
 
 
@@ -179,16 +179,20 @@ class World:
     # ---- sentinels: never handed to any call ----
     def make_sentinels(self):
         self.hidden = [bt.Arena(F64), bt.Arena(F32)]
+        self.sentinel_keep = []
         for a in self.hidden:
             with a:
                 x = bt.leaves([0.25 * i - 3 for i in range(48)], dtype=a.dtype)
                 loss = bt.vsum((x * x).tanh()) + bt.reduce_sum(x.values()[:5])
                 loss.backward()
+                self.sentinel_keep += [x, loss]  # held: dropped graphs would be reclaimed
         # the thread's default arenas: nothing below these may change either
         self.defaults = []
         for d in (F32, F64):
             vals = [bt.Value(1.0 / (i + 3), dtype=d) for i in range(8)]
-            (bt.reduce_mul(vals) * 2.0).backward()
+            root = bt.reduce_mul(vals) * 2.0
+            root.backward()
+            self.sentinel_keep += [vals, root]
             self.defaults.append((bt.current_arena(d), vals[0].index, vals[-1].index + 1))
         self.hidden_bytes = self.sentinel_bytes()
 
@@ -202,8 +206,7 @@ class World:
         self.a64 = bt.Arena(F64, capacity=CAPACITY)
         self.a32 = bt.Arena(F32, capacity=CAPACITY)
         self.full = bt.Arena(F64, capacity=4)
-        for _ in range(4):
-            bt.Value(1.0, arena=self.full)
+        self.kept = [bt.Value(1.0, arena=self.full) for _ in range(4)]  # held: it must stay full
         self.enter()
         a64, a32 = self.a64, self.a32
         self.v64 = bt.Value(0.75, arena=a64)
@@ -242,8 +245,7 @@ class World:
         self.stale32 = bt.Value(3.0, arena=a32)
         self.cp_discarded = bt.checkpoint()
         self.rewind_pool()
-        bt.Value(0.0, arena=a64)
-        bt.Value(0.0, arena=a32)
+        self.kept += [bt.Value(0.0, arena=a64), bt.Value(0.0, arena=a32)]
         self.cp_other = self.full.checkpoint()
         self.mark = (a64.num_nodes, a32.num_nodes)
         self.rebuilds = getattr(self, "rebuilds", -1) + 1
