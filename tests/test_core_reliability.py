@@ -41,9 +41,10 @@ def test_a_full_arena_raises_memory_error_and_changes_nothing(path):
     with arena:
         a, b = bt.Value(1.0), bt.Value(2.0)
         v = bt.vector([a, b])
+        filler = []  # held: dropped Values at the top would be reclaimed and never fill it
         while True:  # fill it up
             try:
-                bt.Value(0.0)
+                filler.append(bt.Value(0.0))
             except MemoryError:
                 break
         before = (arena.num_nodes, arena.num_records, arena.num_args)
@@ -178,10 +179,12 @@ class RewindingNumber:
 
     def __init__(self, arena, cp, value=1.0):
         self.arena, self.cp, self.value = arena, cp, value
+        self.kept = []
 
     def __float__(self):
         self.arena.rewind(self.cp)
-        bt.Value(-777.0, arena=self.arena)  # reuses the slot of whatever was rewound
+        # reuses the slot of whatever was rewound (held: a dropped Value at the top is reclaimed)
+        self.kept.append(bt.Value(-777.0, arena=self.arena))
         return self.value
 
     __index__ = None
@@ -212,7 +215,8 @@ def test_python_code_run_by_an_argument_cannot_redirect_a_write(path):
         cp = arena.checkpoint()
         v = bt.Value(3.0, arena=arena)
         with pytest.raises(bt.StaleValueError):
-            TOCTOU_PATHS[path](v, RewindingNumber(arena, cp))
+            number = RewindingNumber(arena, cp)  # held, with the Value it allocates
+            TOCTOU_PATHS[path](v, number)
         # whatever now lives in the rewound slot kept its value, and nothing else changed
         assert arena.value(cp.nodes).data == -777.0
         assert keep.data == 5.0 and keep.grad == 0.0
