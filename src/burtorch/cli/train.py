@@ -10,7 +10,7 @@ import time
 from dataclasses import asdict
 from typing import Any
 
-from .arguments import non_negative_int, positive_float, positive_int
+from .arguments import memory_setting, non_negative_int, plan_setting, positive_float, positive_int
 from .digest import sha256
 from .trainer import History, sample_text, train, uniform_loss
 
@@ -26,19 +26,26 @@ RUN_KEYS = ("preset", "hidden", "dtype", "optimizer", "lr", "batch", "chunk", "s
             "eval_samples")
 
 DESCRIPTION = """\
-Trains the paper's character-level MLP (W4, makemore) or miniature GPT (W5) with per-sample
-gradient oracles: each sample's graph is built, swept backward and discarded, so memory is that
-of one sample whatever the batch. Prints progress, validation losses and sampled text.
+Trains the paper's character-level MLP (W4, makemore) or miniature GPT (W5). Each step runs by a
+plan chosen at the start (printed in one line) by timing the ways a step can run for about a
+second: eager or recorded, samples per graph, the SGD update fused into the sweep, threads.
+--memory bounds what it may choose ("sample": the paper's per-sample oracle, memory of one
+sample whatever the batch); --plan eager forces the paper's path. Prints progress, validation
+losses and sampled text.
 
 Checkpoints are single checksummed files holding the model, the optimizer, the step, the random
 state, the run's settings, the vocabulary and the loss history. One is written at the end with
 --save, every N steps with --save-every, and on Ctrl-C or SIGTERM (the run then stops after the
 current step and exits with 128 + the signal number). --resume continues a run exactly: the same
-seed and settings reach bitwise the same parameters as an uninterrupted run."""
+seed and settings reach bitwise the same parameters as an uninterrupted run (the plan is kept in
+the checkpoint and reused)."""
 
 EPILOG = """\
 examples:
   burtorch train gpt                                   the paper's GPT on the embedded corpus
+  burtorch train gpt --memory sample                   memory of one sample, whatever the batch
+  burtorch train gpt --plan eager                      the paper's per-sample eager oracle
+  burtorch train gpt --plan "compiled chunk=32"        a path picked by hand
   burtorch train mlp --data names.txt --steps 30000    the MLP on a word list
   burtorch train gpt --save run.ckpt --save-every 500  checkpoint every 500 steps
   burtorch train gpt --resume run.ckpt                 continue after an interruption"""
@@ -58,16 +65,21 @@ def register(sub) -> None:
     p.add_argument("--batch", type=positive_int, help="samples per step (default: 32)")
     p.add_argument("--optimizer", choices=["sgd", "adam", "adamw"], help="default: mlp sgd, gpt adamw")
     p.add_argument("--lr", type=positive_float, help="learning rate (default: sgd 0.1, adam/adamw 3e-3)")
-    p.add_argument("--chunk", type=positive_int, help="samples per graph (default 1: the paper's per-sample "
+    p.add_argument("--plan", type=plan_setting, help="how each step runs: auto (default: timed at the start, "
+                   "within --memory), eager (the paper's per-sample oracle), or a plan such as "
+                   "'compiled chunk=32 fused threads=2' (see docs/guides/step-paths.md)")
+    p.add_argument("--memory", type=memory_setting, help="what the plan may hold: sample (one sample per graph, "
+                   "whatever the batch), fast (no bound) or a byte budget such as 64M (default 64M)")
+    p.add_argument("--chunk", type=positive_int, help="by hand: samples per graph (1: the paper's per-sample "
                    "oracle; k > 1: k samples as one graph, weights read once per chunk, memory of k samples)")
-    p.add_argument("--compile", action="store_true", help="trace each sample (or chunk) shape once and replay "
-                   "every one natively (recorded programs: the same gradients, no Python per sample or "
+    p.add_argument("--compile", action="store_true", help="by hand: trace each sample (or chunk) shape once and "
+                   "replay every one natively (recorded programs: the same gradients, no Python per sample or "
                    "chunk); may change between a run and its resumption")
-    p.add_argument("--threads", type=positive_int, default=1, help="native threads (default 1; at most the "
-                   "cores this process may use): with --compile, blocks of each batch's samples (or chunks) "
-                   "replay at once (the last bits of the sums depend on N); with --chunk alone, a chunk's "
-                   "layers split across threads (the same bits for any N); per-sample eager ops are too "
-                   "small to split")
+    p.add_argument("--threads", type=positive_int, help="native threads (at most the cores this process may "
+                   "use; default: the plan's, 1 with --chunk/--compile): with --compile, blocks of each "
+                   "batch's samples (or chunks) replay at once (the last bits of the sums depend on N); with "
+                   "--chunk alone, a chunk's layers split across threads (the same bits for any N); "
+                   "per-sample eager ops are too small to split")
     p.add_argument("--dtype", choices=["float32", "float64"], help="default: float32")
     p.add_argument("--seed", type=int, help="seeds initialisation, sampling and the data split (default: 1337)")
     p.add_argument("--eval-every", type=positive_int, help="steps between validation losses (default: 250)")
@@ -236,6 +248,28 @@ def main(args) -> int:
         return 130
 
 
+def _choose_plan(args, meta, run, model, optimizer, train_set):
+    """(the plan every step runs, or None for --chunk/--compile by hand; the line to print)."""
+    from ..optim.fused import planned_step
+
+    by_hand = args.compile or args.chunk is not None
+    if args.plan is not None and by_hand:
+        raise UsageError("--plan and --chunk/--compile both say how to step; give one (e.g. --plan 'compiled chunk=8')")
+    if by_hand or (args.plan is None and meta is not None and "plan" not in meta and run["chunk"] != 1):
+        how = ("compiled" if args.compile else "eager") + (f" chunk={run['chunk']}" if run["chunk"] > 1 else "")
+        return None, f"plan: {how} threads={args.threads or 1} (--chunk/--compile by hand)"
+    text = args.plan or (meta.get("plan") if meta is not None else None) or "auto"
+    if text != "auto":
+        _, chosen = planned_step(optimizer, model, [], plan=text, threads=args.threads, take=False)
+        origin = "given" if args.plan else "the checkpoint's"
+        return chosen.plan, f"plan: {chosen.plan} ({origin})"
+    # a batch of its own stream, so the run's sampler is untouched; the trials are undone
+    batch = train_set.batch(run["batch"], random.Random(run["seed"] + 3))
+    _, chosen = planned_step(optimizer, model, batch, plan="auto", memory=args.memory, threads=args.threads,
+                             take=False)
+    return chosen.plan, chosen.line()
+
+
 def _main(args) -> int:
     import burtorch as bt
 
@@ -255,7 +289,7 @@ def _main(args) -> int:
         meta = ckpt.meta
         _check_meta(meta, args.resume)
     run = _run_settings(args, meta)
-    if args.threads > bt._core._allowed_cores():
+    if args.threads is not None and args.threads > bt._core._allowed_cores():
         raise UsageError(f"--threads {args.threads}: this process may use {bt._core._allowed_cores()} core(s)")
     cfg = _model_config(args.model, run)
     data_path = args.data if args.data is not None else (meta["data"].get("path") if meta else None)
@@ -318,6 +352,8 @@ def _main(args) -> int:
         rng.setstate(_tuplify(ckpt.meta["rng"]))
 
     save_path = args.save or args.resume or f"burtorch-{args.model}.ckpt"
+    plan, plan_line = _choose_plan(args, meta, run, model, optimizer, train_set)
+    plan_text = None if plan is None else str(plan)
 
     def write_checkpoint(step: int, hist: History) -> None:
         state = optimizer.state_dict()
@@ -325,7 +361,7 @@ def _main(args) -> int:
             "format": "burtorch-train-1", "model": args.model, "run": run, "config": cfg,
             "itos": tok.itos, "steps": steps, "step": step, "rng": rng.getstate(),
             "data": {"path": os.path.abspath(data_path) if data_path else None, "sha256": digest},
-            "history": asdict(hist), "optimizer_steps": state["steps"],
+            "history": asdict(hist), "optimizer_steps": state["steps"], "plan": plan_text,
         }, io.state_dict_bytes(model), state["buffers"])
 
     def after_step(step: int, hist: History) -> None:
@@ -336,6 +372,7 @@ def _main(args) -> int:
     print(f"burtorch train {args.model}: {model.num_parameters():,} parameters, vocab {tok.vocab_size}, "
           f"{len(train_set):,} training examples from {source}; {run['optimizer']} lr {run['lr']}, "
           f"batch {run['batch']}, {steps} steps ({run['dtype']})")
+    print(plan_line)
     if start:
         print(f"resuming {args.resume} at step {start}")
     print(f"uniform baseline: {uniform_loss(tok.vocab_size):.4f} nats; initial validation loss: "
@@ -345,7 +382,8 @@ def _main(args) -> int:
     with StopRequests() as stop, timing as times:
         history = train(model, optimizer, train_set, val_samples, steps, run["batch"], rng, run["eval_every"],
                         history, start, Progress(steps), chunk=run["chunk"], after_step=after_step, stop=stop,
-                        compile=args.compile, threads=args.threads)
+                        compile=args.compile, threads=args.threads if plan is None else None, plan=plan,
+                        memory=args.memory)
     dt = time.perf_counter() - t0
     reached = history.steps[-1] if history.steps else start
     done = reached - start

@@ -18,8 +18,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from .. import _core, late
-from ..oracle import checked_threads, grad_oracle, thread_cap
+from .. import _core, late, planner
+from ..oracle import checked_threads, forget_programs, grad_oracle, plan_threads, thread_cap
+from ..planner import Chosen, Plan
 
 
 class SGD(Protocol):
@@ -64,6 +65,72 @@ def plan(opt: SGD, model: Any, batch: Sequence[Any], loss_fn: Any = None, chunk:
     if compile and n > 1:  # a list of samples or an ArrayBatch (others step eagerly)
         paths.append(COMPILED)
     return (*paths, EAGER)
+
+
+def run_plan(opt: Any, model: Any, batch: Sequence[Any], loss_fn: Any, p: Plan) -> float:
+    """One step of ``opt`` on ``batch`` by the plan ``p`` (see :class:`burtorch.planner.Plan`)."""
+    chunk = len(batch) if p.chunk == 0 else p.chunk
+    if p.fused:
+        return fused_step(opt, model, batch, loss_fn, chunk, p.threads, p.compile)
+    loss = grad_oracle(model, batch, loss_fn, chunk=chunk, compile=p.compile, threads=p.threads)
+    with thread_cap(p.threads):  # the step on the oracle's count (see burtorch.cli.trainer)
+        opt.step()
+    return loss
+
+
+def planned_step(opt: Any, model: Any, batch: Sequence[Any], loss_fn: Any = None, plan: Any = "auto",
+                 memory: Any = None, threads: int | None = None, take: bool = True) -> tuple[float | None, Chosen]:
+    """``opt.train_step(...)``: one step on ``batch`` by ``plan`` (a :class:`Plan`, its spelling,
+    or "auto": the plan chosen for this model structure, batch shape, dtype and optimizer kind,
+    measured on the first call); returns the mean loss and the plan with its explanation.
+    ``take=False`` chooses the plan without stepping (the loss is None): the model and optimizer
+    are left as they were."""
+    if not hasattr(model, "parameter_vector"):
+        raise TypeError(f"train_step(): a {type(model).__name__} has no parameter_vector()")
+    limit = planner.memory_limit(memory)
+    if plan != "auto":
+        p = plan if isinstance(plan, Plan) else planner.parse(plan, threads)
+        _check_fusable(opt, p)
+        return (run_plan(opt, model, batch, loss_fn, p) if take else None), Chosen(p, "given")
+    if len(batch) == 0:
+        raise ValueError("train_step(): empty batch")
+    counts = plan_threads(threads)
+    params = model.parameter_vector()
+    n = len(batch)
+    chunked = loss_fn is None and hasattr(model, "loss_batch")
+    why_not = _why_not_fused(opt, params)
+    key = ("step", planner.model_key(model, params), planner.batch_key(batch), type(opt).__qualname__, why_not,
+           loss_fn is None, limit, counts)
+
+    def build():
+        size = 0
+        if limit:
+            size = planner.sample_bytes(params, lambda: loss_fn(model, batch[0]) if loss_fn is not None
+                                        else model.loss(*batch[0]))
+        cands, skipped = planner.candidates(n, counts, chunked, why_not is None, limit, size)
+        notes = [] if why_not is None else [f"no fused update: {why_not}"]
+        if not chunked and n > 1:
+            notes.append("one sample per graph: " + ("a custom loss_fn" if loss_fn is not None
+                                                       else "the model has no loss_batch"))
+        return cands, skipped, notes
+
+    return planner.planned(key, build, lambda p: run_plan(opt, model, batch, loss_fn, p),
+                           lambda: planner.Snapshot(opt.params, opt), lambda: forget_programs(model), take=take)
+
+
+def _why_not_fused(opt: Any, params: Any) -> str | None:
+    if not hasattr(opt, "fused_step"):
+        return f"{type(opt).__name__} has no fused update (SGD has)"
+    if opt.momentum:
+        return "momentum keeps a buffer the fused sweep does not update"
+    if opt.params.spans != params.spans:
+        return "the optimizer's parameters are not the model's"
+    return None
+
+
+def _check_fusable(opt: Any, p: Plan) -> None:
+    if p.fused and not hasattr(opt, "fused_step"):
+        raise ValueError(f"the plan {p} fuses the update, which {type(opt).__name__} has not (SGD has)")
 
 
 def fused_step(opt: SGD, model: Any, batch: Sequence[Any], loss_fn: Any = None, chunk: int = 1,

@@ -54,6 +54,38 @@ class Optimizer:
         self.params = _as_vector(params)
         self.state = _core.OptimState(self.params, self.buffers)
 
+    def train_step(self, model: Any, batch: Any, loss_fn: Any = None, *, plan: Any = "auto", memory: Any = None,
+                   threads: int | None = None) -> float:
+        """One step on the mean loss over ``batch``, run the fastest way the planner found.
+
+        The first call for a model structure, batch shape, dtype and optimizer kind times the
+        ways this step can run (eager or recorded, samples per graph, the update fused into the
+        sweep for SGD, the thread count), at most about a second of the first steps, and keeps
+        the fastest for the process; every call after runs it. Each trial is undone, so the first
+        step's result is the chosen plan's. ``self.plan`` (and :func:`burtorch.explain_plan`)
+        says what was chosen and why.
+
+        Args:
+            model, batch, loss_fn: as :func:`burtorch.oracle.grad_oracle`.
+            plan: "auto", or a plan to run as given (``"eager"`` is the paper's per-sample
+                oracle then :meth:`step`; see :func:`burtorch.planner.parse`).
+            memory: what the plan may hold: ``"sample"`` (one sample per graph, the paper's
+                guarantee), ``"fast"`` (no bound) or a byte budget for one step's graphs;
+                default :data:`burtorch.planner.DEFAULT_MEMORY`.
+            threads: the native thread count; default: the planner tries 1 and
+                ``bt.get_num_threads()``.
+
+        Returns:
+            The mean loss over ``batch`` before the step.
+
+        Raises:
+            As :func:`burtorch.oracle.grad_oracle`; ValueError for a bad ``plan`` or ``memory``.
+        """
+        from .fused import planned_step
+
+        loss, self.plan = planned_step(self, model, batch, loss_fn, plan, memory, threads)
+        return loss
+
     def zero_grad(self) -> None:
         self.params.zero_grad()
 
