@@ -334,15 +334,14 @@ def test_a_chosen_plan_that_fails_later_runs_that_step_eagerly():
             raise RuntimeError("replay refused")
         return 1.0
 
-    class Nothing:
-        def restore(self):
-            pass
-
     build = lambda: ([fast, EAGER], {}, [])  # noqa: E731
-    clock_free = planner.planned("k", build, run, Nothing, budget=0.0)
-    assert clock_free[1].plan in (fast, EAGER)
-    planner.CACHE["k"].plan = fast
-    loss, chosen = planner.planned("k", build, run, Nothing)
+    undone = []
+    _, chosen = planner.planned("k", build, run, run, lambda: undone.append(True), budget=0.0, take=False)
+    assert undone == [True] and chosen.plan in (fast, EAGER) and planner.CACHE["k"] is chosen
+    chosen.plan = fast
+    ran.clear()
+    ran.extend([fast] * 5)  # from now on the fast plan fails
+    loss, chosen = planner.planned("k", build, run, run)
     assert loss == 1.0 and ran[-2:] == [fast, EAGER]
     assert any("replay refused" in f for f in chosen.fallbacks)
 

@@ -106,7 +106,8 @@ def _planned_oracle(model: Any, batch: Sequence[Any], loss_fn: LossFn | None, ze
         cands, skipped = planner.candidates(len(batch), counts, chunked, False, limit, size)
         return cands, skipped, []
 
-    loss, _ = planner.planned(key, build, run, lambda: planner.Snapshot(params), lambda: forget_programs(model))
+    # a trial overwrites the grads (zero_grad) and nothing else: the real call writes them last
+    loss, _ = planner.planned(key, build, run, lambda p: (run(p), None)[1], None, lambda: forget_programs(model))
     return loss
 
 

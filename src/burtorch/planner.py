@@ -154,46 +154,51 @@ def choose(times: dict, order: Sequence[Plan]) -> Plan:
     return best
 
 
-def measure(candidates: Sequence[Plan], trial: Callable[[Plan], None], budget: float = BUDGET_SECONDS,
-            repeats: int = 2, clock: Callable[[], float] = time.perf_counter,
-            skipped: dict | None = None) -> Chosen:
-    """Times each candidate (a first, untimed call that traces; then the fastest of ``repeats``
-    timed calls) in the order given, most promising first, until ``budget`` seconds are spent;
-    the first candidate is always timed. ``trial(plan)`` runs one step by ``plan`` and leaves
-    the model and optimizer as they were; an exception there drops the candidate (noted in
-    ``skipped``, as for a model that cannot be traced).
+def measure(candidates: Sequence[Plan], trial: Callable[[Plan], float | None], budget: float = BUDGET_SECONDS,
+            clock: Callable[[], float] = time.perf_counter, skipped: dict | None = None,
+            min_repeats: int = 2, enough: float = 0.005, max_repeats: int = 10) -> Chosen:
+    """Times each candidate in the order given, most promising first, until ``budget`` seconds
+    are spent (the first candidate is always timed): a first, untimed call (its trace), then the
+    fastest of at least ``min_repeats`` timed calls (more, up to ``max_repeats``, while they add
+    up to less than ``enough`` seconds: one call of a small step is one sample of a noisy clock);
+    then the closest three are timed again, in turns, while the budget lasts.
+
+    ``trial(plan)`` runs one step by ``plan`` and undoes what the caller needs undone; it
+    returns the seconds of the step alone (undoing excluded), or None to be timed by ``clock``
+    around the call. An exception there drops the candidate (noted in ``skipped``, as for a
+    model that cannot be traced); a non-finite loss (ArithmeticError) stops planning.
     """
     skipped = dict(skipped or {})
     times: dict = {}
     start = clock()
+
+    def once(p: Plan) -> float:
+        t0 = clock()
+        took = trial(p)
+        return clock() - t0 if took is None else took
+
     for p in candidates:
         if times and clock() - start > budget:
             skipped[p] = "out of the planning budget"
             continue
         try:
-            trial(p)
-            best = float("inf")
-            for _ in range(repeats):
-                t0 = clock()
-                trial(p)
-                best = min(best, clock() - t0)
+            once(p)
+            samples = [once(p) for _ in range(min_repeats)]
+            while sum(samples) < enough and len(samples) < max_repeats:
+                samples.append(once(p))
         except (ArithmeticError, MemoryError):
             raise  # the step itself is bad (a non-finite loss): every path would say so
         except Exception as e:  # noqa: BLE001 - a path that cannot run this model is left out, with why
             skipped[p] = f"{type(e).__name__}: {e}"
             continue
-        times[p] = best
+        times[p] = min(samples)
     if not times:
         raise RuntimeError("no path could run this step:\n" + "\n".join(f"  {p}: {w}" for p, w in skipped.items()))
-    # one pass is one sample of a noisy clock: the closest few are timed again, in turns, while
-    # the budget lasts, so a choice rests on several samples each
     for _ in range(3):
         if clock() - start > budget:
             break
         for p in sorted(times, key=times.__getitem__)[:3]:
-            t0 = clock()
-            trial(p)
-            times[p] = min(times[p], clock() - t0)
+            times[p] = min(times[p], once(p))
     plan = choose(times, candidates)
     reason = "the only path that ran" if len(times) == 1 else f"fastest of {len(times)} timed"
     return Chosen(plan, reason, times, skipped, clock() - start)
@@ -227,22 +232,36 @@ def sample_bytes(params: Any, build: Callable[[], Any]) -> int:
 
 
 class Snapshot:
-    """The values and grads of ``params`` and an optimizer's state, to undo a trial step."""
+    """The values and grads of ``params`` and an optimizer's state, to undo trial steps."""
 
     def __init__(self, params: Any, opt: Any = None) -> None:
         self.params, self.opt = params, opt
-        self.values = params.tolist()
-        self.grads = params.tolist("grads")
+        self.values = _read(params, "values")
+        self.grads = _read(params, "grads")
         self.state = opt.state_dict() if opt is not None else None
         self.fused = getattr(opt, "fused_weights", None)
 
-    def restore(self) -> None:
+    def restore_values(self) -> None:
+        """The values and the optimizer's state (what a step changes)."""
         self.params.set_data(self.values)
-        self.params.set_grad(self.grads)
         if self.opt is not None:
             self.opt.load_state_dict(self.state)
             if self.fused is not None:
                 self.opt.fused_weights = self.fused
+
+    def restore(self) -> None:
+        """Everything, the grads too."""
+        self.restore_values()
+        self.params.set_grad(self.grads)
+
+
+def _read(params: Any, what: str) -> Any:
+    # through numpy when it is there: a wide layer's million floats as Python floats would cost
+    # more than the steps being timed
+    try:
+        return params.numpy(what).copy()
+    except ImportError:
+        return params.tolist(what)
 
 
 def candidates(n: int, threads: Sequence[int], chunked: bool, fusable: bool, limit: int | None,
@@ -281,33 +300,29 @@ def candidates(n: int, threads: Sequence[int], chunked: bool, fusable: bool, lim
 
 
 def planned(key: Hashable, build: Callable[[], tuple[list, dict, list]], run: Callable[[Plan], float],
-            snapshot: Callable[[], Snapshot], forget: Callable[[], Callable[[], None]] | None = None,
-            budget: float = BUDGET_SECONDS, take: bool = True) -> tuple[float | None, Chosen]:
+            trial: Callable[[Plan], float | None], undo: Callable[[], None] | None = None,
+            forget: Callable[[], Callable[[], None]] | None = None, budget: float = BUDGET_SECONDS,
+            take: bool = True) -> tuple[float | None, Chosen]:
     """Runs one step by the plan cached for ``key``, choosing it first if there is none.
 
-    ``build()`` gives (candidates, skipped, notes); ``run(plan)`` takes the step; ``snapshot()``
-    saves what a trial step changes, restored after every trial, so the first step's result is
-    that of the chosen plan alone; ``forget()`` (called before the trials) returns a function
-    that drops what the trials cached (recorded programs of the paths not chosen). A chosen plan
-    that raises on a later batch (other than for a non-finite loss) runs that step by the
-    paper's eager path instead, and the plan's ``fallbacks`` say so. ``take=False`` only
-    chooses (the loss returned is None).
+    ``build()`` gives (candidates, skipped, notes); ``trial(plan)`` takes a step, undoes it and
+    returns its seconds (see :func:`measure`); ``undo()`` (after the trials) restores whatever
+    the trials left, so the first step's result is that of the chosen plan alone; ``forget()``
+    (called before the trials) returns a function that drops what the trials cached (recorded
+    programs of the paths not chosen); ``run(plan)`` takes the step. A chosen plan that raises
+    on a later batch (other than for a non-finite loss) runs that step by the paper's eager path
+    instead, and the plan's ``fallbacks`` say so. ``take=False`` only chooses (the loss returned
+    is None).
     """
     chosen = CACHE.get(key)
     if chosen is None:
         cands, skipped, notes = build()
-        snap = snapshot()
         drop = forget() if forget is not None else None
-
-        def trial(p: Plan) -> None:
-            try:
-                run(p)
-            finally:
-                snap.restore()
-
         try:
             chosen = measure(cands, trial, budget, skipped=skipped)
         finally:
+            if undo is not None:
+                undo()
             if drop is not None:
                 drop()
         chosen.fallbacks += notes

@@ -15,6 +15,7 @@ cannot replay (returning None, with nothing changed), and :func:`fused_step` the
 """
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
@@ -114,8 +115,47 @@ def planned_step(opt: Any, model: Any, batch: Sequence[Any], loss_fn: Any = None
                                                        else "the model has no loss_batch"))
         return cands, skipped, notes
 
-    return planner.planned(key, build, lambda p: run_plan(opt, model, batch, loss_fn, p),
-                           lambda: planner.Snapshot(opt.params, opt), lambda: forget_programs(model), take=take)
+    snap = None
+    step_seconds: dict = {}
+
+    def trial(p: Plan) -> float:
+        nonlocal snap
+        if snap is None:  # taken once, by the first trial (a cached plan needs none)
+            snap = planner.Snapshot(opt.params, opt)
+        if p.fused:
+            t0 = time.perf_counter()
+            run_plan(opt, model, batch, loss_fn, p)
+            took = time.perf_counter() - t0
+            snap.restore_values()
+            return took
+        # the other paths differ in the oracle alone: it overwrites the grads (nothing to undo)
+        # and the optimizer's step, the same for all, is timed once per thread count
+        chunk = n if p.chunk == 0 else p.chunk
+        t0 = time.perf_counter()
+        grad_oracle(model, batch, loss_fn, chunk=chunk, compile=p.compile, threads=p.threads)
+        took = time.perf_counter() - t0
+        if p.threads not in step_seconds:
+            step_seconds[p.threads] = _step_seconds(opt, snap, p.threads)
+        return took + step_seconds[p.threads]
+
+    def undo() -> None:
+        if snap is not None:
+            snap.restore()
+
+    return planner.planned(key, build, lambda p: run_plan(opt, model, batch, loss_fn, p), trial, undo,
+                           lambda: forget_programs(model), take=take)
+
+
+def _step_seconds(opt: Any, snap: planner.Snapshot, threads: int) -> float:
+    """The fastest of three ``opt.step()`` on ``threads`` threads, each undone."""
+    best = float("inf")
+    for _ in range(3):
+        t0 = time.perf_counter()
+        with thread_cap(threads):
+            opt.step()
+        best = min(best, time.perf_counter() - t0)
+        snap.restore_values()
+    return best
 
 
 def _why_not_fused(opt: Any, params: Any) -> str | None:
