@@ -126,11 +126,15 @@ def test_memory_bounds_the_candidates():
     n = 32
     every, _ = planner.candidates(n, (1,), chunked=True, fusable=True, limit=None)
     assert {p.samples_per_graph(n) for p in every} == {1, 8, 32}
-    sample, left = planner.candidates(n, (1,), chunked=True, fusable=True, limit=0)
-    assert sample and all(p.samples_per_graph(n) == 1 for p in sample) and EAGER in sample
-    assert left and all("one sample per graph" in why for why in left.values())
+    sample, left = planner.candidates(n, (1, 2), chunked=True, fusable=True, limit=0)
+    assert sample and all(p.samples_per_graph(n) == 1 and p.threads == 1 for p in sample) and EAGER in sample
+    assert Plan(True, 1, False, 2) in left  # a frame per thread: two samples' graphs at once
+    assert left and all("one sample's graph at a time" in why for why in left.values())
     budget, left = planner.candidates(n, (1,), chunked=True, fusable=True, limit=10 * 1000, sample_bytes=1000)
     assert {p.samples_per_graph(n) for p in budget} == {1, 8} and all("budget" in w for w in left.values())
+    two, _ = planner.candidates(n, (1, 2), chunked=True, fusable=True, limit=10 * 1000, sample_bytes=1000)
+    assert Plan(True, 8, False, 1) in two and Plan(True, 8, False, 2) not in two  # 16 samples' frames
+    assert Plan(False, 8, False, 2) in two  # eager threads split one graph's records
     assert planner.memory_limit(None) == planner.DEFAULT_MEMORY
     assert planner.memory_limit("sample") == 0 and planner.memory_limit("fast") is None
     for bad, err in (("lots", TypeError), (0, ValueError), (-5, ValueError), (True, TypeError), (1.5, TypeError)):
@@ -142,8 +146,8 @@ def test_memory_sample_only_ever_builds_one_sample_per_graph():
     model = _mlp()
     opt = SGD(model.parameters(), lr=0.1)
     opt.train_step(model, _mlp_batch(random.Random(1), 16), memory="sample")
-    assert opt.plan.plan.samples_per_graph(16) == 1
-    assert all(p.samples_per_graph(16) == 1 for p in opt.plan.times)
+    assert opt.plan.plan.samples_per_graph(16) == 1 and opt.plan.plan.threads == 1
+    assert all(p.samples_per_graph(16) == 1 and p.threads == 1 for p in opt.plan.times)
 
 
 # -- every plan gives its path's result ------------------------------------------------------------

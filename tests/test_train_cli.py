@@ -280,3 +280,6 @@ def test_bad_plans_and_memory_settings_are_usage_errors(argv, message, capsys):
 def test_a_plan_and_a_hand_picked_chunk_conflict(capsys):
     assert main(["train", "gpt", "--plan", "eager", "--chunk", "4", "--steps", "1"]) == 2
     assert "give one" in capsys.readouterr().err
+    # AdamW (the GPT's default) has no fused update
+    assert main(["train", "gpt", "--plan", "eager chunk=batch fused", "--steps", "1"]) == 2
+    assert "SGD has" in capsys.readouterr().err

@@ -100,13 +100,15 @@ def memory_limit(memory: Any) -> int | None:
 
 def fits(plan: Plan, n: int, limit: int | None, sample_bytes: int) -> bool:
     """Whether a plan's graphs stay within ``limit`` (see :func:`memory_limit`) for a batch of n,
-    one sample's graph taking ``sample_bytes``."""
+    one sample's graph taking ``sample_bytes``: a graph of its samples per graph, one per thread
+    for a compiled plan (each thread replays into its own frame). ``"sample"`` (0) is one
+    sample's graph at a time: one sample per graph, on one thread."""
     if limit is None:
         return True
     k = plan.samples_per_graph(n)
     if limit == 0:
-        return k == 1
-    return k * sample_bytes <= limit
+        return k == 1 and plan.threads == 1
+    return k * sample_bytes * (plan.threads if plan.compile else 1) <= limit
 
 
 @dataclass
@@ -232,36 +234,36 @@ def sample_bytes(params: Any, build: Callable[[], Any]) -> int:
 
 
 class Snapshot:
-    """The values and grads of ``params`` and an optimizer's state, to undo trial steps."""
+    """The values and grads of ``params`` and an optimizer's state, to undo trial steps. Read as
+    the arena's raw bytes, span by span: no Python float per parameter (a wide layer has a
+    million) and no numpy (whose import alone is more than the memory of a per-sample step)."""
 
     def __init__(self, params: Any, opt: Any = None) -> None:
         self.params, self.opt = params, opt
-        self.values = _read(params, "values")
-        self.grads = _read(params, "grads")
-        self.state = opt.state_dict() if opt is not None else None
+        arena = params.arena
+        self.spans = [(first, first + length) for first, length in params.spans]
+        self.values = [arena.read_bytes(a, b, "values") for a, b in self.spans]
+        self.grads = [arena.read_bytes(a, b, "grads") for a, b in self.spans]
+        self.state = opt.state_dict() if opt is not None and opt.state_dict()["buffers"] else None
+        self.steps = opt.state.steps if opt is not None else None
         self.fused = getattr(opt, "fused_weights", None)
 
     def restore_values(self) -> None:
         """The values and the optimizer's state (what a step changes)."""
-        self.params.set_data(self.values)
+        arena = self.params.arena
+        for (a, _), data in zip(self.spans, self.values):
+            arena.write_bytes(a, data, "values")
         if self.opt is not None:
-            self.opt.load_state_dict(self.state)
+            self.opt.load_state_dict(self.state or {"steps": self.steps, "buffers": []})
             if self.fused is not None:
                 self.opt.fused_weights = self.fused
 
     def restore(self) -> None:
         """Everything, the grads too."""
         self.restore_values()
-        self.params.set_grad(self.grads)
-
-
-def _read(params: Any, what: str) -> Any:
-    # through numpy when it is there: a wide layer's million floats as Python floats would cost
-    # more than the steps being timed
-    try:
-        return params.numpy(what).copy()
-    except ImportError:
-        return params.tolist(what)
+        arena = self.params.arena
+        for (a, _), data in zip(self.spans, self.grads):
+            arena.write_bytes(a, data, "grads")
 
 
 def candidates(n: int, threads: Sequence[int], chunked: bool, fusable: bool, limit: int | None,
@@ -294,8 +296,8 @@ def candidates(n: int, threads: Sequence[int], chunked: bool, fusable: bool, lim
         if fits(p, n, limit, sample_bytes):
             kept.append(p)
         else:
-            skipped[p] = ("memory='sample' keeps one sample per graph" if limit == 0 else
-                          f"{p.samples_per_graph(n)} samples per graph exceed the memory budget of {limit:,} bytes")
+            skipped[p] = ("memory='sample' keeps one sample's graph at a time" if limit == 0 else
+                          f"its graphs exceed the memory budget of {limit:,} bytes")
     return kept, skipped
 
 
@@ -329,8 +331,14 @@ def planned(key: Hashable, build: Callable[[], tuple[list, dict, list]], run: Ca
         CACHE[key] = chosen
     if not take:
         return None, chosen
+    return run_chosen(chosen, run), chosen
+
+
+def run_chosen(chosen: Chosen, run: Callable[[Plan], float]) -> float:
+    """``run(chosen.plan)``; if that raises (other than for a non-finite loss), the step again
+    by the paper's eager path, noted in ``chosen.fallbacks``."""
     try:
-        return run(chosen.plan), chosen
+        return run(chosen.plan)
     except (ArithmeticError, MemoryError):
         raise
     except Exception as e:  # noqa: BLE001 - the paper's path is the fallback of every other
@@ -339,7 +347,7 @@ def planned(key: Hashable, build: Callable[[], tuple[list, dict, list]], run: Ca
         note = f"{chosen.plan} failed on a batch ({type(e).__name__}: {e}); that step ran eagerly"
         if note not in chosen.fallbacks:
             chosen.fallbacks.append(note)
-        return run(EAGER), chosen
+        return run(EAGER)
 
 
 # key -> Chosen, for the process (keys hold no model: plans are shared by models of one structure)
@@ -359,6 +367,12 @@ def explain_plan(what: Any = None) -> str:
     return "\n".join(c.explain() for c in CACHE.values())
 
 
+# bumped by clear(): a caller's memo of a plan (kept to skip rebuilding the key) is valid while
+# the epoch it was taken in lasts
+EPOCH = [0]
+
+
 def clear() -> None:
     """Forgets every plan (the next planned call measures again)."""
     CACHE.clear()
+    EPOCH[0] += 1

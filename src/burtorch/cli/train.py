@@ -260,7 +260,10 @@ def _choose_plan(args, meta, run, model, optimizer, train_set):
         return None, f"plan: {how} threads={args.threads or 1} (--chunk/--compile by hand)"
     text = args.plan or (meta.get("plan") if meta is not None else None) or "auto"
     if text != "auto":
-        _, chosen = planned_step(optimizer, model, [], plan=text, threads=args.threads, take=False)
+        try:
+            _, chosen = planned_step(optimizer, model, [], plan=text, threads=args.threads, take=False)
+        except ValueError as e:
+            raise UsageError(f"--plan {text!r}: {e}") from None
         origin = "given" if args.plan else "the checkpoint's"
         return chosen.plan, f"plan: {chosen.plan} ({origin})"
     # a batch of its own stream, so the run's sampler is untouched; the trials are undone

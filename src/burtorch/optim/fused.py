@@ -109,7 +109,8 @@ def planned_step(opt: Any, model: Any, batch: Sequence[Any], loss_fn: Any = None
             size = planner.sample_bytes(params, lambda: loss_fn(model, batch[0]) if loss_fn is not None
                                         else model.loss(*batch[0]))
         cands, skipped = planner.candidates(n, counts, chunked, why_not is None, limit, size)
-        notes = [] if why_not is None else [f"no fused update: {why_not}"]
+        notes = [] if why_not is None else [f"no fused update: {why_not} (the times are the oracle's: "
+                                            "the optimizer's step is the same on every path)"]
         if not chunked and n > 1:
             notes.append("one sample per graph: " + ("a custom loss_fn" if loss_fn is not None
                                                        else "the model has no loss_batch"))
@@ -118,10 +119,13 @@ def planned_step(opt: Any, model: Any, batch: Sequence[Any], loss_fn: Any = None
     snap = None
     step_seconds: dict = {}
 
+    fusable = why_not is None
+
     def trial(p: Plan) -> float:
         nonlocal snap
-        if snap is None:  # taken once, by the first trial (a cached plan needs none)
-            snap = planner.Snapshot(opt.params, opt)
+        if snap is None:  # taken once, by the first trial (a cached plan needs none); an
+            # optimizer that cannot fuse is never stepped by a trial, so its state needs no copy
+            snap = planner.Snapshot(opt.params, opt if fusable else None)
         if p.fused:
             t0 = time.perf_counter()
             run_plan(opt, model, batch, loss_fn, p)
@@ -129,11 +133,14 @@ def planned_step(opt: Any, model: Any, batch: Sequence[Any], loss_fn: Any = None
             snap.restore_values()
             return took
         # the other paths differ in the oracle alone: it overwrites the grads (nothing to undo)
-        # and the optimizer's step, the same for all, is timed once per thread count
+        # and the optimizer's step, the same for all, is timed once per thread count, where a
+        # fused path is to be weighed against them
         chunk = n if p.chunk == 0 else p.chunk
         t0 = time.perf_counter()
         grad_oracle(model, batch, loss_fn, chunk=chunk, compile=p.compile, threads=p.threads)
         took = time.perf_counter() - t0
+        if not fusable:
+            return took
         if p.threads not in step_seconds:
             step_seconds[p.threads] = _step_seconds(opt, snap, p.threads)
         return took + step_seconds[p.threads]
@@ -142,8 +149,64 @@ def planned_step(opt: Any, model: Any, batch: Sequence[Any], loss_fn: Any = None
         if snap is not None:
             snap.restore()
 
-    return planner.planned(key, build, lambda p: run_plan(opt, model, batch, loss_fn, p), trial, undo,
-                           lambda: forget_programs(model), take=take)
+    loss, chosen = planner.planned(key, build, lambda p: run_plan(opt, model, batch, loss_fn, p), trial, undo,
+                                   lambda: forget_programs(model), take=take)
+    if take:
+        opt._fast_step = FastStep(opt, model, batch, loss_fn, memory, threads, chosen)
+    return loss, chosen
+
+
+class FastStep:
+    """The chosen plan of an optimizer's last planned step, bound to its model and batch kind, so
+    that the next step of that kind runs it at once (rebuilding the planner's key walks every
+    module of the model: more than a small model's whole step)."""
+
+    __slots__ = ("opt", "model", "loss_fn", "chosen", "key", "epoch", "run", "_shape_at", "threads")
+
+    def __init__(self, opt: Any, model: Any, batch: Sequence[Any], loss_fn: Any, memory: Any, threads: Any,
+                 chosen: Chosen) -> None:
+        self.opt, self.model, self.loss_fn, self.chosen = opt, model, loss_fn, chosen
+        self._shape_at = late.module("oracle_compiled")._shape_at
+        self.key = self._key(batch, loss_fn, memory, threads)
+        self.epoch = planner.EPOCH[0]
+        self.threads = _core.get_num_threads()  # the count the run below was bound for
+        p = chosen.plan
+        compile, t = p.compile, p.threads
+        if p.fused:
+            self.run = lambda b: fused_step(opt, model, b, loss_fn, len(b) if p.chunk == 0 else p.chunk, t, compile)
+        elif t == checked_threads(None):  # the process's count already: no cap to set around the step
+            def run(b: Sequence[Any]) -> float:
+                loss = grad_oracle(model, b, loss_fn, True, len(b) if p.chunk == 0 else p.chunk, compile, t)
+                opt.step()
+                return loss
+
+            self.run = run
+        else:
+            cap = thread_cap(t)
+
+            def run_capped(b: Sequence[Any]) -> float:
+                loss = grad_oracle(model, b, loss_fn, True, len(b) if p.chunk == 0 else p.chunk, compile, t)
+                with cap:
+                    opt.step()
+                return loss
+
+            self.run = run_capped
+
+    def _key(self, batch: Sequence[Any], loss_fn: Any, memory: Any, threads: Any) -> tuple:
+        return len(batch), type(batch), self._shape_at(batch, 0), loss_fn, memory, threads
+
+    def fits(self, model: Any, batch: Sequence[Any], loss_fn: Any, memory: Any, threads: Any) -> bool:
+        """Whether a step on ``batch`` has this plan (the same model, batch kind and settings)."""
+        return (model is self.model and self.epoch == planner.EPOCH[0] and len(batch) > 0
+                and self.key == self._key(batch, loss_fn, memory, threads) and self.threads == _core.get_num_threads())
+
+    def __call__(self, batch: Sequence[Any]) -> float:
+        try:
+            return self.run(batch)
+        except (ArithmeticError, MemoryError):
+            raise
+        except Exception:  # noqa: BLE001 - as every planned step: the plan again, then the paper's path
+            return planner.run_chosen(self.chosen, lambda p: run_plan(self.opt, self.model, batch, self.loss_fn, p))
 
 
 def _step_seconds(opt: Any, snap: planner.Snapshot, threads: int) -> float:

@@ -49,6 +49,8 @@ class Optimizer:
     """
 
     buffers = 0
+    plan: Any = None  # the burtorch.planner.Chosen of the last train_step
+    _fast_step: Any = None  # burtorch.optim.fused.FastStep: that plan, bound for the next step
 
     def __init__(self, params: Params) -> None:
         self.params = _as_vector(params)
@@ -81,6 +83,9 @@ class Optimizer:
         Raises:
             As :func:`burtorch.oracle.grad_oracle`; ValueError for a bad ``plan`` or ``memory``.
         """
+        fast = self._fast_step
+        if fast is not None and plan == "auto" and fast.fits(model, batch, loss_fn, memory, threads):
+            return fast(batch)
         from .fused import planned_step
 
         loss, self.plan = planned_step(self, model, batch, loss_fn, plan, memory, threads)
