@@ -364,6 +364,10 @@ def test_bad_input_is_a_clear_error_and_changes_nothing():
         opt.train_step(object(), _mlp_batch(random.Random(1), 4))
     with pytest.raises(ValueError, match="threads"):
         opt.train_step(model, _mlp_batch(random.Random(1), 4), threads=ALLOWED + 1)
+    with bt.no_grad(), pytest.raises(ValueError, match="no_grad"):
+        opt.train_step(model, _mlp_batch(random.Random(1), 4))
+    with bt.no_grad(), pytest.raises(ValueError, match="no_grad"):
+        bt.grad_oracle(model, _mlp_batch(random.Random(1), 4), plan="auto")
     adam = Adam(model.parameters())
     with pytest.raises(ValueError, match="fuses"):
         adam.train_step(model, _mlp_batch(random.Random(1), 4), plan="eager chunk=batch fused")

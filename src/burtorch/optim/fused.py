@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from .. import _core, late, planner
-from ..oracle import checked_threads, forget_programs, grad_oracle, plan_threads, thread_cap
+from ..oracle import check_grad_enabled, checked_threads, forget_programs, grad_oracle, plan_threads, thread_cap
 from ..planner import Chosen, Plan
 
 
@@ -88,6 +88,7 @@ def planned_step(opt: Any, model: Any, batch: Sequence[Any], loss_fn: Any = None
     are left as they were."""
     if not hasattr(model, "parameter_vector"):
         raise TypeError(f"train_step(): a {type(model).__name__} has no parameter_vector()")
+    check_grad_enabled("train_step()")  # else every trial would fail alike, and say nothing useful
     limit = planner.memory_limit(memory)
     if plan != "auto":
         p = plan if isinstance(plan, Plan) else planner.parse(plan, threads)
@@ -240,6 +241,7 @@ def fused_step(opt: SGD, model: Any, batch: Sequence[Any], loss_fn: Any = None, 
                threads: int | None = None, compile: bool = False) -> float:
     """One step of ``opt`` on the mean loss over ``batch`` by the first path of :func:`plan` that
     takes the batch; returns that loss."""
+    check_grad_enabled("fused_step()")  # under no_grad a one-graph step returned its loss, untaken
     for path in plan(opt, model, batch, loss_fn, chunk, threads, compile):
         loss = _RUN[path](opt, model, batch, loss_fn, chunk, threads, compile)
         if loss is not None:
