@@ -1,7 +1,8 @@
 """The training loop of `burtorch train`, with validation and sampling.
 
-Every step: draw b samples, grad_oracle (per-sample build / backward / rewind, so memory is that
-of one sample), one optimizer step.
+Every step: draw b samples, then the optimizer's planned step (``optimizer.train_step``, the plan
+given or chosen at the start), or, with chunk/compile by hand, grad_oracle and one optimizer step
+(the paper's per-sample build / backward / rewind by default, so memory is that of one sample).
 """
 from __future__ import annotations
 
