@@ -146,6 +146,7 @@ def _planned_oracle(model: Any, batch: Sequence[Any], loss_fn: LossFn | None, ze
     # a trial overwrites the grads (zero_grad) and nothing else: the real call writes them last
     loss, chosen = planner.planned(key, build, run, lambda p: (run(p), None)[1], None, lambda: forget_programs(model))
     _last_plan[0] = (model, quick, planner.EPOCH[0], chosen)
+    assert loss is not None  # planned() returns None only when told not to take the step
     return loss
 
 

@@ -70,8 +70,10 @@ def parse(text: str, threads: int | None = None) -> Plan:
             plan = replace(plan, fused=True)
         elif key == "chunk" and value == "batch":
             plan = replace(plan, chunk=0)
-        elif key in ("chunk", "threads") and value.isdigit() and int(value) >= 1:
-            plan = replace(plan, **{key: int(value)})
+        elif key == "chunk" and value.isdigit() and int(value) >= 1:
+            plan = replace(plan, chunk=int(value))
+        elif key == "threads" and value.isdigit() and int(value) >= 1:
+            plan = replace(plan, threads=int(value))
         else:
             raise ValueError(f"unknown word {w!r} in the plan {text!r} (chunk=K, chunk=batch, fused, threads=T)")
     return plan

@@ -77,6 +77,7 @@ def train(model, optimizer, train_set, val_samples, steps: int, batch: int, rng:
         if plan is not None:
             loss = optimizer.train_step(model, samples, plan=plan, memory=memory, threads=n_threads)
         else:
+            assert n_threads is not None  # checked above when no plan is given
             loss = grad_oracle(model, samples, chunk=chunk, compile=compile, threads=n_threads)
             # the step follows the oracle's count, not the process's (every core by default): a
             # step split across cores after a one-thread oracle left the next oracle reading half

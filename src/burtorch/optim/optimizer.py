@@ -89,6 +89,7 @@ class Optimizer:
         from .fused import planned_step
 
         loss, self.plan = planned_step(self, model, batch, loss_fn, plan, memory, threads)
+        assert loss is not None  # planned_step returns None only when told not to take the step
         return loss
 
     def zero_grad(self) -> None:
