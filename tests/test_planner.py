@@ -71,18 +71,18 @@ class FakeClock:
 
 def test_measure_is_deterministic_given_its_timings_and_keeps_its_budget():
     cands, _ = planner.candidates(32, (1, 2), chunked=True, fusable=True, limit=None)
-    cost = {p: 0.01 * (i % 5 + 1) for i, p in enumerate(cands)}
+    cost = {p: (i % 5 + 1) / 128 for i, p in enumerate(cands)}  # binary fractions: the clock's sums are exact
     choices = []
     for _ in range(2):
         clock = FakeClock(cost)
         chosen = planner.measure(cands, clock.trial, budget=10.0, clock=clock)
         choices.append((chosen.plan, dict(chosen.times)))
     assert choices[0] == choices[1]
-    assert chosen.plan == planner.choose(chosen.times, cands) == cands[0]  # cost 0.01, the earliest
-    assert chosen.times[cands[0]] == pytest.approx(0.01)
+    assert chosen.plan == planner.choose(chosen.times, cands) == cands[0]  # the lowest cost, the earliest
+    assert chosen.times[cands[0]] == 1 / 128
     # a budget of 0.1 s: the first candidate always, then none started after the budget ran out
     clock = FakeClock(cost)
-    chosen = planner.measure(cands, clock.trial, budget=0.1, clock=clock)
+    chosen = planner.measure(cands, clock.trial, budget=0.1, clock=clock, enough=0.0)
     assert 1 <= len(chosen.times) < len(cands)
     assert all(chosen.skipped[p] == "out of the planning budget" for p in cands if p not in chosen.times)
     assert list(chosen.times) == cands[:len(chosen.times)]

@@ -160,12 +160,13 @@ def choose(times: dict, order: Sequence[Plan]) -> Plan:
 
 def measure(candidates: Sequence[Plan], trial: Callable[[Plan], float | None], budget: float = BUDGET_SECONDS,
             clock: Callable[[], float] = time.perf_counter, skipped: dict | None = None,
-            min_repeats: int = 2, enough: float = 0.005, max_repeats: int = 10) -> Chosen:
+            min_repeats: int = 2, enough: float | None = None, max_repeats: int = 200) -> Chosen:
     """Times each candidate in the order given, most promising first, until ``budget`` seconds
     are spent (the first candidate is always timed): a first, untimed call (its trace), then the
     fastest of at least ``min_repeats`` timed calls (more, up to ``max_repeats``, while they add
-    up to less than ``enough`` seconds: one call of a small step is one sample of a noisy clock);
-    then the closest three are timed again, in turns, while the budget lasts.
+    up to less than ``enough`` seconds, by default an equal share of half the budget: on a
+    shared machine most calls are slowed by others' work, and the fastest of several is the
+    step's own cost); then the closest three are timed again, in turns, while the budget lasts.
 
     ``trial(plan)`` runs one step by ``plan`` and undoes what the caller needs undone; it
     returns the seconds of the step alone (undoing excluded), or None to be timed by ``clock``
@@ -174,6 +175,8 @@ def measure(candidates: Sequence[Plan], trial: Callable[[Plan], float | None], b
     """
     skipped = dict(skipped or {})
     times: dict = {}
+    if enough is None:
+        enough = max(0.005, budget / (2 * max(1, len(candidates))))
     start = clock()
 
     def once(p: Plan) -> float:
