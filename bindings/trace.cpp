@@ -7,6 +7,7 @@
 #include <stdexcept>
 #include <type_traits>
 
+#include "../csrc/trace.hpp"
 #include "program.hpp"
 #include "vector.hpp"
 
@@ -15,14 +16,11 @@ namespace btpy {
 PyObject* TraceError = nullptr;
 
 // ---------------------------------------------------------------- the trace mode
-struct TraceState {
-    nb::object owner;  // the Python Arena being traced
-    bt::ArenaBase* arena = nullptr;
-    bt::TraceSpec spec;
-};
-static thread_local TraceState* t_trace = nullptr;
+// The trace itself is csrc/trace.hpp's (one per thread); the binding adds the Python Arena it
+// traces, kept alive until the trace ends, and the user's source line of each guard.
+static thread_local PyObject* t_trace_owner = nullptr;  // a strong reference while tracing
 
-bool tracing() { return t_trace != nullptr; }
+bool tracing() { return bt::current_trace() != nullptr; }
 
 static thread_local int t_reading_ids = 0;
 IdRead::IdRead() { ++t_reading_ids; }
@@ -43,7 +41,7 @@ static std::string python_line() {
 }
 
 bool refuse_while_tracing(bt::ArenaBase* arena, const char* what) {
-    if (!t_trace || arena != t_trace->arena) return true;
+    if (!bt::trace_of(arena)) return true;
     PyErr_Format(TraceError,
                  "%s while tracing (%s): a number read out of a traced Value would be baked into the program "
                  "and be wrong on replay. Keep the computation in Values (use comparisons, which are guarded, "
@@ -63,29 +61,24 @@ bool refuse_write_while_tracing(bt::ArenaBase* /*arena*/, const char* what) {
 }
 
 void record_guard(PyValue* a, PyValue* b, double c, int py_op, bool result) {
-    if (!t_trace || a->arena != t_trace->arena || (b && b->arena != t_trace->arena)) return;
-    bt::Guard g;
+    bt::Trace* t = bt::trace_of(a->arena);
+    if (!t || (b && b->arena != t->arena())) return;
+    bt::GuardOp op = bt::GuardOp::nonzero;
     switch (py_op) {
-        case Py_LT: g.op = bt::GuardOp::lt; break;
-        case Py_LE: g.op = bt::GuardOp::le; break;
-        case Py_GT: g.op = bt::GuardOp::gt; break;
-        case Py_GE: g.op = bt::GuardOp::ge; break;
-        default: g.op = bt::GuardOp::nonzero; break;
+        case Py_LT: op = bt::GuardOp::lt; break;
+        case Py_LE: op = bt::GuardOp::le; break;
+        case Py_GT: op = bt::GuardOp::gt; break;
+        case Py_GE: op = bt::GuardOp::ge; break;
+        default: break;
     }
-    g.expected = result;
-    g.rhs_const = b == nullptr;
-    g.a = a->idx;
-    g.b = b ? b->idx : 0;
-    g.c = c;
-    g.where = python_line();
-    t_trace->spec.guards.push_back(std::move(g));
+    t->guard(op, result, a->idx, b ? &b->idx : nullptr, c, python_line());
 }
 
 // Positions of traced ids among `ids` (an int or an iterable of ints): -1 for a plain int.
 // Traced ids are ints carrying `_bt_input` (their position in a sample's id row).
 bool traced_id_positions(nb::handle ids, std::vector<int64_t>& pos) {
     pos.clear();
-    if (!t_trace) return false;
+    if (!tracing()) return false;
     bool any = false;
     auto one = [&](nb::handle h) {
         int64_t p = -1;
@@ -104,41 +97,40 @@ bool traced_id_positions(nb::handle ids, std::vector<int64_t>& pos) {
 
 // The record just appended to `arena` holds ids (as many as pos) at the end of its args.
 void record_id_inputs(bt::ArenaBase* arena, const std::vector<int64_t>& pos, uint32_t bound) {
-    if (!t_trace || arena != t_trace->arena || arena->num_records() == 0) return;
-    const uint32_t rec = static_cast<uint32_t>(arena->num_records() - 1);
-    const uint32_t n = static_cast<uint32_t>(pos.size());
-    for (uint32_t i = 0; i < n; ++i) {
-        if (pos[i] < 0) continue;
-        if (uint64_t(pos[i]) >= t_trace->spec.num_ids) throw nb::value_error("a traced id's position is out of range");
-        t_trace->spec.ids.push_back(bt::IdInput{rec, n - 1 - i, uint32_t(pos[i]), bound});
+    bt::Trace* t = bt::trace_of(arena);
+    if (!t) return;
+    try {
+        t->id_inputs(pos, bound);
+    } catch (const std::invalid_argument& e) {
+        throw nb::value_error(e.what());
     }
 }
 
 static void trace_begin(nb::handle arena_obj, uint32_t num_ids) {
     ArenaBox* box = box_of(arena_obj.ptr());
     if (!box) throw nb::python_error();
-    if (t_trace) throw nb::value_error("already tracing on this thread: programs cannot be traced inside a trace");
-    if (!bt::grad_enabled()) throw nb::value_error("cannot trace under no_grad(): a trace records ops");
-    auto* st = new TraceState;
-    st->owner = nb::borrow(arena_obj);
-    st->arena = box->core.get();
-    st->spec.base = st->arena->checkpoint();
-    st->spec.num_ids = num_ids;
-    t_trace = st;
+    bt::begin_trace(box->core.get(), num_ids);  // std::invalid_argument: a ValueError
+    t_trace_owner = nb::borrow(arena_obj).release().ptr();
 }
 
-static void trace_abort() {
-    delete t_trace;
-    t_trace = nullptr;
+// Closes the thread's trace (if any) and lets go of its arena object.
+static std::unique_ptr<bt::Trace> close_trace(nb::object* owner = nullptr) {
+    std::unique_ptr<bt::Trace> t = bt::end_trace();
+    nb::object o = nb::steal(t_trace_owner);
+    t_trace_owner = nullptr;
+    if (owner) *owner = std::move(o);
+    return t;
 }
+
+static void trace_abort() { close_trace(); }
 
 // Ends the trace: root is the traced function's result; inputs the float input leaves; wrt the
 // nodes whose grads replays report (Values or Vectors, in order).
 static ProgramBox* trace_end(nb::handle root_h, nb::handle inputs_h, nb::handle wrt_h) {
-    if (!t_trace) throw nb::value_error("not tracing");
-    std::unique_ptr<TraceState> st(t_trace);
-    t_trace = nullptr;
-    bt::ArenaBase* arena = st->arena;
+    nb::object owner;
+    std::unique_ptr<bt::Trace> st = close_trace(&owner);
+    if (!st) throw nb::value_error("not tracing");
+    bt::ArenaBase* arena = st->arena();
     if (!is_value(root_h.ptr()))
         throw nb::type_error(
             ("the traced function must return a scalar Value, got " + std::string(Py_TYPE(root_h.ptr())->tp_name))
@@ -146,20 +138,20 @@ static ProgramBox* trace_end(nb::handle root_h, nb::handle inputs_h, nb::handle 
     PyValue* root = as_pyvalue(root_h.ptr());
     if (root->arena != arena) throw nb::value_error("the traced function returned a Value of another arena (or dtype)");
     if (!check_alive(root)) throw nb::python_error();
-    if (const char* why = arena->mark_problem(st->spec.base))
+    if (const char* why = st->rewound())
         throw nb::value_error((std::string("the arena was rewound below the trace while tracing: ") + why).c_str());
-    st->spec.root = root->idx;
+    st->set_root(root->idx);
     for (nb::handle h : inputs_h) {
         PyValue* v = as_pyvalue(h.ptr());
         if (!check_alive(v)) throw nb::python_error();
-        st->spec.inputs.push_back(v->idx);
+        st->add_input(v->idx);
     }
     for (nb::handle h : wrt_h) {
         if (is_value(h.ptr())) {
             PyValue* v = as_pyvalue(h.ptr());
             if (v->arena != arena) throw nb::value_error("wrt holds a Value of another arena");
             if (!check_alive(v)) throw nb::python_error();
-            st->spec.wrt.emplace_back(v->idx, 1);
+            st->add_wrt(bt::Span{v->idx, 1});
         } else {
             if (!nb::isinstance<VectorBox>(h))
                 throw nb::type_error(
@@ -167,18 +159,15 @@ static ProgramBox* trace_end(nb::handle root_h, nb::handle inputs_h, nb::handle 
             VectorBox vb = nb::cast<VectorBox>(h);
             if (vb.arena != arena) throw nb::value_error("wrt holds a Vector of another arena");
             vb.check();
-            for (const bt::Span& s : vb.spans) {
-                if (s.first < st->spec.base.slots && s.first + s.second > st->spec.base.slots)
-                    throw nb::value_error("a wrt vector mixes nodes from before and during the trace");
-                st->spec.wrt.push_back(s);
-            }
+            for (const bt::Span& s : vb.spans) st->add_wrt(s);  // std::invalid_argument: a ValueError
         }
     }
-    auto* box = new ProgramBox{st->owner, arena, bt::Replayer<float>{}};
+    const bt::TraceSpec& spec = st->spec();
+    auto* box = new ProgramBox{owner, arena, bt::Replayer<float>{}};
     try {
         dispatch(arena, [&](auto& A) {
             using T = typename std::remove_reference_t<decltype(A)>::value_type;
-            box->run = bt::Replayer<T>{bt::Program<T>::build(A, st->spec), {}, st->spec.wrt, {}};
+            box->run = bt::Replayer<T>{bt::Program<T>::build(A, spec), {}, spec.wrt, {}};
         });
     } catch (const std::invalid_argument& e) {
         delete box;

@@ -16,3 +16,4 @@
 #include "reduce.hpp"
 #include "replay_driver.hpp"
 #include "rng.hpp"
+#include "trace.hpp"

@@ -150,7 +150,7 @@ std::vector<size_t> replay_accumulate_threads(Replayer<T>& R, Arena<T>& A, const
     for (const Span& w : R.wrt_arena) dst.push_back(A.grads() + w.first);
     ParallelReplayResult res;
     {
-        Unlock unlocked;
+        [[maybe_unused]] Unlock unlocked;
         res = replay_accumulate(P, A.values(), dst.data(), in, static_cast<T>(seed), values, size_t(threads), R.task_ws,
                                 zero, step);
     }

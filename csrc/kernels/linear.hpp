@@ -157,43 +157,40 @@ inline size_t linear_bwd_scratch(uint32_t rows, uint32_t in, uint32_t out, bool 
     return sgd && sgd_backward_by_units<T>(rows, in, out, tasks) ? (tasks - 1) * size_t(rows) * in : 0;
 }
 
-// With `sgd`, W takes a plain SGD step in place of accumulating gW (gW unused): the input
-// gradient reads each row of the old W before that row steps.
-// gx_add = false: gx is written, not added to (the tasks start their own blocks from zero, so the
-// caller need not zero it first on one thread); gw_add = false: the same for gW. gx_as_sum: gx
-// so written holds 0 + each chain, as a sum into zeroed grads would (gemm::grad_input).
-// partials: linear_bwd_scratch elements; without them a split by units is taken by columns.
-template <typename T>
-inline void linear_bwd(const T* x, const T* W, const T* gy, T* gx, T* gW, T* gb, uint32_t rows, uint32_t in,
-                       uint32_t out, const gemm::SgdSink<T>* sgd = nullptr, bool gx_add = true, bool gw_add = true,
-                       bool gx_as_sum = false, T* partials = nullptr) {
-    if (sgd && rows < gemm::kAxpyRows) {
+// The paths of linear_bwd that have both products run in one pass over W, its rows updated by
+// `sink` as they are read (gemm.hpp's weight sinks): for a few rows; by units with partial input
+// gradients; or by columns on several threads. False: none applies, and linear_bwd runs the two
+// products apart (grad_weight then hands the sink each finished chain).
+template <typename T, class Sink>
+inline bool linear_bwd_sink(const T* x, const T* gy, T* gx, T* gb, uint32_t rows, uint32_t in, uint32_t out,
+                            const Sink& sink, bool gx_add, bool gx_as_sum, T* partials) {
+    if (rows < gemm::kAxpyRows) {
         if (!gx_add) std::fill(gx, gx + size_t(rows) * in, T(0));  // a few rows
         // One pass over W for both products; tasks own columns of gx and W alike.
         const size_t tc = threads::tasks_for(linear_work(rows, in, out), kLinearParallelWork,
                                              (size_t(in) + kLinearAlign - 1) / kLinearAlign);
         if (tc <= 1)
-            gemm::grad_input_sgd(gy, x, gx, rows, in, out, 0, in, *sgd);
+            gemm::grad_input_sgd(gy, x, gx, rows, in, out, 0, in, sink);
         else
             threads::parallel_tasks(tc, [&](size_t t) {
                 const auto [i0, i1] = threads::split(in, tc, t, kLinearAlign);
-                gemm::grad_input_sgd(gy, x, gx, rows, in, out, i0, i1, *sgd);
+                gemm::grad_input_sgd(gy, x, gx, rows, in, out, i0, i1, sink);
             });
         if (!gx_add && gx_as_sum) gemm::add_zero(gx, in, 0, rows, 0, in);  // a few rows
         if (gb) gemm::grad_bias(gy, gb, rows, out, 0, out);
-        return;
+        return true;
     }
     const size_t tw = linear_tasks(rows, in, out);
-    if (sgd && partials && sgd_backward_by_units<T>(rows, in, out, tw)) {
+    if (partials && sgd_backward_by_units<T>(rows, in, out, tw)) {
         // Task t: gx's chains through units [o0, o1) (the first task's into gx itself, as the
         // whole chain would go; the others' from zero into their partials), and those rows' step.
         const size_t nx = size_t(rows) * in;
         threads::parallel_tasks(tw, [&](size_t t) {
             const auto [o0, o1] = threads::split(out, tw, t, kLinearAlign);
             if (t == 0)
-                gemm::grad_input_sgd_tiled(gy, x, gx, rows, in, out, 0, in, gx_add, *sgd, gx_as_sum, o0, o1);
+                gemm::grad_input_sgd_tiled(gy, x, gx, rows, in, out, 0, in, gx_add, sink, gx_as_sum, o0, o1);
             else
-                gemm::grad_input_sgd_tiled(gy, x, partials + (t - 1) * nx, rows, in, out, 0, in, false, *sgd, false, o0,
+                gemm::grad_input_sgd_tiled(gy, x, partials + (t - 1) * nx, rows, in, out, 0, in, false, sink, false, o0,
                                            o1);
         });
         // The first task's gx stores 0 + chain where gx_as_sum asks, so no sum below ends at -0.
@@ -202,9 +199,9 @@ inline void linear_bwd(const T* x, const T* W, const T* gy, T* gx, T* gW, T* gb,
             for (size_t u = 1; u < tw; ++u) kernels::add(gx + b, partials + (u - 1) * nx + b, e - b);
         });
         if (gb) gemm::grad_bias(gy, gb, rows, out, 0, out);
-        return;
+        return true;
     }
-    if (sgd && tw > 1 && rows > size_t(gemm::kMR) && size_t(in) >= kColumnSplitWidth * tw) {
+    if (tw > 1 && rows > size_t(gemm::kMR) && size_t(in) >= kColumnSplitWidth * tw) {
         // Both products in one region, split by columns (gemm::grad_input_sgd_tiled), when the
         // input is wide enough for the input gradient to split by columns anyway: one parallel
         // region instead of two, which on two threads saved a wait without losing elsewhere. On
@@ -212,11 +209,29 @@ inline void linear_bwd(const T* x, const T* W, const T* gy, T* gx, T* gW, T* gb,
         const size_t tc = std::min<size_t>(tw, (size_t(in) + kLinearAlign - 1) / kLinearAlign);
         threads::parallel_tasks(tc, [&](size_t t) {
             const auto [i0, i1] = threads::split(in, tc, t, kLinearAlign);
-            gemm::grad_input_sgd_tiled(gy, x, gx, rows, in, out, i0, i1, gx_add, *sgd, gx_as_sum);
+            gemm::grad_input_sgd_tiled(gy, x, gx, rows, in, out, i0, i1, gx_add, sink, gx_as_sum);
         });
         if (gb) gemm::grad_bias(gy, gb, rows, out, 0, out);
-        return;
+        return true;
     }
+    return false;
+}
+
+// With a sink (`sgd` not null: gemm.hpp's weight sinks, such as optim.hpp's SgdSink), W takes
+// its update in place of accumulating gW (gW unused): the input gradient reads each row of the
+// old W before that row is updated.
+// gx_add = false: gx is written, not added to (the tasks start their own blocks from zero, so the
+// caller need not zero it first on one thread); gw_add = false: the same for gW. gx_as_sum: gx
+// so written holds 0 + each chain, as a sum into zeroed grads would (gemm::grad_input).
+// partials: linear_bwd_scratch elements; without them a split by units is taken by columns.
+template <typename T, class Sink = gemm::NoSink>
+inline void linear_bwd(const T* x, const T* W, const T* gy, T* gx, T* gW, T* gb, uint32_t rows, uint32_t in,
+                       uint32_t out, const Sink* sgd = nullptr, bool gx_add = true, bool gw_add = true,
+                       bool gx_as_sum = false, T* partials = nullptr) {
+    if constexpr (!gemm::kHasSink<Sink>) sgd = nullptr;
+    if constexpr (gemm::kHasSink<Sink>)
+        if (sgd && linear_bwd_sink(x, gy, gx, gb, rows, in, out, *sgd, gx_add, gx_as_sum, partials)) return;
+    const size_t tw = linear_tasks(rows, in, out);
     if (tw <= 1) {
         gemm::grad_input(gy, W, gx, rows, in, out, 0, rows, 0, size_t(-1), gx_add, gx_as_sum);
         gemm::grad_weight(gy, x, gW, gb, rows, in, out, 0, out, sgd, gw_add);

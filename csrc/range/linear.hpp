@@ -52,7 +52,7 @@ inline void linear_backward(const Frame<T>& A, const Record& r, const Operands& 
     const T* xs = contiguous(A.values(), o.v[0], buf);
     T* gx = in_place ? g + o.v[0].first(0) : buf + gathered;
     // the weight's values where the record reads them (a replay reads fused weights in the arena)
-    const gemm::SgdSink<T> sgd{const_cast<T*>(A.weight(w)), T(f ? f->lr : 0.0), T(f ? f->weight_decay : 0.0)};
+    const SgdSink<T> sgd = FusedSgd::sink(f, const_cast<T*>(A.weight(w)));
     bool gw_add = true;
     T* gW = A.weight_grad(w, gw_add);
     linear_bwd(xs, A.weight(w), g + r.out, gx, gW, has_b ? g + o.v[2].first(0) : nullptr, rows, nin, nout,

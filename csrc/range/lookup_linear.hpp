@@ -192,7 +192,7 @@ inline void lookup_linear_backward_direct(const Frame<T>& A, const Record& r, co
         gy = gpre;
     }
     lookup_rows(s, A.values() + s.table, x);
-    const gemm::SgdSink<T> sgd{const_cast<T*>(A.weight(s.w)), T(f ? f->lr : 0.0), T(f ? f->weight_decay : 0.0)};
+    const SgdSink<T> sgd = FusedSgd::sink(f, const_cast<T*>(A.weight(s.w)));
     linear_bwd(x, A.weight(s.w), gy, gx, gW, s.has_bias ? g + o.v[2].first(0) : nullptr, s.rows, s.nin, s.nout,
                f ? &sgd : nullptr, false, gw_add, false, buf + 2 * s.nx());
     T* gt = g + s.table;
@@ -233,7 +233,7 @@ inline void lookup_linear_backward(const Frame<T>& A, const Record& r, const Ope
         // gW_p += G_p^T table, or W_p's step; each chain over the table's rows from zero (or from gW)
         if (f) {
             gemm::for_each_tile<T>(n, s.d, s.V, gp, 1, n, table, s.d, true, false, gemm::zero_tile<T>(),
-                                   gemm::sgd_to_tile(wp, s.nin, T(f->lr), T(f->weight_decay)));
+                                   gemm::sink_to_tile(FusedSgd::sink(f, wp), wp, s.nin));
         } else {
             T* gwp = gW + o0 * s.nin + p * s.d;
             if (gw_add)

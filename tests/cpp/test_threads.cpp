@@ -134,7 +134,7 @@ static void test_fused_backward_by_units(uint32_t out) {
             gx = add ? g0 : std::vector<T>(g0.size(), T(-7));  // add = false: the old gx is never read
             W = W0;
             th::CallThreads scope(threads);
-            const bt::gemm::SgdSink<T> sgd{W.data(), lr, wd};
+            const bt::SgdSink<T> sgd{W.data(), lr, wd};
             bt::linear_bwd<T>(x.data(), W.data(), gy.data(), gx.data(), nullptr, nullptr, rows, in, out, &sgd, add,
                               true, false, partials.data());
         };
