@@ -40,6 +40,7 @@ EPILOG = """\
 examples:
   burtorch train gpt                                   the paper's GPT on the embedded corpus
   burtorch train mlp --data names.txt --steps 30000    the MLP on a word list
+  burtorch train gpt --data tinyshakespeare            the paper's data set, fetched by name
   burtorch train gpt --save run.ckpt --save-every 500  checkpoint every 500 steps
   burtorch train gpt --resume run.ckpt                 continue after an interruption"""
 
@@ -50,7 +51,8 @@ def register(sub) -> None:
                        description=DESCRIPTION, epilog=EPILOG,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("model", choices=["mlp", "gpt"], help="mlp: next character of a word; gpt: of a text")
-    p.add_argument("--data", metavar="FILE", help="text file (gpt) or one word per line (mlp); "
+    p.add_argument("--data", metavar="FILE|NAME", help="text file (gpt) or one word per line (mlp), or a "
+                   "data set's name (names, tinyshakespeare: downloaded once, see 'burtorch data'); "
                    "default: the embedded corpus (Python's own pydoc text and its words)")
     p.add_argument("--preset", choices=sorted(PRESETS), help="model size (default: paper)")
     p.add_argument("--hidden", type=positive_int, help="MLP hidden width e (paper: 4 ... 1024; preset: 64)")
@@ -260,6 +262,7 @@ def _main(args) -> int:
     cfg = _model_config(args.model, run)
     data_path = args.data if args.data is not None else (meta["data"].get("path") if meta else None)
     try:
+        data_path = data.resolve(data_path)  # a data set's name: its cached file, fetched once
         items, digest = _read_data(args.model, data_path)
     except (OSError, ValueError) as e:
         raise UsageError(str(e)) from None
