@@ -16,7 +16,10 @@ from .trainer import History, sample_text, train, uniform_loss
 
 PRESETS = {
     # name: (mlp kwargs, gpt kwargs)
-    "paper": (dict(block=16, emb=64, hidden=64), dict(block=8, dim=24, layers=6, heads=6)),
+    # The paper's W5 has the two norms of each block and no final one (46,289 parameters on 65
+    # characters); "karpathy" is the same with gpt.py's final LayerNorm.
+    "paper": (dict(block=16, emb=64, hidden=64), dict(block=8, dim=24, layers=6, heads=6, final_norm=False)),
+    "karpathy": (dict(block=16, emb=64, hidden=64), dict(block=8, dim=24, layers=6, heads=6, final_norm=True)),
     "tiny": (dict(block=4, emb=8, hidden=16), dict(block=8, dim=12, layers=2, heads=2)),
 }
 
