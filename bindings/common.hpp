@@ -184,6 +184,7 @@ void init_optim(nb::module_& m);
 void init_compress(nb::module_& m);
 void init_program(nb::module_& m);
 void init_threads(nb::module_& m);
+void init_quad(nb::module_& m);
 
 // ---------------------------------------------------------------- tracing (program.cpp)
 extern PyObject* TraceError;
