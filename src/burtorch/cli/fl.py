@@ -8,6 +8,8 @@ import json
 import sys
 from typing import TYPE_CHECKING, Any
 
+from .arguments import non_negative_float, output_problem, positive_float, positive_int
+
 if TYPE_CHECKING:
     from .progress import Progress
 
@@ -25,38 +27,41 @@ def register(sub) -> None:
     p.add_argument("--method", default="ef21", help=f"one of {', '.join(METHODS)} (default ef21)")
     p.add_argument("--compressor", default="topk",
                    help=f"one of {', '.join(COMPRESSORS)} or scaled-NAME; used by the methods that compress")
-    p.add_argument("--k", type=int, default=1, help="coordinates kept by randk/topk/randseqk (default 1)")
-    p.add_argument("--s", type=int, default=1, help="levels of random dithering (default 1)")
+    p.add_argument("--k", type=positive_int, default=1, help="coordinates kept by randk/topk/randseqk (default 1)")
+    p.add_argument("--s", type=positive_int, default=1, help="levels of random dithering (default 1)")
     p.add_argument("--compare", default=None,
                    help="several methods on one figure: comma-separated METHOD[:COMPRESSOR][@LR] "
                         "(e.g. gd,ef21,dcgd:topk@0.5,marina:randk)")
-    p.add_argument("--clients", type=int, default=20)
-    p.add_argument("--rounds", type=int, default=1000)
-    p.add_argument("--participation", type=float, default=1.0, help="fraction of clients per round, in (0, 1]")
-    p.add_argument("--lr", type=float, default=None, help="step size (default: the method's theory step)")
-    p.add_argument("--lr-scale", type=float, default=1.0, help="multiplies the theory step (default 1)")
-    p.add_argument("--batch", type=int, default=None, help="minibatch size (ef21-sgd, vr-marina, page, fedavg)")
-    p.add_argument("--p", type=float, default=None, help="MARINA/PAGE full-round probability (default: theory's)")
-    p.add_argument("--local-steps", type=int, default=5, help="FedAvg local steps (default 5)")
+    p.add_argument("--clients", type=positive_int, default=20)
+    p.add_argument("--rounds", type=positive_int, default=1000)
+    p.add_argument("--participation", type=positive_float, default=1.0, help="fraction of clients per round, in (0, 1]")
+    p.add_argument("--lr", type=positive_float, default=None, help="step size (default: the method's theory step)")
+    p.add_argument("--lr-scale", type=positive_float, default=1.0, help="multiplies the theory step (default 1)")
+    p.add_argument("--batch", type=positive_int, default=None,
+                   help="minibatch size (ef21-sgd, vr-marina, page, fedavg)")
+    p.add_argument("--p", type=positive_float, default=None,
+                   help="MARINA/PAGE full-round probability (default: theory's)")
+    p.add_argument("--local-steps", type=positive_int, default=5, help="FedAvg local steps (default 5)")
     p.add_argument("--executor", default="serial", choices=EXECUTORS)
-    p.add_argument("--workers", type=int, default=None, help="worker processes or Ray actors")
+    p.add_argument("--workers", type=positive_int, default=None, help="worker processes or Ray actors")
     p.add_argument("--address", default=None, help="HOST:PORT of a running Ray cluster (--executor ray)")
     p.add_argument("--seed", type=int, default=None, help="run seed (default: from bt.manual_seed's stream)")
     data = p.add_mutually_exclusive_group()
     data.add_argument("--data", default=None, help="a words file (names.txt) or a data set's name "
                       "(names): the makemore MLP per client")
     data.add_argument("--libsvm", default=None, help="a LibSVM-format file: logistic regression on it")
-    p.add_argument("--samples", type=int, default=1000, help="default problem: samples in all (default 1000)")
-    p.add_argument("--dim", type=int, default=30, help="default problem: features (default 30)")
-    p.add_argument("--lam", type=float, default=0.1, help="weight of the non-convex regulariser (default 0.1)")
+    p.add_argument("--samples", type=positive_int, default=1000, help="default problem: samples in all (default 1000)")
+    p.add_argument("--dim", type=positive_int, default=30, help="default problem: features (default 30)")
+    p.add_argument("--lam", type=non_negative_float, default=0.1,
+                   help="weight of the non-convex regulariser (default 0.1)")
     p.add_argument("--split", default="label", choices=SPLITS, help="how data is split among clients")
-    p.add_argument("--alpha", type=float, default=0.5, help="Dirichlet concentration for --split dirichlet")
-    p.add_argument("--hidden", type=int, default=64, help="--data: hidden width e of the MLP (default 64)")
-    p.add_argument("--max-samples", type=int, default=256, help="--data: samples per client (default 256)")
-    p.add_argument("--eval-every", type=int, default=1, help="rounds between loss/gradient-norm evaluations")
+    p.add_argument("--alpha", type=positive_float, default=0.5, help="Dirichlet concentration for --split dirichlet")
+    p.add_argument("--hidden", type=positive_int, default=64, help="--data: hidden width e of the MLP (default 64)")
+    p.add_argument("--max-samples", type=positive_int, default=256, help="--data: samples per client (default 256)")
+    p.add_argument("--eval-every", type=positive_int, default=1, help="rounds between loss/gradient-norm evaluations")
     p.add_argument("--plot", default=None, help="PNG of gradient norm and loss against rounds and bits")
     p.add_argument("--json", default=None, help="write the settings and per-round records here")
-    p.add_argument("--target", type=float, default=None,
+    p.add_argument("--target", type=non_negative_float, default=None,
                    help="also print the bits per client each run sent until ||grad f|| <= TARGET")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=main)
@@ -106,14 +111,33 @@ def build_method(args, name: str, compressor_name: str, lr, problem, d: int):
     scale = args.lr_scale
     if isinstance(lr, tuple):
         lr, scale = None, lr[1]
-        if not scale > 0:
-            raise ValueError(f"--compare {name}: the multiple of the theory step must be > 0")
+        if not 0 < scale < float("inf"):
+            raise ValueError(f"--compare {name}: the multiple of the theory step must be finite and > 0")
     method = make_method(name, lr=lr, compressor=compressor, batch=args.batch, p=args.p,
                          local_steps=args.local_steps)
     method.bind(d, problem.n_clients, args.participation, problem.smoothness(), problem.shard_sizes())
     if lr is None:
         method.lr *= scale
     return method
+
+
+# Bounds on the sizes a command line may ask for (the problem's matrices are dense, a round keeps
+# a record, the MLP holds its parameters): past these a typo would grow memory until the machine
+# runs out instead of failing at once.
+MAX_CELLS = 1 << 27  # samples x features of the synthetic problem
+MAX_ROUNDS = 1 << 22
+MAX_CLIENTS = 1 << 16
+MAX_HIDDEN = 1 << 14
+MAX_SAMPLES_PER_CLIENT = 1 << 20
+
+
+def _check_budgets(args) -> None:
+    for flag, value, top in (("--rounds", args.rounds, MAX_ROUNDS), ("--clients", args.clients, MAX_CLIENTS),
+                             ("--hidden", args.hidden, MAX_HIDDEN),
+                             ("--max-samples", args.max_samples, MAX_SAMPLES_PER_CLIENT),
+                             ("--samples x --dim", args.samples * args.dim, MAX_CELLS)):
+        if value > top:
+            raise ValueError(f"{flag} {value:,} is above the most this command takes ({top:,})")
 
 
 def main(args) -> int:
@@ -123,10 +147,11 @@ def main(args) -> int:
     from .progress import Progress
 
     try:
-        if args.rounds < 1:
-            raise ValueError(f"--rounds must be >= 1, got {args.rounds}")
-        if args.lr_scale <= 0:
-            raise ValueError(f"--lr-scale must be > 0, got {args.lr_scale}")
+        _check_budgets(args)
+        for flag, path in (("--json", args.json), ("--plot", args.plot)):
+            problem = None if path is None else output_problem(path)
+            if problem is not None:  # before any round, not after the last
+                raise ValueError(f"{flag} {path}: {problem}")
         check_participation(args.participation)
         seed = next_seed() if args.seed is None else args.seed
         problem = build_problem(args, seed)
@@ -145,7 +170,15 @@ def main(args) -> int:
         progress = None if args.quiet else Progress(args.rounds, every=max(1, args.rounds // 10))
         with Federation(problem, method, args.participation, args.executor, args.workers, args.address, seed,
                         args.eval_every) as fed:
-            fed.run(args.rounds, None if progress is None else functools.partial(_show_round, progress))
+            try:
+                fed.run(args.rounds, None if progress is None else functools.partial(_show_round, progress))
+            except (FloatingPointError, ValueError) as e:
+                # a step size too large: a loss, gradient or message went inf or nan (a compressor
+                # refuses non-finite coordinates); said so, not a traceback
+                if isinstance(e, ValueError) and "not finite" not in str(e):
+                    raise
+                print(f"\nburtorch fl: {label}: the run diverged: {e}", file=sys.stderr)
+                return 1
             results.append({"label": label, "settings": fed.settings(), "records": fed.records})
         last = results[-1]["records"][-1]
         line = (f"{label}: round {last['round']}  loss {last.get('loss', float('nan')):.6g}  "

@@ -12,10 +12,11 @@ import os
 import numpy as np
 
 
-def read_libsvm(path: str, max_features: int = 1_000_000) -> tuple[np.ndarray, np.ndarray]:
+def read_libsvm(path: str, max_features: int = 1_000_000, max_cells: int = 1 << 27) -> tuple[np.ndarray, np.ndarray]:
     """(A, y): a dense float64 matrix of samples x features and the labels mapped to -1/+1.
 
-    Binary labels of any two values are mapped to -1 (the smaller) and +1 (the larger)."""
+    Binary labels of any two values are mapped to -1 (the smaller) and +1 (the larger). max_cells
+    bounds samples x features (the dense matrix)."""
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"path must be a str, got {type(path).__name__}")
     if not os.path.isfile(path):
@@ -35,6 +36,8 @@ def read_libsvm(path: str, max_features: int = 1_000_000) -> tuple[np.ndarray, n
             label = float(fields[0])
         except ValueError:
             raise ValueError(f"{path}:{number}: the label {fields[0]!r} is not a number") from None
+        if not np.isfinite(label):  # a nan label compares unequal to both classes: every label would map to -1
+            raise ValueError(f"{path}:{number}: the label is {label}")
         row = {}
         for field in fields[1:]:
             index, sep, value = field.partition(":")
@@ -54,6 +57,9 @@ def read_libsvm(path: str, max_features: int = 1_000_000) -> tuple[np.ndarray, n
         labels.append(label)
     if not rows:
         raise ValueError(f"{path} has no samples")
+    if len(rows) * width > max_cells:  # A is dense: refused before it is allocated
+        raise ValueError(f"{path}: {len(rows):,} samples x {width:,} features is more than the "
+                         f"{max_cells:,} numbers a dense matrix may hold here")
     classes = sorted(set(labels))
     if len(classes) != 2:
         raise ValueError(f"{path}: binary classification needs exactly two label values, found {len(classes)}")
