@@ -192,3 +192,23 @@ def test_train_fetches_the_paper_data_by_name(shared_data, server, monkeypatch, 
                  "--batch", "2", "--eval-samples", "20", "--sample", "0"]) == 0
     assert "vocab 65" in capsys.readouterr().out.replace("vocabulary", "vocab").replace("=", " ")
     assert handler.requests == 2
+
+
+@pytest.mark.parametrize("argv", [["train", "mlp", "--data", "names", "--steps", "1"],
+                                  ["train", "gpt", "--data", "tinyshakespeare", "--steps", "1"],
+                                  ["fl", "--data", "names", "--rounds", "1", "--quiet"]])
+def test_commands_offline_say_which_file_from_where_and_where(argv, monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv("BURTORCH_DATA", str(tmp_path / "cache"))
+    monkeypatch.setenv("BURTORCH_DATA_MIRROR", "http://127.0.0.1:9/offline")  # nothing listens
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    ds = registry.DATASETS[argv[argv.index("--data") + 1]]
+    assert f"file:   {ds.filename}" in err and f"http://127.0.0.1:9/offline/{ds.filename}" in err
+    assert f"put it: {tmp_path / 'cache' / ds.filename}" in err
+    assert not (tmp_path / "cache").exists() or _cache_files(tmp_path / "cache") == []
+
+
+def test_an_existing_file_named_like_a_data_set_is_read_as_a_file(monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "names").write_text("anna\nbob\n")
+    assert registry.resolve("names") == "names"  # a path first; no fetch
