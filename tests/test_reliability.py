@@ -17,7 +17,7 @@ from burtorch.nn import MiniGPT
 
 def _gpt_and_batch():
     bt.manual_seed(1)
-    model = MiniGPT(vocab=13, block=6, dim=8, layers=2, heads=2)
+    model = MiniGPT(vocab=13, block=6, dim=8, layers=2, heads=2, dtype=bt.float32)
     r = random.Random(2)
     batch = [([r.randrange(13) for _ in range(6)], [r.randrange(13) for _ in range(6)]) for _ in range(3)]
     return model, batch

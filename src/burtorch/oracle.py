@@ -61,7 +61,9 @@ def grad_oracle(model: Any, batch: Sequence[Any], loss_fn: LossFn | None = None,
     try:
         # the count caps every native op of this call, a range op inside a replay included
         with thread_cap(n_threads):
-            if compile:  # each sample (or chunk) shape traced once, every one replayed natively
+            # each sample (or chunk) shape traced once, every one replayed natively; replays check
+            # nothing, so under detect_anomaly the eager oracle runs, which checks every op
+            if compile and not _core.is_anomaly_enabled():
                 compiled = late.module("oracle_compiled")
                 return compiled.compiled_grad_oracle(model, batch, loss_fn, zero_grad, threads=n_threads,
                                                      chunk=chunk)

@@ -180,10 +180,6 @@ def compiled_grad_oracle(model, batch, loss_fn=None, zero_grad: bool = True, thr
     n = len(batch)
     if n == 0:
         raise ValueError("grad_oracle(): empty batch")
-    if _core.is_anomaly_enabled():  # replays check nothing: the eager oracle checks every op
-        from .oracle import _eager_oracle
-
-        return _eager_oracle(model, batch, loss_fn, zero_grad, chunk)
     if chunk > 1:
         return _chunked_oracle(model, batch, zero_grad, threads, chunk)
     values = array("d", [0.0]) * n
