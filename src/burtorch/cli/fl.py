@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import json
+import os
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -72,7 +73,7 @@ def build_problem(args, seed: int):
         from ..data import resolve
         from ..fl.names import from_file
 
-        return from_file(resolve(args.data), args.clients, hidden=args.hidden, max_samples=args.max_samples,
+        return from_file(os.fspath(resolve(args.data) or args.data), args.clients, hidden=args.hidden, max_samples=args.max_samples,
                          split=args.split, alpha=args.alpha, seed=seed)
     from ..fl.logistic import from_libsvm, synthetic
 
