@@ -73,7 +73,8 @@ def build_problem(args, seed: int):
         from ..data import resolve
         from ..fl.names import from_file
 
-        return from_file(os.fspath(resolve(args.data) or args.data), args.clients, hidden=args.hidden, max_samples=args.max_samples,
+        path = os.fspath(resolve(args.data) or args.data)
+        return from_file(path, args.clients, hidden=args.hidden, max_samples=args.max_samples,
                          split=args.split, alpha=args.alpha, seed=seed)
     from ..fl.logistic import from_libsvm, synthetic
 
