@@ -31,7 +31,7 @@ void check_finite(const T* x, size_t d) {
 template <typename T>
 void rand_k(const T* x, size_t d, size_t k, uint64_t seed, int64_t* idx, T* val) {
     check_finite(x, d);
-    Rng rng(seed);
+    Rng rng = Rng::seeded(seed);
     const T scale = T(double(d) / double(k));
     size_t taken = 0;
     for (size_t i = 0; i < d && taken < k; ++i) {
@@ -69,7 +69,7 @@ void top_k(const T* x, size_t d, size_t k, int64_t* idx, T* val) {
 template <typename T>
 size_t rand_seq_k(const T* x, size_t d, size_t k, uint64_t seed, T* val) {
     check_finite(x, d);
-    Rng rng(seed);
+    Rng rng = Rng::seeded(seed);
     const size_t start = size_t(rng.below(d));
     const T scale = T(double(d) / double(k));
     for (size_t j = 0; j < k; ++j) {
@@ -86,7 +86,7 @@ size_t rand_seq_k(const T* x, size_t d, size_t k, uint64_t seed, T* val) {
 template <typename T>
 void natural(const T* x, size_t d, uint64_t seed, T* out) {
     check_finite(x, d);
-    Rng rng(seed);
+    Rng rng = Rng::seeded(seed);
     for (size_t i = 0; i < d; ++i) {
         const double u = rng.uniform();
         const double v = double(x[i]);
@@ -111,7 +111,7 @@ double dither(const T* x, size_t d, unsigned s, uint64_t seed, T* out) {
     double sq = 0.0;
     for (size_t i = 0; i < d; ++i) sq += double(x[i]) * double(x[i]);
     const double norm = std::sqrt(sq);
-    Rng rng(seed);
+    Rng rng = Rng::seeded(seed);
     for (size_t i = 0; i < d; ++i) {
         const double u = rng.uniform();
         if (norm == 0.0) {
