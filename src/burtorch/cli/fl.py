@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import json
+import os
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -52,7 +53,8 @@ def register(sub) -> None:
     p.add_argument("--alpha", type=float, default=0.5, help="Dirichlet concentration for --split dirichlet")
     p.add_argument("--hidden", type=int, default=64, help="--data: hidden width e of the MLP (default 64)")
     p.add_argument("--max-samples", type=int, default=256, help="--data: samples per client (default 256)")
-    p.add_argument("--eval-every", type=int, default=1, help="rounds between loss/gradient-norm evaluations")
+    p.add_argument("--eval-every", type=int, default=1,
+                   help="rounds between loss/gradient-norm evaluations (0: never; default 1)")
     p.add_argument("--plot", default=None, help="PNG of gradient norm and loss against rounds and bits")
     p.add_argument("--json", default=None, help="write the settings and per-round records here")
     p.add_argument("--target", type=float, default=None,
@@ -116,7 +118,7 @@ def build_method(args, name: str, compressor_name: str, lr, problem, d: int):
 
 def main(args) -> int:
     from ..fl.executors import make_executor
-    from ..fl.federation import Federation, check_participation
+    from ..fl.federation import Diverged, Federation, check_participation
     from ..seeding import next_seed
     from .progress import Progress
 
@@ -125,6 +127,10 @@ def main(args) -> int:
             raise ValueError(f"--rounds must be >= 1, got {args.rounds}")
         if args.lr_scale <= 0:
             raise ValueError(f"--lr-scale must be > 0, got {args.lr_scale}")
+        if args.eval_every < 0:
+            raise ValueError(f"--eval-every must be >= 0 (0: never), got {args.eval_every}")
+        for flag, path in (("--json", args.json), ("--plot", args.plot)):
+            check_output_path(flag, path)
         check_participation(args.participation)
         seed = next_seed() if args.seed is None else args.seed
         problem = build_problem(args, seed)
@@ -133,26 +139,36 @@ def main(args) -> int:
         make_executor(args.executor, args.workers, args.address)  # Ray present, cluster reachable
         if args.plot and importlib.util.find_spec("matplotlib") is None:  # before any round, not after
             raise ImportError("--plot needs matplotlib: pip install matplotlib")
-    except (ValueError, TypeError, ImportError, ConnectionError, FileNotFoundError) as e:
+    except (ValueError, TypeError, ImportError, ConnectionError, FileNotFoundError, PermissionError) as e:
         print(f"burtorch fl: error: {e}", file=sys.stderr)
         return 2
-    results = []
+    results, status = [], 0
     for label, method in runs:
         if not args.quiet:
             print(f"{label}: {method!r}", file=sys.stderr)
         progress = None if args.quiet else Progress(args.rounds, every=max(1, args.rounds // 10))
         with Federation(problem, method, args.participation, args.executor, args.workers, args.address, seed,
                         args.eval_every) as fed:
-            fed.run(args.rounds, None if progress is None else functools.partial(_show_round, progress))
-            results.append({"label": label, "settings": fed.settings(), "records": fed.records})
+            try:
+                fed.run(args.rounds, None if progress is None else functools.partial(_show_round, progress))
+            except Diverged as e:  # the records so far are kept and written
+                print(f"burtorch fl: {label} stopped at {e}", file=sys.stderr)
+                status = 1
+            results.append({"label": label, "settings": fed.settings(), "records": fed.records,
+                            "stopped": fed.stopped})
         last = results[-1]["records"][-1]
-        line = (f"{label}: round {last['round']}  loss {last.get('loss', float('nan')):.6g}  "
-                f"grad norm {last.get('grad_norm', float('nan')):.3e}  bits/client {last['bits_per_client']:.4g}")
+        metrics = (f"loss {last['loss']:.6g}  grad norm {last['grad_norm']:.3e}" if "loss" in last
+                   else "loss not evaluated")
+        line = f"{label}: round {last['round']}  {metrics}  bits/client {last['bits_per_client']:.4g}"
         if args.target is not None:
             hit = next((r for r in results[-1]["records"] if r.get("grad_norm", float("inf")) <= args.target), None)
             line += (f"  | grad norm <= {args.target:g} at round {hit['round']} after {hit['bits_per_client']:,.0f} "
                      f"bits/client" if hit else f"  | grad norm <= {args.target:g} not reached")
         print(line)
+        evaluated = [r["loss"] for r in results[-1]["records"] if "loss" in r]
+        if not fed.stopped and len(evaluated) > 1 and evaluated[-1] > evaluated[0]:
+            print(f"burtorch fl: warning: {label}: the loss rose from {evaluated[0]:.6g} to {evaluated[-1]:.6g}; "
+                  "the step size may be too large", file=sys.stderr)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"command": "burtorch fl " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["fl"] else None,
@@ -161,7 +177,21 @@ def main(args) -> int:
         from ..fl.plots import plot_runs
 
         plot_runs(results, args.plot, title=f"{problem.settings()['problem']}: {problem.n_clients} clients")
-    return 0
+    return status
+
+
+def check_output_path(flag: str, path: str | None) -> None:
+    """A file the run will write at its end: its directory must exist and take files now, so
+    that no run's rounds are lost to a typo in a path."""
+    if path is None:
+        return
+    parent = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        raise ValueError(f"{flag} {path}: is a directory, give a file name")
+    if not os.path.isdir(parent):
+        raise FileNotFoundError(f"{flag} {path}: the directory {parent} does not exist")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise PermissionError(f"{flag} {path}: the directory {parent} is not writable")
 
 
 def _show_round(progress: Progress, record: dict[str, Any]) -> None:

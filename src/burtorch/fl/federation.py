@@ -26,6 +26,11 @@ from .executors import Executor, make_executor
 from .problem import Problem
 
 
+class Diverged(FloatingPointError):
+    """A round's loss, gradient norm or point is not finite: the run stops there, its records
+    (the last one included) kept."""
+
+
 def check_participation(p: Any) -> float:
     if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 < p <= 1.0:
         raise ValueError(f"participation must be in (0, 1], got {p!r}")
@@ -54,6 +59,7 @@ class Federation(Server):
                          problem.smoothness(), seed)
         self.executor = make_executor(executor, workers, address) if isinstance(executor, str) else executor
         self.records: list[dict[str, Any]] = []
+        self.stopped: str | None = None  # why the run stopped early, if it did
         self.executor.start(problem, method)
 
     # ---- one round ----
@@ -64,6 +70,10 @@ class Federation(Server):
         return sorted(streams.rng(self.seed, streams.PARTICIPANTS, t).sample(range(self.n), m))
 
     def round(self, evaluate: bool | None = None) -> dict[str, Any]:
+        """One round; its record is kept even when the run diverged, which then raises
+        :class:`Diverged` (the records so far stay in ``records``)."""
+        if self.stopped is not None:
+            raise Diverged(self.stopped)
         ctx = self.open_round()
         chosen = self.participants(ctx.t)
         if evaluate is None:
@@ -74,6 +84,12 @@ class Federation(Server):
         if evaluate:
             record.update(self._metrics(replies, ctx))
         self.records.append(record)
+        bad = [(k, record[k]) for k in ("loss", "grad_norm", "oracle_loss")
+               if isinstance(record.get(k), float) and not math.isfinite(record[k])]
+        if bad or not np.all(np.isfinite(self.x)):
+            what = ", ".join(f"the {k.replace('_', ' ')} is {v}" for k, v in bad) or "the point is not finite"
+            self.stopped = f"round {ctx.t}: {what}; the run diverged (lower the step size)"
+            raise Diverged(self.stopped)
         return record
 
     def _metrics(self, replies: list[Reply], ctx: Round) -> dict[str, float]:
@@ -85,11 +101,9 @@ class Federation(Server):
             grad += r.metric[1]
         loss /= self.n
         grad /= self.n
-        norm = float(np.sqrt(grad @ grad))
-        if not (math.isfinite(loss) and math.isfinite(norm)):
-            raise FloatingPointError(f"round {ctx.t}: the loss is {loss}, the gradient norm {norm}; "
-                                     "lower the step size")
-        return {"loss": loss, "grad_norm": norm}
+        with np.errstate(over="ignore", invalid="ignore"):
+            norm = float(np.sqrt(grad @ grad))
+        return {"loss": float(loss), "grad_norm": norm}
 
     def run(self, rounds: int, progress: Callable[[dict[str, Any]], object] | None = None) -> list[dict[str, Any]]:
         """``rounds`` more rounds (the last one always evaluated); returns the records."""
