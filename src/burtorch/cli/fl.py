@@ -2,7 +2,6 @@
 record and plots against rounds and communicated bits."""
 from __future__ import annotations
 
-import functools
 import importlib.util
 import json
 import os
@@ -59,6 +58,12 @@ def register(sub) -> None:
     p.add_argument("--json", default=None, help="write the settings and per-round records here")
     p.add_argument("--target", type=float, default=None,
                    help="also print the bits per client each run sent until ||grad f|| <= TARGET")
+    p.add_argument("--checkpoint", default=None,
+                   help="save the run's state here every --checkpoint-every rounds, after each --compare entry "
+                        "and on Ctrl-C/SIGTERM")
+    p.add_argument("--checkpoint-every", type=int, default=0, help="rounds between checkpoints (0: none between)")
+    p.add_argument("--resume", default=None,
+                   help="continue a checkpointed run (same arguments and --seed): bitwise the run uninterrupted")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p.set_defaults(func=main)
 
@@ -120,6 +125,7 @@ def main(args) -> int:
     from ..fl.executors import make_executor
     from ..fl.federation import Diverged, Federation, check_participation
     from ..seeding import next_seed
+    from .interrupt import StopRequests
     from .progress import Progress
 
     try:
@@ -129,6 +135,8 @@ def main(args) -> int:
             raise ValueError(f"--lr-scale must be > 0, got {args.lr_scale}")
         if args.eval_every < 0:
             raise ValueError(f"--eval-every must be >= 0 (0: never), got {args.eval_every}")
+        if args.resume is not None and args.seed is None:
+            raise ValueError("--resume needs the --seed of the checkpointed run")
         for flag, path in (("--json", args.json), ("--plot", args.plot)):
             check_output_path(flag, path)
         check_participation(args.participation)
@@ -139,36 +147,62 @@ def main(args) -> int:
         make_executor(args.executor, args.workers, args.address)  # Ray present, cluster reachable
         if args.plot and importlib.util.find_spec("matplotlib") is None:  # before any round, not after
             raise ImportError("--plot needs matplotlib: pip install matplotlib")
+        if args.checkpoint_every < 0:
+            raise ValueError(f"--checkpoint-every must be >= 0, got {args.checkpoint_every}")
+        checkpoint = args.checkpoint or args.resume
+        args._seed, args._problem = seed, problem.settings()
+        check_output_path("--checkpoint", checkpoint)
+        resumed = read_resume(args, [label for label, _ in runs]) if args.resume else None
     except (ValueError, TypeError, ImportError, ConnectionError, FileNotFoundError, PermissionError) as e:
         print(f"burtorch fl: error: {e}", file=sys.stderr)
         return 2
-    results, status = [], 0
-    for label, method in runs:
-        if not args.quiet:
-            print(f"{label}: {method!r}", file=sys.stderr)
-        progress = None if args.quiet else Progress(args.rounds, every=max(1, args.rounds // 10))
-        with Federation(problem, method, args.participation, args.executor, args.workers, args.address, seed,
-                        args.eval_every) as fed:
-            try:
-                fed.run(args.rounds, None if progress is None else functools.partial(_show_round, progress))
-            except Diverged as e:  # the records so far are kept and written
-                print(f"burtorch fl: {label} stopped at {e}", file=sys.stderr)
-                status = 1
-            results.append({"label": label, "settings": fed.settings(), "records": fed.records,
-                            "stopped": fed.stopped})
-        last = results[-1]["records"][-1]
-        metrics = (f"loss {last['loss']:.6g}  grad norm {last['grad_norm']:.3e}" if "loss" in last
-                   else "loss not evaluated")
-        line = f"{label}: round {last['round']}  {metrics}  bits/client {last['bits_per_client']:.4g}"
-        if args.target is not None:
-            hit = next((r for r in results[-1]["records"] if r.get("grad_norm", float("inf")) <= args.target), None)
-            line += (f"  | grad norm <= {args.target:g} at round {hit['round']} after {hit['bits_per_client']:,.0f} "
-                     f"bits/client" if hit else f"  | grad norm <= {args.target:g} not reached")
-        print(line)
-        evaluated = [r["loss"] for r in results[-1]["records"] if "loss" in r]
-        if not fed.stopped and len(evaluated) > 1 and evaluated[-1] > evaluated[0]:
-            print(f"burtorch fl: warning: {label}: the loss rose from {evaluated[0]:.6g} to {evaluated[-1]:.6g}; "
-                  "the step size may be too large", file=sys.stderr)
+    results, status, interrupted = [], 0, None
+    done = {r["label"]: r for r in resumed["done"]} if resumed else {}
+    with StopRequests() as stop:
+        for label, method in runs:
+            if label in done:  # finished before the checkpoint
+                results.append(done[label])
+            else:
+                progress = None if args.quiet else Progress(args.rounds, every=max(1, args.rounds // 10))
+                if not args.quiet:
+                    print(f"{label}: {method!r}", file=sys.stderr)
+                with Federation(problem, method, args.participation, args.executor, args.workers, args.address,
+                                seed, args.eval_every) as fed:
+                    if resumed and resumed["label"] == label:
+                        try:
+                            fed.load_state_dict(resumed["state"])
+                        except ValueError as e:
+                            print(f"burtorch fl: error: --resume {args.resume}: {e}", file=sys.stderr)
+                            return 2
+                    try:
+                        _rounds(fed, args, checkpoint, results, label, stop, progress)
+                    except Diverged as e:  # the records so far are kept and written
+                        print(f"burtorch fl: {label} stopped at {e}", file=sys.stderr)
+                        status = 1
+                    results.append({"label": label, "settings": fed.settings(), "records": fed.records,
+                                    "stopped": fed.stopped})
+                    if stop.signal is not None and fed.t < args.rounds and fed.stopped is None:
+                        interrupted = fed.t
+                        if checkpoint:
+                            _save(checkpoint, args, results[:-1], label, fed)
+                    elif checkpoint:
+                        _save(checkpoint, args, results, None, None)
+            last = results[-1]["records"][-1]
+            metrics = (f"loss {last['loss']:.6g}  grad norm {last['grad_norm']:.3e}" if "loss" in last
+                       else "loss not evaluated")
+            line = f"{label}: round {last['round']}  {metrics}  bits/client {last['bits_per_client']:.4g}"
+            if args.target is not None:
+                hit = next((r for r in results[-1]["records"] if r.get("grad_norm", float("inf")) <= args.target), None)
+                line += (f"  | grad norm <= {args.target:g} at round {hit['round']} after "
+                         f"{hit['bits_per_client']:,.0f} bits/client" if hit
+                         else f"  | grad norm <= {args.target:g} not reached")
+            print(line)
+            evaluated = [r["loss"] for r in results[-1]["records"] if "loss" in r]
+            if not results[-1]["stopped"] and len(evaluated) > 1 and evaluated[-1] > evaluated[0]:
+                print(f"burtorch fl: warning: {label}: the loss rose from {evaluated[0]:.6g} to {evaluated[-1]:.6g}; "
+                      "the step size may be too large", file=sys.stderr)
+            if interrupted is not None:
+                break
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"command": "burtorch fl " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["fl"] else None,
@@ -177,7 +211,52 @@ def main(args) -> int:
         from ..fl.plots import plot_runs
 
         plot_runs(results, args.plot, title=f"{problem.settings()['problem']}: {problem.n_clients} clients")
+    if interrupted is not None:
+        where = (f"; checkpoint in {checkpoint}, continue with --resume {checkpoint}" if checkpoint
+                 else "; no --checkpoint was given")
+        print(f"burtorch fl: {stop.name} after round {interrupted - 1}{where}", file=sys.stderr)
+        return stop.exit_code
     return status
+
+
+def _rounds(fed, args, checkpoint: str | None, results: list, label: str, stop, progress) -> None:
+    """The run's remaining rounds (the last one evaluated), checkpointed every
+    --checkpoint-every rounds; stops early at a stop request."""
+    while fed.t < args.rounds:
+        rec = fed.round(evaluate=True if fed.t == args.rounds - 1 and args.eval_every else None)
+        if progress is not None:
+            _show_round(progress, rec)
+        if checkpoint and args.checkpoint_every and fed.t % args.checkpoint_every == 0 and fed.t < args.rounds:
+            _save(checkpoint, args, results, label, fed)
+        if stop.signal is not None:
+            return
+
+
+def _save(path: str, args, results: list, label: str | None, fed) -> None:
+    from ..fl.federation import save_checkpoint
+
+    save_checkpoint(path, {"kind": "burtorch fl", "rounds": args.rounds, "seed": args._seed,
+                           "problem": args._problem, "done": list(results), "label": label,
+                           "state": None if fed is None else fed.state_dict()})
+
+
+def read_resume(args, labels: list[str]) -> dict[str, Any]:
+    """The --resume checkpoint, checked against this command's runs before any work."""
+    from ..fl.federation import load_checkpoint
+
+    ck = load_checkpoint(args.resume)
+    if not isinstance(ck, dict) or ck.get("kind") != "burtorch fl":
+        raise ValueError(f"--resume {args.resume}: not a burtorch fl checkpoint")
+    if ck["seed"] != args._seed or ck["problem"] != args._problem:
+        raise ValueError(f"--resume {args.resume}: the checkpoint is of another run (seed {ck['seed']}, "
+                         f"problem {ck['problem']})")
+    if ck["rounds"] != args.rounds:
+        raise ValueError(f"--resume {args.resume}: the checkpoint is of a run of {ck['rounds']} rounds, "
+                         f"not {args.rounds}")
+    names = [r["label"] for r in ck["done"]] + ([ck["label"]] if ck["label"] is not None else [])
+    if names != labels[:len(names)]:
+        raise ValueError(f"--resume {args.resume}: the checkpoint's runs {names} are not this command's {labels}")
+    return ck
 
 
 def check_output_path(flag: str, path: str | None) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import pickle
 import traceback
 from collections.abc import Iterable
 from multiprocessing.connection import Connection
@@ -44,6 +45,13 @@ class SerialExecutor(Executor):
     def state_of(self, client: int) -> dict[str, Any]:
         return self.group.state_of(client)
 
+    def client_states(self) -> dict[int, dict[str, Any]]:
+        return self.group.get_states()
+
+    def load_client_states(self, states: dict[int, dict[str, Any]]) -> None:
+        # a private copy: the caller's dict must not alias the running clients' arrays
+        self.group.load_states(pickle.loads(pickle.dumps(states, protocol=pickle.HIGHEST_PROTOCOL)))
+
 
 def _serve(conn: Connection, problem: Problem, method: Method, ids: Iterable[int]) -> None:
     """A worker process: builds its group, then answers run requests until told to stop."""
@@ -58,7 +66,12 @@ def _serve(conn: Connection, problem: Problem, method: Method, ids: Iterable[int
         if request[0] == "stop":
             return
         try:
-            conn.send(("ok", group.run(*request[1:])))
+            if request[0] == "run":
+                conn.send(("ok", group.run(*request[1:])))
+            elif request[0] in ("get_states", "load_states"):
+                conn.send(("ok", getattr(group, request[0])(*request[1:])))
+            else:
+                raise ValueError(f"unknown request {request[0]!r}")
         except BaseException:
             conn.send(("error", traceback.format_exc()))
 
@@ -103,6 +116,17 @@ class ProcessExecutor(Executor):
                 asked.append(conn)
         replies = [r for conn in asked for r in _answer(conn, f"running round {ctx.t}")]
         return sorted(replies, key=lambda r: r.client)
+
+    def client_states(self) -> dict[int, dict[str, Any]]:
+        for conn in self.conns:
+            conn.send(("get_states",))
+        return {i: st for conn in self.conns for i, st in _answer(conn, "sending its client states").items()}
+
+    def load_client_states(self, states: dict[int, dict[str, Any]]) -> None:
+        for conn, ids in zip(self.conns, self.blocks):
+            conn.send(("load_states", {i: states[i] for i in ids if i in states}))
+        for conn in self.conns:
+            _answer(conn, "loading client states")
 
     def close(self) -> None:
         for conn in self.conns:

@@ -11,6 +11,8 @@ f(x) = (1/n) sum_i f_i(x) and ||grad f(x)||. Bits are the messages' own counts;
 from __future__ import annotations
 
 import math
+import os
+import pickle
 import time
 from collections.abc import Callable
 from typing import Any
@@ -24,6 +26,30 @@ from ..optim.server import Server
 from ..seeding import next_seed
 from .executors import Executor, make_executor
 from .problem import Problem
+
+CHECKPOINT_VERSION = 1
+
+
+def save_checkpoint(path: str, payload: Any) -> None:
+    """Pickles ``payload`` to ``path`` through a temporary file renamed over it."""
+    tmp = f"{path}.tmp{os.getpid()}"
+    try:
+        with open(tmp, "wb") as f:
+            pickle.dump(payload, f, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def load_checkpoint(path: str) -> Any:
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"checkpoint not found: {path}")
+    try:
+        with open(path, "rb") as f:
+            return pickle.load(f)
+    except (pickle.UnpicklingError, EOFError, AttributeError, ImportError, IndexError) as e:
+        raise ValueError(f"{path} is not a readable burtorch fl checkpoint ({e})") from None
 
 
 class Diverged(FloatingPointError):
@@ -115,6 +141,43 @@ class Federation(Server):
             if progress is not None:
                 progress(rec)
         return self.records
+
+    # ---- checkpoints ----
+    # Where clients run is not part of a run: executors agree bitwise, so a run checkpointed on one
+    # may resume on another.
+    _PLACEMENT = ("executor", "workers", "address")
+
+    def run_settings(self) -> dict[str, Any]:
+        return {k: v for k, v in self.settings().items() if k not in self._PLACEMENT}
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything the next round depends on: the server's point(s), method state, counters
+        and records, and every client's method state. Every random draw is a function of (seed,
+        round, client), so nothing else is needed to continue bitwise."""
+        return {"version": CHECKPOINT_VERSION, "settings": self.run_settings(), "t": self.t, "x": self.x,
+                "x_prev": self.x_prev, "server": self.server,
+                "totals": (self.total_bits, self.total_floats, self.total_samples),
+                "records": self.records, "stopped": self.stopped, "clients": self.executor.client_states()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continues from ``state`` (of :meth:`state_dict`): the run's settings must match this
+        federation's; nothing changes if they do not."""
+        if not isinstance(state, dict) or state.get("version") != CHECKPOINT_VERSION:
+            raise ValueError("not a burtorch fl checkpoint of this version")
+        mine = self.run_settings()
+        diff = sorted(k for k in set(mine) | set(state["settings"]) if mine.get(k) != state["settings"].get(k))
+        if diff:
+            shown = ", ".join(f"{k}: {state['settings'].get(k)!r} in the checkpoint, {mine.get(k)!r} now"
+                              for k in diff[:4])
+            raise ValueError(f"the checkpoint is of another run ({shown})")
+        self.executor.load_client_states(state["clients"])
+        self.t, self.x, self.x_prev, self.server = state["t"], state["x"], state["x_prev"], state["server"]
+        self.total_bits, self.total_floats, self.total_samples = state["totals"]
+        self.records, self.stopped = list(state["records"]), state["stopped"]
+
+    def save(self, path: str) -> None:
+        """Writes :meth:`state_dict` to ``path`` atomically (a crash leaves the previous file)."""
+        save_checkpoint(path, self.state_dict())
 
     # ---- the run's description and lifetime ----
     def settings(self) -> dict[str, Any]:

@@ -99,6 +99,14 @@ class RayExecutor(Executor):
         replies = [r for part in ray.get(futures) for r in pickle.loads(part)]
         return sorted(replies, key=lambda r: r.client)
 
+    def client_states(self) -> dict[int, dict[str, Any]]:
+        parts = self.ray.get([a.get_states.remote() for a in self.actors])
+        return {i: st for part in parts for i, st in part.items()}
+
+    def load_client_states(self, states: dict[int, dict[str, Any]]) -> None:
+        self.ray.get([a.load_states.remote({i: states[i] for i in ids if i in states})
+                      for a, ids in zip(self.actors, self.blocks)])
+
     def placements(self) -> list[tuple[int, str | None]]:
         """(process id, Ray node id) of each actor: how the cluster spread the clients."""
         return self.ray.get([a.where.remote() for a in self.actors])
