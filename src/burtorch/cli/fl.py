@@ -2,6 +2,7 @@
 record and plots against rounds and communicated bits."""
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -158,7 +159,13 @@ def main(args) -> int:
         return 2
     results, status, interrupted = [], 0, None
     done = {r["label"]: r for r in resumed["done"]} if resumed else {}
-    with StopRequests() as stop:
+    # one Ray session for all the runs of a --compare (started once, not once per run)
+    session = contextlib.nullcontext()
+    if args.executor == "ray":
+        from ..fl.ray_executor import session as ray_session
+
+        session = ray_session(args.workers, args.address)
+    with session, StopRequests() as stop:
         for label, method in runs:
             if label in done:  # finished before the checkpoint
                 results.append(done[label])

@@ -11,11 +11,13 @@ on the broadcast round and its own state, so the server sees the same numbers wh
 """
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import pickle
+import sys
 import traceback
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import TYPE_CHECKING, Any
@@ -76,6 +78,24 @@ def _serve(conn: Connection, problem: Problem, method: Method, ids: Iterable[int
             conn.send(("error", traceback.format_exc()))
 
 
+@contextlib.contextmanager
+def _main_not_rerun(problem: Problem, method: Method) -> Iterator[None]:
+    """While workers are spawned, hides the main script's path from multiprocessing when nothing
+    sent to them comes from that script: a child then does not run the script's top level again,
+    so a script without a ``__name__ == "__main__"`` guard works (instead of every worker
+    re-running it, which multiprocessing stops with an error the parent sees as EOFError)."""
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if path is None or b"__main__" in pickle.dumps((problem, method), protocol=pickle.HIGHEST_PROTOCOL):
+        yield
+        return
+    del main.__file__
+    try:
+        yield
+    finally:
+        main.__file__ = path
+
+
 def _answer(conn: Connection, what: str) -> Any:
     status, value = conn.recv()
     if status != "ok":
@@ -96,15 +116,26 @@ class ProcessExecutor(Executor):
         check_picklable(problem, method)
         mp = multiprocessing.get_context("spawn")  # no inherited arenas or threads
         self.blocks = blocks(problem.n_clients, self.workers)
-        for ids in self.blocks:
-            parent, child = mp.Pipe()
-            proc = mp.Process(target=_serve, args=(child, problem, method, ids), daemon=True)
-            proc.start()
-            child.close()
-            self.procs.append(proc)
-            self.conns.append(parent)
-        for conn in self.conns:
-            _answer(conn, "starting")
+        with _main_not_rerun(problem, method):
+            for ids in self.blocks:
+                parent, child = mp.Pipe()
+                # each worker is sent its own clients' shards only
+                proc = mp.Process(target=_serve, args=(child, problem.only(ids), method, ids), daemon=True)
+                proc.start()
+                child.close()
+                self.procs.append(proc)
+                self.conns.append(parent)
+        try:
+            for conn in self.conns:
+                _answer(conn, "starting")
+        except EOFError:
+            self.close()
+            raise RuntimeError(
+                "a worker process exited while starting. The processes executor starts workers with "
+                "'spawn', which runs your script's top level again in each worker; the problem or method "
+                "is defined in that script, so put the code that runs the federation under\n"
+                "    if __name__ == \"__main__\":\n"
+                "or use executor='serial'") from None
 
     def run(self, ctx: Round, participants: list[int], evaluate: bool) -> list[Reply]:
         chosen = set(participants)
