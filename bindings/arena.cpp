@@ -1,4 +1,4 @@
-// Arena, dtype and checkpoint bindings; the thread's current arena; grad and anomaly modes.
+// The Arena, DType and Checkpoint types. The thread's arenas and the modes are in arena_scope.cpp.
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
@@ -6,14 +6,11 @@
 
 #include <cstring>
 
-#include "common.hpp"
+#include "arena.hpp"
 
 namespace btpy {
 
-PyObject* g_dtype_objects[2] = {nullptr, nullptr};
-bt::DType g_default_dtype = bt::DType::float64;
-bool g_labels_on = false;
-static PyObject* g_arena_type = nullptr;
+PyObject* g_arena_type = nullptr;
 
 ArenaBox* box_of(PyObject* o) {
     if (!o || !PyObject_TypeCheck(o, reinterpret_cast<PyTypeObject*>(g_arena_type))) {
@@ -21,92 +18,6 @@ ArenaBox* box_of(PyObject* o) {
         return nullptr;
     }
     return nb::inst_ptr<ArenaBox>(o);
-}
-
-// ---------------------------------------------------------------- the thread's arenas
-// Per thread and dtype: a stack of arenas entered with `with arena:` and a default arena. Both
-// live in the thread-state dict (strong references that die with the thread, with the GIL held);
-// the thread_local struct only caches borrowed pointers into that dict.
-namespace {
-struct ThreadArenas {
-    PyObject* dict = nullptr;
-    PyObject* stack[2] = {nullptr, nullptr};     // lists
-    PyObject* fallback[2] = {nullptr, nullptr};  // the default arenas
-};
-thread_local ThreadArenas t_arenas;
-const char* const kStackKeys[2] = {"burtorch.arena_stack.float32", "burtorch.arena_stack.float64"};
-const char* const kDefaultKeys[2] = {"burtorch.default_arena.float32", "burtorch.default_arena.float64"};
-
-// The thread's cache, refreshed when the thread state (hence its dict) changed.
-ThreadArenas* thread_arenas() {
-    PyObject* dict = PyThreadState_GetDict();
-    if (!dict) {
-        PyErr_SetString(PyExc_RuntimeError, "burtorch: no thread state dict");
-        return nullptr;
-    }
-    if (dict != t_arenas.dict) t_arenas = ThreadArenas{dict, {nullptr, nullptr}, {nullptr, nullptr}};
-    return &t_arenas;
-}
-
-PyObject* stack_of(ThreadArenas* t, int d) {
-    if (t->stack[d]) return t->stack[d];
-    PyObject* l = PyDict_GetItemString(t->dict, kStackKeys[d]);  // borrowed
-    if (!l) {
-        l = PyList_New(0);
-        if (!l) return nullptr;
-        int rc = PyDict_SetItemString(t->dict, kStackKeys[d], l);
-        Py_DECREF(l);  // the dict keeps it
-        if (rc < 0) return nullptr;
-    }
-    return t->stack[d] = l;
-}
-}  // namespace
-
-PyObject* current_arena(bt::DType dt) {
-    const int d = static_cast<int>(dt);
-    ThreadArenas* t = thread_arenas();
-    if (!t) return nullptr;
-    PyObject* st = stack_of(t, d);
-    if (!st) return nullptr;
-    if (Py_ssize_t n = PyList_GET_SIZE(st)) return PyList_GET_ITEM(st, n - 1);
-    if (t->fallback[d]) return t->fallback[d];
-    PyObject* a = PyDict_GetItemString(t->dict, kDefaultKeys[d]);  // borrowed
-    if (!a) {
-        a = PyObject_CallOneArg(g_arena_type, g_dtype_objects[d]);
-        if (!a) return nullptr;
-        int rc = PyDict_SetItemString(t->dict, kDefaultKeys[d], a);
-        Py_DECREF(a);  // the dict keeps it alive
-        if (rc < 0) return nullptr;
-    }
-    return t->fallback[d] = a;
-}
-
-static void enter_arena(nb::handle self) {
-    ArenaBox* b = box_of(self.ptr());
-    if (!b) throw nb::python_error();
-    ThreadArenas* t = thread_arenas();
-    PyObject* st = t ? stack_of(t, int(b->core->dtype())) : nullptr;
-    if (!st || PyList_Append(st, self.ptr()) < 0) throw nb::python_error();
-}
-
-static void exit_arena(nb::handle self) {
-    ArenaBox* b = box_of(self.ptr());
-    if (!b) throw nb::python_error();
-    ThreadArenas* t = thread_arenas();
-    PyObject* st = t ? stack_of(t, int(b->core->dtype())) : nullptr;
-    if (!st) throw nb::python_error();
-    const Py_ssize_t n = PyList_GET_SIZE(st);
-    if (n && PyList_GET_ITEM(st, n - 1) == self.ptr()) {
-        if (PyList_SetSlice(st, n - 1, n, nullptr) < 0) throw nb::python_error();
-        return;
-    }
-    for (Py_ssize_t i = n - 1; i >= 0; --i)
-        if (PyList_GET_ITEM(st, i) == self.ptr()) {
-            // Leave the stack consistent (the arena is no longer current), then say what happened.
-            if (PyList_SetSlice(st, i, i + 1, nullptr) < 0) throw nb::python_error();
-            throw std::runtime_error("arenas were exited in another order than entered");
-        }
-    throw std::runtime_error("this arena is not entered on this thread (entered in another thread, or exited twice)");
 }
 
 // ---------------------------------------------------------------- growth without rewinds
@@ -122,35 +33,6 @@ void check_unbounded_growth(bt::ArenaBase* a) {
                          "`with bt.scope():`).",
                          a->slots_since_rewind(), (unsigned long long)a->sweeps_since_rewind()) < 0)
         PyErr_Clear();  // warnings turned into errors are not worth failing a backward for
-}
-
-// ---------------------------------------------------------------- checkpoints
-// A checkpoint of one or two arenas (the thread's float32 and float64 arenas by default).
-struct Checkpoint {
-    nb::object arena[2];
-    bt::Mark mark[2];
-};
-
-static Checkpoint take_checkpoint(nb::handle a0, nb::handle a1) {
-    Checkpoint cp;
-    nb::handle hs[2] = {a0, a1};
-    for (int k = 0; k < 2; ++k)
-        if (hs[k].is_valid()) {
-            ArenaBox* b = box_of(hs[k].ptr());
-            if (!b) throw nb::python_error();
-            cp.arena[k] = nb::borrow(hs[k]);
-            cp.mark[k] = b->core->checkpoint();
-        }
-    return cp;
-}
-
-static void rewind_to(const Checkpoint& cp) {
-    for (int k = 0; k < 2; ++k)  // validate everything before changing anything
-        if (cp.arena[k].is_valid())
-            if (const char* why = box_of(cp.arena[k].ptr())->core->mark_problem(cp.mark[k]))
-                throw nb::value_error((std::string("cannot rewind: ") + why).c_str());
-    for (int k = 0; k < 2; ++k)
-        if (cp.arena[k].is_valid()) box_of(cp.arena[k].ptr())->core->rewind(cp.mark[k]);
 }
 
 static nb::dict arena_stats(const ArenaBox& b) {
@@ -275,6 +157,7 @@ void init_arena(nb::module_& m) {
         .def(
             "clear",
             [](ArenaBox& b) {
+                check_owner(b, "clear");
                 bt::Mark mk;
                 mk.arena_id = b.core->id();
                 b.core->rewind(mk);
@@ -289,7 +172,11 @@ void init_arena(nb::module_& m) {
             nb::arg("nodes"), nb::arg("records") = 0, nb::arg("args") = 0,
             "Commits memory for this many nodes (and records, args) up front.")
         .def(
-            "release_unused", [](ArenaBox& b) { b.core->release_unused(); },
+            "release_unused",
+            [](ArenaBox& b) {
+                check_owner(b, "release memory of");
+                b.core->release_unused();
+            },
             "Returns memory above the current size to the OS.")
         .def("stats", &arena_stats, nb::sig("def stats(self) -> dict[str, Any]"),
              "Nodes, records and bytes in use by category.")
@@ -372,6 +259,8 @@ void init_arena(nb::module_& m) {
             "write_bytes",
             [](nb::handle self, int64_t first, nb::handle data, const std::string& what) {
                 ArenaBox& b = *box_of(self.ptr());
+                if (!refuse_write_while_tracing(b.core.get(), "writing nodes (load_array, io.load)"))
+                    throw nb::python_error();
                 Py_buffer view;
                 if (PyObject_GetBuffer(data.ptr(), &view, PyBUF_C_CONTIGUOUS) != 0) throw nb::python_error();
                 const size_t vs = b.core->value_size();
@@ -411,66 +300,6 @@ void init_arena(nb::module_& m) {
                    ", records=" + std::to_string(b.core->num_records()) + ")";
         });
     g_arena_type = m.attr("Arena").ptr();
-
-    m.def(
-        "current_arena",
-        [](nb::handle dtype) {
-            bt::DType d = g_default_dtype;
-            if (!dtype.is_none() && !parse_dtype(dtype.ptr(), &d)) throw nb::python_error();
-            PyObject* a = current_arena(d);
-            if (!a) throw nb::python_error();
-            return nb::borrow(a);
-        },
-        nb::arg("dtype") = nb::none(), nb::sig("def current_arena(dtype: DType | str | None = None) -> Arena"),
-        "The thread's current arena for a dtype (the default dtype if none).");
-    m.def(
-        "checkpoint",
-        [](nb::handle arena) {
-            if (!arena.is_none()) return take_checkpoint(arena, nb::handle());
-            PyObject* a32 = current_arena(bt::DType::float32);
-            PyObject* a64 = a32 ? current_arena(bt::DType::float64) : nullptr;
-            if (!a64) throw nb::python_error();
-            return take_checkpoint(a32, a64);
-        },
-        nb::arg("arena") = nb::none(), nb::sig("def checkpoint(arena: Arena | None = None) -> Checkpoint"),
-        "A checkpoint of the thread's current float32 and float64 arenas (or of one arena).");
-    m.def("rewind", &rewind_to, nb::arg("checkpoint"),
-          "Discards every node created after the checkpoint; their handles become stale.");
-    m.def(
-        "set_default_dtype",
-        [](nb::handle dtype) {
-            bt::DType d;
-            if (!parse_dtype(dtype.ptr(), &d)) throw nb::python_error();
-            g_default_dtype = d;
-        },
-        nb::arg("dtype"), nb::sig("def set_default_dtype(dtype: DType | str) -> None"),
-        "The dtype of new Values, leaves and checkpoints when none is given (float64 at start).");
-    m.def(
-        "get_default_dtype", []() { return nb::borrow(g_dtype_objects[int(g_default_dtype)]); },
-        nb::sig("def get_default_dtype() -> DType"));
-    m.def("set_labels", [](bool on) { g_labels_on = on; }, nb::arg("enabled"));
-    m.def("labels_enabled", []() { return g_labels_on; });
-
-    // Per-thread modes (csrc/modes.hpp); the Python context managers nest them.
-    m.def(
-        "_push_mode",
-        [](const std::string& which, int delta) {
-            int& depth = which == "no_grad"   ? bt::t_modes.no_grad
-                         : which == "anomaly" ? bt::t_modes.anomaly
-                                              : throw nb::value_error("unknown mode");
-            if (depth + delta < 0) throw nb::value_error("mode exited more often than entered");
-            if (which == "no_grad" && delta > 0 && tracing())
-                throw nb::value_error(
-                    "no_grad() inside a trace: its nodes would be constants of the program; "
-                    "compute them outside the traced function");
-            depth += delta;
-        },
-        nb::arg("which"), nb::arg("delta"));
-    m.def(
-        "is_grad_enabled", []() { return bt::grad_enabled(); },
-        "False inside `with burtorch.no_grad():` (ops record nothing).");
-    m.def(
-        "is_anomaly_enabled", []() { return bt::anomaly_enabled(); }, "True inside `with burtorch.detect_anomaly():`.");
 }
 
 }  // namespace btpy

@@ -25,6 +25,9 @@ namespace btpy {
 // The payload of a Python `Arena` object.
 struct ArenaBox {
     std::unique_ptr<bt::ArenaBase> core;
+    // The thread whose private default arena this is (PyThread_get_thread_ident), 0 for an arena
+    // made by the user: another thread may not rewind or clear it (check_owner, arena_scope.cpp).
+    unsigned long owner_thread = 0;
     explicit ArenaBox(bt::DType dt, const bt::Capacity& cap) {
         if (dt == bt::DType::float64)
             core = std::make_unique<bt::Arena<double>>(cap);
@@ -45,8 +48,8 @@ extern PyTypeObject ValueType;
 extern PyObject* StaleValueError;
 extern PyObject* AnomalyError;
 extern PyObject* g_dtype_objects[2];
-extern bt::DType g_default_dtype;
-extern bool g_labels_on;
+extern bt::DType g_default_dtype;  // set_default_dtype (read it through default_dtype())
+extern bool g_labels_on;           // bt.labels(): automatic labels only; a label= given is always stored
 
 inline bool is_value(PyObject* o) { return Py_TYPE(o) == &ValueType; }
 inline PyValue* as_pyvalue(PyObject* o) { return reinterpret_cast<PyValue*>(o); }
@@ -82,6 +85,9 @@ std::string describe(PyValue* v);
 
 // The thread's current arena for a dtype (innermost `with arena:`, else the thread's default).
 PyObject* current_arena(bt::DType dt);  // borrowed
+// The dtype of what is made with no dtype or arena given: the innermost arena entered on this
+// thread (`with arena:`, any dtype), else the one set by set_default_dtype (float64 at start).
+bt::DType default_dtype();
 ArenaBox* box_of(PyObject* arena_obj);  // nullptr with TypeError set if not an Arena
 
 // Warns once per arena when a loop appends without ever rewinding (called after a sweep).
@@ -176,21 +182,28 @@ std::vector<uint32_t> parse_ids(nb::handle h, uint32_t bound, const char* what, 
 // ---------------------------------------------------------------- areas
 void init_errors(nb::module_& m);
 void init_arena(nb::module_& m);
+void init_arena_scope(nb::module_& m);
 void init_value(nb::module_& m);
 void init_functions(nb::module_& m);
 void init_vector(nb::module_& m);
+void init_vector_functions(nb::module_& m);
 void init_range(nb::module_& m);
+void init_range_layers(nb::module_& m);
 void init_optim(nb::module_& m);
 void init_compress(nb::module_& m);
+void init_trace(nb::module_& m);
+void init_batch(nb::module_& m);
 void init_program(nb::module_& m);
 void init_threads(nb::module_& m);
 
-// ---------------------------------------------------------------- tracing (program.cpp)
+// ---------------------------------------------------------------- tracing (trace.cpp)
 extern PyObject* TraceError;
 bool tracing();
 // Returns true, or raises TraceError naming the user's line and returns false when `arena` is
 // being traced: a number read out of a traced Value would be baked into the program.
 bool refuse_while_tracing(bt::ArenaBase* arena, const char* what);
+// The same for a write (values or grads, of any arena) made while tracing: a replay would not repeat it.
+bool refuse_write_while_tracing(bt::ArenaBase* arena, const char* what);
 // Notes a comparison made on traced Values (b == nullptr: against the number c; py_op
 // Py_LT/LE/GT/GE, or -1 for bool(a)) and its outcome, re-checked by every replay.
 void record_guard(PyValue* a, PyValue* b, double c, int py_op, bool result);

@@ -180,7 +180,7 @@ bool place_collected(const Collected& c, const char* what, std::vector<uint32_t>
                 break;
             }
         if (!*arena) {
-            *owner = current_arena(g_default_dtype);
+            *owner = current_arena(default_dtype());
             if (!*owner) return false;
             *arena = box_of(*owner)->core.get();
         }

@@ -1,11 +1,17 @@
 // One Python exception type per kind of core error, for raw CPython entry points (guarded) and
 // nanobind functions (a registered translator) alike.
+#include <typeinfo>
+
 #include "common.hpp"
 
 namespace btpy {
 
 PyObject* StaleValueError = nullptr;
 PyObject* AnomalyError = nullptr;
+
+// What a failed nb::cast (an argument of a type the function cannot use) raises, as TypeError; the
+// functions that can name the argument check it themselves first.
+static const char* const kBadCast = "burtorch: an argument has a type this function cannot use";
 
 void set_error_from_current_exception() {
     try {
@@ -32,6 +38,10 @@ void set_error_from_current_exception() {
         PyErr_SetString(PyExc_MemoryError, "burtorch: out of memory");
     } catch (const bt::AnomalyError& e) {
         PyErr_SetString(AnomalyError, e.what());
+    } catch (const bt::NonFiniteLoss& e) {
+        PyErr_SetString(PyExc_FloatingPointError, e.what());
+    } catch (const std::bad_cast&) {  // nb::cast of an object of another type
+        PyErr_SetString(PyExc_TypeError, kBadCast);
     } catch (const std::exception& e) {
         PyErr_SetString(PyExc_RuntimeError, e.what());
     } catch (...) {
@@ -59,6 +69,10 @@ void init_errors(nb::module_& m) {
             PyErr_SetString(PyExc_MemoryError, e.what());
         } catch (const bt::AnomalyError& e) {
             PyErr_SetString(AnomalyError, e.what());
+        } catch (const bt::NonFiniteLoss& e) {  // a std::domain_error, which nanobind makes a ValueError
+            PyErr_SetString(PyExc_FloatingPointError, e.what());
+        } catch (const std::bad_cast&) {  // nanobind would raise RuntimeError('std::bad_cast')
+            PyErr_SetString(PyExc_TypeError, kBadCast);
         }
     });
 }

@@ -6,12 +6,17 @@ NB_MODULE(_core, m) {
     m.doc() = "burtorch native core: arenas of scalar nodes, ops, reverse sweep.";
     btpy::init_errors(m);
     btpy::init_arena(m);
+    btpy::init_arena_scope(m);
     btpy::init_value(m);
     btpy::init_functions(m);
     btpy::init_vector(m);
+    btpy::init_vector_functions(m);
     btpy::init_range(m);
+    btpy::init_range_layers(m);
     btpy::init_optim(m);
     btpy::init_compress(m);
+    btpy::init_trace(m);
+    btpy::init_batch(m);
     btpy::init_program(m);
     btpy::init_threads(m);
     // The SIMD kernels this build chose, and whether its multiply-adds round once.

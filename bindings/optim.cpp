@@ -17,6 +17,8 @@ namespace btpy {
 
 static void check_state(const VectorBox& p, const OptimState& st, uint32_t nbuf) {
     p.check();
+    // every step writes the parameters: inside a traced function it would run once, not per replay
+    if (!refuse_write_while_tracing(p.arena, "an optimizer step")) throw nb::python_error();
     if (st.dtype != p.dtype() || st.buf.size() != p.size * nbuf || st.nbuf != nbuf)
         throw nb::value_error("optimizer state does not match the parameter vector");
 }

@@ -2,6 +2,8 @@
 // conversion of what users pass where a Vector is expected (lists, nested lists, numpy arrays,
 // Values) into one.
 #pragma once
+#include <initializer_list>
+#include <optional>
 #include <string>
 
 #include "common.hpp"
@@ -60,6 +62,16 @@ std::string shape_str(const VectorBox& v);
 void same_arena(const VectorBox& a, const VectorBox& b, const char* what);
 nb::object value_at(const VectorBox& v, uint32_t slot);
 
+// Numbers parsed from a list, a nested list or a buffer, with their shape (rows == 0: 1-D).
+struct NumberArray {
+    std::vector<double> v;
+    size_t rows = 0, cols = 0;
+};
+// Numbers and shape from a sequence, a nested sequence (rows of equal length) or a buffer.
+NumberArray parse_numbers(PyObject* o, const char* what);
+// New contiguous leaves holding `vals` in `arena` (no Python code; inside the capacity guard).
+uint32_t new_leaves(bt::ArenaBase* arena, const std::vector<double>& vals, size_t n);
+
 // What a user passed where a Vector is expected, as a Vector (conversion only: liveness is
 // checked by the caller afterwards):
 //   a Vector -> itself; a Value -> a one-element view;
@@ -69,6 +81,14 @@ nb::object value_at(const VectorBox& v, uint32_t slot);
 // New nodes go to the arena of `anchor` (the op's other operands), else the thread's current
 // arena of the default dtype. May run Python code.
 VectorBox as_vector(nb::handle h, const VectorBox* anchor, const char* what);
+
+// The operand that decides where constants go: the first Vector or Value among the handles.
+inline std::optional<VectorBox> pick_anchor(std::initializer_list<nb::handle> hs) {
+    for (nb::handle h : hs)
+        if (h.is_valid() && (nb::isinstance<VectorBox>(h) || is_value(h.ptr()))) return as_vector(h, nullptr, "");
+    return std::nullopt;
+}
+inline const VectorBox* anchor_ptr(const std::optional<VectorBox>& a) { return a ? &*a : nullptr; }
 
 // Runs a core append inside the op's arena and wraps the output span as a vector.
 template <typename F>

@@ -14,4 +14,6 @@
 #include "program.hpp"
 #include "range/dispatch.hpp"
 #include "reduce.hpp"
+#include "replay_driver.hpp"
 #include "rng.hpp"
+#include "trace.hpp"

@@ -11,7 +11,7 @@
 //
 // `skew` offsets the first element from the page boundary. Columns indexed alike (value[i],
 // grad[i], gen[i]) would otherwise sit at addresses equal modulo 4 KiB, and the CPU then takes
-// a load of one for a store to another ("4K aliasing"): measured, an append cost twice as much.
+// a load of one for a store to another ("4K aliasing"), which stalls every append.
 #pragma once
 #include <sys/mman.h>
 #include <unistd.h>

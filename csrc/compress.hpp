@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <numeric>
 #include <stdexcept>
 #include <string>
@@ -86,6 +87,14 @@ size_t rand_seq_k(const T* x, size_t d, size_t k, uint64_t seed, T* val) {
 template <typename T>
 void natural(const T* x, size_t d, uint64_t seed, T* out) {
     check_finite(x, d);
+    // Above the largest power of two of T, the upper neighbour 2^(e+1) is inf in T: such a value
+    // has no unbiased rounding in T, so it is refused before anything is written.
+    const double top = std::ldexp(1.0, std::numeric_limits<T>::max_exponent - 1);
+    for (size_t i = 0; i < d; ++i)
+        if (std::fabs(double(x[i])) > top)
+            throw std::invalid_argument("natural compression: coordinate " + std::to_string(i) + " (" +
+                                        std::to_string(double(x[i])) +
+                                        ") lies above the largest power of two of its type, so it would round to inf");
     Rng rng = Rng::seeded(seed);
     for (size_t i = 0; i < d; ++i) {
         const double u = rng.uniform();
@@ -110,7 +119,16 @@ double dither(const T* x, size_t d, unsigned s, uint64_t seed, T* out) {
     check_finite(x, d);
     double sq = 0.0;
     for (size_t i = 0; i < d; ++i) sq += double(x[i]) * double(x[i]);
-    const double norm = std::sqrt(sq);
+    double norm = std::sqrt(sq);
+    if (!std::isfinite(norm)) {  // the squares overflow (double inputs near the maximum): scaled by the largest
+        double top = 0.0;
+        for (size_t i = 0; i < d; ++i) top = std::max(top, std::fabs(double(x[i])));
+        double scaled = 0.0;
+        for (size_t i = 0; i < d; ++i) scaled += (double(x[i]) / top) * (double(x[i]) / top);
+        norm = top * std::sqrt(scaled);
+        if (!std::isfinite(norm))
+            throw std::invalid_argument("dithering: the norm of these values overflows the type; scale them down");
+    }
     Rng rng = Rng::seeded(seed);
     for (size_t i = 0; i < d; ++i) {
         const double u = rng.uniform();

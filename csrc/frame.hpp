@@ -10,26 +10,9 @@
 #include <vector>
 
 #include "huge_buffer.hpp"
+#include "optim.hpp"  // FusedSgd: the weights a sweep updates where their gradient is made
 
 namespace bt {
-
-// Linear weights whose plain SGD step (no momentum) is applied inside a sweep (fused_sgd.hpp):
-// the one linear record that reads such a weight updates it in place, after its input gradient
-// has read the old values, instead of accumulating its gradient.
-struct FusedSgd {
-    double lr = 0.0, weight_decay = 0.0;
-    std::vector<uint32_t> weight_slots;  // the first slot of each weight
-    // Which weights a record updated: a record the sweep skips (its outputs' grads all zero)
-    // leaves its weight to be stepped with a zero gradient afterwards, as the unfused step would.
-    mutable std::vector<uint8_t> applied;
-
-    // The index of the weight starting at w_slot, or -1.
-    int64_t find(uint32_t w_slot) const {
-        for (size_t i = 0; i < weight_slots.size(); ++i)
-            if (weight_slots[i] == w_slot) return int64_t(i);
-        return -1;
-    }
-};
 
 // A weight's gradient kept outside the frame (Frame::arena_weight_grads).
 template <typename T>

@@ -4,10 +4,8 @@
 // Why: the tiles stream their packed panels from L2 many times over. In 4 KiB pages a 512 KiB
 // buffer sits on physical pages scattered at random, so how evenly its lines spread over L2's
 // sets, and how many TLB entries it takes, is left to chance; one 2 MiB page is physically
-// contiguous. Measured on a Sapphire Rapids host (KVM), one thread: the three products of the
-// 64 x 1024 -> 1024 layer took 2584 us instead of 2878 (build/cpp/gemm_kernels), and a W4
-// e = 1024, b = 64 compiled fused step 2.96-3.03 ms instead of 3.33-3.38 (four pairs of
-// processes, the two builds alternating).
+// contiguous, so a wide layer's products and the compiled steps over it run faster and more
+// evenly (build/cpp/gemm_kernels compares the two).
 //
 // Large buffers are mapped 2 MiB-aligned and marked MADV_HUGEPAGE; where the kernel has no
 // transparent huge pages the mark is refused and they stay ordinary pages. Only touched pages

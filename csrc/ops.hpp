@@ -70,7 +70,7 @@ namespace bt {
     X(variance_biased)         \
     X(mean_and_mean_squares)
 
-// ---- range ops over vectors (one record writes a span of outputs); see range_ops.hpp ----
+// ---- range ops over vectors (one record writes a span of outputs); see range/ (dispatch.hpp) ----
 #define BT_RANGE_OPS(X)     \
     X(copy)                 \
     X(map_unary)            \

@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
+#include <vector>
 
 #include "kernels/simd.hpp"
 
@@ -28,14 +29,69 @@ template <typename T>
     return simd::madd(-lr, wd == T(0) ? g : simd::madd(wd, w, g), w);
 }
 
+// The plain SGD update as a weight sink of the linear kernels (kernels/gemm.hpp): a linear layer's
+// weight gradient is consumed where its chains finish, each element of W becoming
+// sgd_update(W, gradient) there (fused_sgd.hpp's step inside the sweep). update_lanes is the same
+// expression lane by lane, with the same fused operations, so the bits are the scalar step's.
+// Decay: -1, the weight decay is looked at per element (zero or not); 0 or 1, it is known to be
+// zero or nonzero (specialized() picks one, for loops that pay for the test).
+template <typename T, int Decay = -1>
+struct SgdSink {
+    using V = typename simd::Simd<T>::V;
+    T* W;
+    T lr, weight_decay;
+
+    [[gnu::always_inline]] T update(T w, T g) const {
+        if constexpr (Decay < 0) return sgd_update(w, g, lr, weight_decay);
+        if constexpr (Decay == 0) return simd::madd(-lr, g, w);
+        return simd::madd(-lr, simd::madd(weight_decay, w, g), w);
+    }
+    [[gnu::always_inline]] V update_lanes(V w, V g) const {
+        using S = simd::Simd<T>;
+        const bool decay = Decay < 0 ? weight_decay != T(0) : Decay == 1;
+        return S::madd(S::set1(-lr), decay ? S::madd(S::set1(weight_decay), w, g) : g, w);
+    }
+    template <class F>
+    void specialized(F&& f) const {
+        if (weight_decay != T(0))
+            f(SgdSink<T, 1>{W, lr, weight_decay});
+        else
+            f(SgdSink<T, 0>{W, lr, weight_decay});
+    }
+};
+
+// Linear weights whose plain SGD step (no momentum) is applied inside a sweep (fused_sgd.hpp):
+// the one linear record that reads such a weight hands the kernels sink(W) (SgdSink above), so W
+// is updated in place after its input gradient has read the old values, instead of its gradient
+// being accumulated.
+struct FusedSgd {
+    double lr = 0.0, weight_decay = 0.0;
+    std::vector<uint32_t> weight_slots;  // the first slot of each weight
+    // Which weights a record updated: a record the sweep skips (its outputs' grads all zero)
+    // leaves its weight to be stepped with a zero gradient afterwards, as the unfused step would.
+    mutable std::vector<uint8_t> applied;
+
+    // The index of the weight starting at w_slot, or -1.
+    int64_t find(uint32_t w_slot) const {
+        for (size_t i = 0; i < weight_slots.size(); ++i)
+            if (weight_slots[i] == w_slot) return int64_t(i);
+        return -1;
+    }
+    // The kernels' sink for the weight whose values are at W (null f: a sink never used).
+    template <typename T>
+    static SgdSink<T> sink(const FusedSgd* f, T* W) {
+        return SgdSink<T>{W, T(f ? f->lr : 0.0), T(f ? f->weight_decay : 0.0)};
+    }
+};
+
 // Runs body(i0, i1, out) over [0, n), which writes the new values of parameters [i0, i1) to
 // out[0 .. i1 - i0), reading w[i] (and the optimizer's buffers at i) first, so that w ends up
 // holding them. Without `stream`, out is w itself. With it, the new values go out through
 // streaming stores (simd.hpp), a block at a time through an aligned buffer: for a step split
 // across threads right after an oracle that ran on them. Every core then holds the weights it
-// read, so an ordinary store first waits for the line to be taken from the other core's cache;
-// on a VM whose two vCPUs are far apart (a round trip of 220-310 ns instead of 65) those waits
-// made a two-thread W4 step 1.2-1.35x slower. Each element's arithmetic is body's either way,
+// read, so an ordinary store first waits for the line to be taken from the other core's cache,
+// which on a VM whose vCPUs are far apart slows a two-thread step noticeably; streaming stores
+// do not wait for the line. Each element's arithmetic is body's either way,
 // so the bits do not depend on `stream`. (The body is a plain loop over its range, not a call
 // per element: GCC vectorized Adam's arithmetic only in that form.)
 template <typename T, class Body>

@@ -138,7 +138,7 @@ public:
     std::vector<TransposedWeight> transposed_weights;
     // External spans that no record reads but as the W of linear records (frame spans, sorted):
     // a replay reads them where they live in the arena instead of copying them into its frame
-    // (a wide layer's weights are most of what prepare() would copy: 4 MB at 1024 x 1024).
+    // (a wide layer's weights are most of what prepare() would copy).
     std::vector<Span> arena_weights;
     // Lookups whose rows only one linear layer reads, as its x, both in the sweep: (the lookup's
     // record, the layer's). A replay on several threads that steps the layer's W in its sweep
@@ -583,8 +583,8 @@ Program<T> Program<T>::build(const Arena<T>& A, const TraceSpec& s) {
 // ---------------------------------------------------------------- replay
 // Samples per call from which prepare() transposes the linear layers' weights once for all of
 // them. A call of one sample (a chunk replayed by each thread) packs W's rows straight into its
-// tiles' panels instead, which costs less than the transpose plus a copy: a 64 x 1024 -> 64
-// layer's W takes 21 us to transpose, 19 to pack from W and 5 to pack from W^T (one core, in cache).
+// tiles' panels instead, which costs less than the transpose plus packing from W^T (packing from
+// W costs about as much as the transpose alone).
 inline constexpr size_t kTransposeWeightsFromSamples = 2;
 
 // Lays the workspace out for P (once: sizes, constants, args) and loads what stays fixed during
@@ -702,7 +702,7 @@ inline void run_backward(const Program<T>& P, Workspace<T>& W, T seed) {
         const int32_t p = P.pair_of.empty() ? -1 : P.pair_of[P.sweep[i]];
         const bool pair = p >= 0 && W.pair_tasks[size_t(p)];
         // x of a pair run as one op has no grads: its lookup is not looked at (a scan of them
-        // all, as zero, for `live` cost a fifth of a two-thread W4 e = 64 step)
+        // all, as zero, for `live` would be a large part of a small step)
         if (pair && P.gather_linears[size_t(p)].gather == P.sweep[i]) continue;
         bool live = g[r.out] != T(0);
         for (uint32_t j = 1; !live && j < r.nout; ++j) live = g[r.out + j] != T(0);

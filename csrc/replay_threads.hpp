@@ -44,7 +44,7 @@ struct ParallelReplayResult {
 // P.wrt[i]), and writes each loss to values[s] when values is not null. With a non-finite loss
 // nothing is added at all (the caller raises). `ws` holds the tasks' workspaces between calls (a
 // training loop calls this every step: laying a frame out anew and faulting its pages in each
-// time cost a quarter of a W5 b=8 step); it grows to `tasks` entries.
+// time would cost a large part of a small step); it grows to `tasks` entries.
 // zero: the arena's grads are taken as zero (not read) and overwritten with the sum. Nothing is
 // written to them when a loss is not finite. step (with zero only): the sum steps the parameters
 // instead, when every sample replayed (see ReduceStep).

@@ -104,9 +104,9 @@ private:
 
 // How long an idle helper spins (yielding now and then) before it sleeps. Waking a sleeping
 // helper costs a futex wake, and on a virtual machine waking its idle vCPU can take far longer
-// (tens to hundreds of microseconds measured here): a step whose parallel regions are more than
-// the spin apart (Python and the optimizer between two replays) then ran them on one thread.
-// Two milliseconds cover the gap between training steps; OpenMP runtimes spin for a similar time.
+// than a parallel region: a step whose parallel regions are more than the spin apart (Python and
+// the optimizer between two replays) then ran them on one thread. The spin covers the gap
+// between training steps; OpenMP runtimes spin for a similar time.
 inline constexpr int kSpinMicroseconds = 2000;
 
 class Pool {
@@ -193,11 +193,9 @@ private:
     // helper can claim: with as many tasks as threads, task t then runs on the same thread in
     // every region, so what it owns (a block of a layer's output units, the rows of W they read
     // and step) stays in one core's cache from record to record and step to step. Claimed by
-    // whichever thread came first, task 0 of W4's lookup records went to the helper in 5-22 % of
-    // calls, each time moving the halves of W (256 KB at e = 128) between the cores. With task 0
-    // the caller's, two-thread W4 b = 64 steps (e = 64 and 128, the two ways alternated every 25
-    // steps in one process, an Emerald Rapids host) took 0.977-0.994 of the time (pairwise
-    // medians of four runs of 41 pairs; 0.90-0.99 with one-thread runs in between).
+    // whichever thread came first, task 0 of a lookup record often went to the helper, each time
+    // moving the halves of W between the cores; with task 0 the caller's, two-thread training
+    // steps ran a little faster and never slower.
     void work(uint64_t seq, void (*call)(void*, size_t), void* ctx, size_t ntasks, bool caller = false) {
         const bool was = detail::t_in_task;
         detail::t_in_task = true;

@@ -134,7 +134,30 @@ def check_result(result) -> str | None:
     return None
 
 
-def run(seed_value: int, calls: int, log_path: str, self_test: str | None) -> dict:
+# Where each call runs (--context): as is, under a mode, or inside a function being traced (where
+# a TraceError is a clean answer: the call reads or writes what a replay could not repeat).
+CONTEXTS = ("plain", "no_grad", "anomaly", "trace")
+
+
+def in_context(context: str, call):
+    """call() run in `context`; its result (None inside a trace, which discards what it made)."""
+    if context == "no_grad":
+        with bt.no_grad():
+            return call()
+    if context == "anomaly":
+        with bt.detect_anomaly():
+            return call()
+    if context == "trace":
+        def traced(x):
+            call()
+            return x * 1.0
+
+        bt.trace(traced, [1.0])
+        return None
+    return call()
+
+
+def run(seed_value: int, calls: int, log_path: str, self_test: str | None, context: str = "plain") -> dict:
     warnings.simplefilter("ignore")
     world = World()
     by_area = collections.defaultdict(list)
@@ -206,9 +229,9 @@ def run(seed_value: int, calls: int, log_path: str, self_test: str | None) -> di
             fn = t.resolve(world)
             if isinstance(fn, tuple):  # a property
                 obj, attr = fn
-                result = setattr(obj, attr, args[0]) if t.is_set else getattr(obj, attr)
+                result = in_context(context, lambda: setattr(obj, attr, args[0]) if t.is_set else getattr(obj, attr))
             else:
-                result = fn(*args, **kwargs)
+                result = in_context(context, lambda: fn(*args, **kwargs))
             area["results"] += 1
             try:  # checking a result is the oracle's work: what it raises is a finding, not a clean error
                 finding = check_result(result)
@@ -227,7 +250,7 @@ def run(seed_value: int, calls: int, log_path: str, self_test: str | None) -> di
         except CallTimeout:
             finding = f"hang: no answer after {CALL_SECONDS} s"
         except BaseException as e:  # noqa: BLE001  (the oracle decides)
-            why = classify(e, t.is_set, t.name)
+            why = None if context == "trace" and isinstance(e, bt.TraceError) else classify(e, t.is_set, t.name)
             if why is None:
                 area["clean"][type(e).__name__] += 1
             else:
@@ -259,13 +282,14 @@ def main() -> None:
     p.add_argument("--log", required=True)
     p.add_argument("--report", required=True)
     p.add_argument("--self-test", choices=["crash", "hang"])
+    p.add_argument("--context", choices=CONTEXTS, default="plain")
     a = p.parse_args()
     log, out = os.path.abspath(a.log), os.path.abspath(a.report)
     # The fuzzed calls save files under relative names ("values", "a", ...): they go to a
     # directory of this process's own, never into the one it was started from (a checkout).
     with tempfile.TemporaryDirectory(prefix="api-fuzz-") as scratch:
         os.chdir(scratch)
-        report = run(a.seed, a.calls, log, a.self_test)
+        report = run(a.seed, a.calls, log, a.self_test, a.context)
     with open(out, "w") as f:
         json.dump(report, f, indent=1)
 

@@ -31,6 +31,17 @@ FUZZ_CALLS_PER_BATCH = 3000 if LONG else 600 if CI else 300
 # A batch that takes longer than this is a hang (the child is killed and the test fails).
 FUZZ_BATCH_TIMEOUT = 600 if LONG else 120
 
+# API fuzzer under each mode and inside traced functions: batches per context (no_grad, anomaly, trace).
+FUZZ_CONTEXT_BATCHES = 10 if LONG else 2 if CI else 1
+
+# CLI fuzzer (tests/test_cli_fuzz.py): command lines run in-process per command.
+CLI_FUZZ_RUNS = 2000 if LONG else 120 if CI else 30
+# Reliability fuzzers (tests/test_reliability_fuzz.py): hostile draws per op (/ 20) and thread rounds.
+MODE_FUZZ_PROGRAMS = 3000 if LONG else 300 if CI else 60
+THREAD_STRESS_ROUNDS = 400 if LONG else 60 if CI else 15
+# Seeds: fixed unless searching (long), where every run explores new cases.
+FUZZ_SEED = int.from_bytes(os.urandom(4), "little") if LONG else 20260
+
 
 def stateful_settings() -> settings:
     return settings(

@@ -23,7 +23,9 @@ from pathlib import Path
 
 import pytest
 
-from fuzz_profile import FUZZ_BATCH_TIMEOUT, FUZZ_BATCHES, FUZZ_CALLS_PER_BATCH, LONG
+from fuzz_profile import FUZZ_BATCH_TIMEOUT, FUZZ_BATCHES, FUZZ_CALLS_PER_BATCH, FUZZ_CONTEXT_BATCHES, LONG
+
+MODE_CONTEXTS = ("no_grad", "anomaly", "trace")
 
 pytest.importorskip("hypothesis")
 
@@ -39,7 +41,8 @@ def last_call(log: Path) -> str:
     return lines[-1] if lines else "(before the first call)"
 
 
-def run_batch(seed: int, calls: int, where: Path, self_test: str | None = None, timeout: float = FUZZ_BATCH_TIMEOUT):
+def run_batch(seed: int, calls: int, where: Path, self_test: str | None = None, timeout: float = FUZZ_BATCH_TIMEOUT,
+              context: str = "plain"):
     """(outcome, detail): ('ok', report), ('crash', text) or ('hang', text).
 
     `timeout` counts from the child's first logged call, so that a slow start (a slow host, a
@@ -47,7 +50,7 @@ def run_batch(seed: int, calls: int, where: Path, self_test: str | None = None, 
     child that logs nothing within START_SECONDS hangs too."""
     log, report = where / "calls.log", where / "report.json"
     cmd = [sys.executable, str(CHILD), "--seed", str(seed), "--calls", str(calls), "--log", str(log),
-           "--report", str(report)] + (["--self-test", self_test] if self_test else [])
+           "--report", str(report), "--context", context] + (["--self-test", self_test] if self_test else [])
     child = subprocess.Popen(cmd, cwd=where, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     began, working = time.monotonic(), None
     while True:
@@ -82,11 +85,16 @@ def batches(tmp_path_factory):
     from concurrent.futures import ThreadPoolExecutor
 
     # The hang self-test's limit counts from its logged hang, so it can be short.
-    jobs = {"hang": (1, 10, "hang", 0.3), "crash": (1, 10, "crash", FUZZ_BATCH_TIMEOUT)}
-    jobs.update({b: (FIRST_SEED + b, FUZZ_CALLS_PER_BATCH, None, FUZZ_BATCH_TIMEOUT) for b in range(FUZZ_BATCHES)})
+    jobs = {"hang": (1, 10, "hang", 0.3, "plain"), "crash": (1, 10, "crash", FUZZ_BATCH_TIMEOUT, "plain")}
+    jobs.update({b: (FIRST_SEED + b, FUZZ_CALLS_PER_BATCH, None, FUZZ_BATCH_TIMEOUT, "plain")
+                 for b in range(FUZZ_BATCHES)})
+    # the same search under each mode and inside traced functions (issue 41)
+    jobs.update({(c, b): (FIRST_SEED + 500 + b, FUZZ_CALLS_PER_BATCH, None, FUZZ_BATCH_TIMEOUT, c)
+                 for c in MODE_CONTEXTS for b in range(FUZZ_CONTEXT_BATCHES)})
     with ThreadPoolExecutor(max_workers=max(1, len(os.sched_getaffinity(0)))) as pool:
-        yield {key: pool.submit(run_batch, seed, calls, tmp_path_factory.mktemp(f"batch-{key}"), self_test, timeout)
-               for key, (seed, calls, self_test, timeout) in jobs.items()}
+        yield {key: pool.submit(run_batch, seed, calls, tmp_path_factory.mktemp(f"batch-{key}"), self_test, timeout,
+                                context)
+               for key, (seed, calls, self_test, timeout, context) in jobs.items()}
 
 
 @pytest.mark.parametrize("batch", range(FUZZ_BATCHES))
@@ -102,6 +110,17 @@ def test_random_calls_raise_clean_errors_or_return_right_results(batch, batches)
     for area, stats in detail["areas"].items():  # every call ended one way: a result, a clean error or a finding
         assert stats["calls"] == stats["results"] + sum(stats["clean"].values()) + sum(
             1 for f in stats["findings"] if f["finding"] and not f["finding"].startswith("wrong result")), area
+
+
+@pytest.mark.parametrize("context, batch", [(c, b) for c in MODE_CONTEXTS for b in range(FUZZ_CONTEXT_BATCHES)])
+def test_random_calls_under_each_mode_and_inside_traces(context, batch, batches):
+    """The same oracle with every call made under no_grad, under detect_anomaly, or inside a
+    function being traced (where TraceError is a clean answer)."""
+    seed = FIRST_SEED + 500 + batch
+    outcome, detail = batches[(context, batch)].result()
+    assert outcome == "ok", f"{context} batch with seed {seed}: {outcome}: {detail}"
+    found = findings_of(detail)
+    assert not found, f"{context}, seed {seed}: {len(found)} findings:\n" + "\n".join(found[:20])
 
 
 # ---------------------------------------------------------------- the harness itself can fail

@@ -113,25 +113,30 @@ def test_partial_gradient_early_exit():
         assert early.grad == pytest.approx(2.0 * 1.01 ** 50)
 
 
-def test_labels_cost_nothing_when_off():
+def test_labels_given_are_always_stored_and_cost_nothing_otherwise():
     arena = bt.Arena()
     with arena:
-        with bt.labels(False):
+        with bt.labels(False):  # labels off stop no label given explicitly
             x = bt.Value(1.0, label="x")
-            x.label = "still nothing"
-            assert x.label is None and arena.stats()["labels"] == 0
+            assert x.label == "x" and arena.stats()["labels"] == 1
+            x.label = "x2"
+            assert x.label == "x2" and arena.stats()["labels"] == 1
+            u = x * 2.0  # no label given: none stored
+            assert u.label is None and arena.stats()["labels"] == 1
         with bt.labels(True):
             y = bt.Value(2.0, label="y")
             z = x * y
             z.label = "z"
             assert y.label == "y" and z.label == "z"
             assert "label='z'" in repr(z)
-            assert arena.stats()["labels"] == 2
+            assert arena.stats()["labels"] == 3
             cp = arena.checkpoint()
             w = z + 1
             w.label = "w"
             arena.rewind(cp)
-            assert arena.stats()["labels"] == 2  # labels of rewound nodes go with them
+            assert arena.stats()["labels"] == 3  # labels of rewound nodes go with them
+        x.label = None  # taken back
+        assert x.label is None and arena.stats()["labels"] == 2
         assert not bt.labels.enabled()
 
 

@@ -159,6 +159,7 @@ class ArenaMachine(RuleBasedStateMachine):
         self.checkpoints: list[CheckpointRef] = []
         self.blobs: list[Blob] = []
         self.stacks = {F32: [], F64: []}
+        self.entered: list = []  # every entered arena, any dtype, in order: the last sets the default dtype
         self.no_grad_depth = 0
         self.labels_on = False
         self.default_dtype = F64
@@ -200,6 +201,12 @@ class ArenaMachine(RuleBasedStateMachine):
 
     def dtype_of(self, arena: ArenaModel):
         return F32 if arena.f32 else F64
+
+    @property
+    def effective_dtype(self):
+        """The dtype of what is made with no dtype or arena: the innermost entered arena's, else
+        set_default_dtype's."""
+        return self.dtype_of(self.entered[-1]) if self.entered else self.default_dtype
 
     def current(self, dtype) -> ArenaModel:
         return self.stacks[dtype][-1] if self.stacks[dtype] else self.defaults[dtype]
@@ -252,7 +259,7 @@ class ArenaMachine(RuleBasedStateMachine):
         if how == "dtype":
             d = data.draw(st.sampled_from([F32, F64]), label="dtype")
             return self.current(d), {"dtype": d}
-        return self.current(self.default_dtype), {}
+        return self.current(self.effective_dtype), {}
 
     def mix_error(self, a: ArenaModel, b: ArenaModel):
         if a is b:
@@ -264,7 +271,7 @@ class ArenaMachine(RuleBasedStateMachine):
     def new_value(self, data, x, labelled):
         arena, kw = self.creation_target(data)
         label = data.draw(st.sampled_from(["w", "bias \u03b2", "\ud800bad"]), label="label") if labelled else None
-        bad_label = label is not None and self.labels_on and "\ud800" in label
+        bad_label = label is not None and "\ud800" in label  # stored whether labels are on or off
         if bad_label:
             with pytest.raises(UnicodeEncodeError):
                 bt.Value(x, label=label, **kw)
@@ -275,7 +282,7 @@ class ArenaMachine(RuleBasedStateMachine):
             return
         obj = bt.Value(x, label=label, **kw)
         idx = arena.leaf(x)
-        if label is not None and self.labels_on:
+        if label is not None:
             arena.slot(idx).label = label
         self.add_value(obj, arena, idx)
 
@@ -428,7 +435,7 @@ class ArenaMachine(RuleBasedStateMachine):
             else:
                 items.append(data.draw(NUMBERS, label="number"))
         refs = [v for v in items if isinstance(v, ValueRef)]
-        A = refs[0].arena if refs else self.current(self.default_dtype)
+        A = refs[0].arena if refs else self.current(self.effective_dtype)
         args = [v.obj if isinstance(v, ValueRef) else v for v in items]
         container = data.draw(st.sampled_from([list, tuple]), label="container")
         if name == "inner_product":
@@ -867,6 +874,7 @@ class ArenaMachine(RuleBasedStateMachine):
         A = self.pick(data, mine, "arena")
         A.handle.__enter__()
         self.stacks[self.dtype_of(A)].append(A)
+        self.entered.append(A)
 
     @precondition(lambda self: self.stacks[F32] or self.stacks[F64])
     @rule(data=st.data(), which=st.sampled_from(["top", "any", "not entered"]))
@@ -883,6 +891,7 @@ class ArenaMachine(RuleBasedStateMachine):
         k = len(stack) - 1 if which == "top" else data.draw(st.integers(0, len(stack) - 1), label="which")
         A = stack[k]
         top = max(i for i, B in enumerate(stack) if B is A)  # the innermost entry of A is the one exited
+        del self.entered[max(i for i, B in enumerate(self.entered) if B is A)]  # exited either way
         if top == len(stack) - 1:
             A.handle.__exit__(None, None, None)
             stack.pop()
@@ -912,13 +921,12 @@ class ArenaMachine(RuleBasedStateMachine):
     @rule(data=st.data(), label=st.sampled_from(["w1", "", None, "\u00e9t\u00e9", "\ud800", "nul\x00byte"]))
     def set_label(self, data, label):
         v = self.pick(data, self.live_values(usable=False), "v")
-        if self.labels_on and label is not None and "\ud800" in label:
+        if label is not None and "\ud800" in label:
             with pytest.raises(UnicodeEncodeError):
                 v.obj.label = label
             return
-        v.obj.label = label
-        if self.labels_on:
-            v.slot.label = label or None
+        v.obj.label = label  # stored whether labels are on or off
+        v.slot.label = label or None
 
     # ---------------------------------------------------------------- save and load (burtorch.io)
     @precondition(lambda self: self.live_values(usable=False) or self.live_vectors(usable=False))
@@ -1053,7 +1061,7 @@ class ArenaMachine(RuleBasedStateMachine):
             return
         assert bt.is_grad_enabled() == self.grad_on
         assert bt.labels.enabled() == self.labels_on
-        assert bt.get_default_dtype() == self.default_dtype
+        assert bt.get_default_dtype() == self.effective_dtype
         for d in (F32, F64):
             assert bt.current_arena(d) is self.current(d).handle
 

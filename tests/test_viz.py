@@ -52,15 +52,24 @@ def test_figure1_parses_with_dot():
     assert "mul_const 0.5" in canon and "612.5" in canon
 
 
-def test_labels_off_shows_indices_only():
+def test_unlabelled_nodes_show_indices_only():
     arena = bt.Arena(bt.float64)
-    with bt.labels(False), arena:
-        a = bt.Value(3.0, label="ignored")
+    with arena:
+        a = bt.Value(3.0)
         y = (a * a).relu()
     text = viz.to_dot(y, show_grad=False)
-    assert "ignored" not in text and "grad" not in text
+    assert "grad" not in text
     assert 'v0 [shape=record, label="{ #0 | data 3 }"]' in text
     assert 'op1 [shape=ellipse, label="relu"]' in text
+
+
+def test_labels_given_show_with_labels_off():
+    arena = bt.Arena(bt.float64)
+    with bt.labels(False), arena:
+        a = bt.Value(3.0, label="kept")
+        y = (a * a).relu()
+    text = viz.to_dot(y, show_grad=False)
+    assert 'v0 [shape=record, label="{ #0 kept | data 3 }"]' in text
 
 
 def test_range_records_are_one_box_with_spans():

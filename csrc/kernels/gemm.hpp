@@ -6,7 +6,8 @@
 //   forward:      y[r, o]   = b[o] + sum_i x[r, i] W[o, i]
 //   grad input:   gx[r, i] += sum_o gy[r, o] W[o, i]
 //   grad weight:  gW[o, i] += sum_r gy[r, o] x[r, i],   gb[o] += sum_r gy[r, o]
-//   (or, fused with a plain SGD step: W[o, i] = sgd_update(W[o, i], 0 + sum_r gy[r, o] x[r, i]))
+//   (or, with a weight sink: W[o, i] = sink.update(W[o, i], 0 + sum_r gy[r, o] x[r, i]), the
+//   gradient consumed where it is finished, as an optimizer step fused into the sweep)
 //
 // Each product takes a sub-range (forward and grad weight: output units [o0, o1); grad input:
 // rows [r0, r1)) so that threads can share one layer. Whatever the split, every element is the
@@ -15,10 +16,9 @@
 // the forward over a few rows or outputs (forward_by_dots), which takes dot products along
 // `in`; that choice too depends only on the layer's shape, not on the split.
 //
-// Why no BLAS: measured on the target shapes (burtorch_bench.gemm_floor against the
-// OpenBLAS numpy ships, one thread), these kernels match or beat it on the wide W4 layers, are
-// 2-5x faster on one row and up to 1.6x on the 8-row W5 layers, where a BLAS call's overhead
-// dominates; only the narrow W5 layers at 64-512 rows trail it (70-100 %). And they keep
+// Why no BLAS: on the target shapes these kernels hold their own against the OpenBLAS numpy
+// ships (burtorch_bench.gemm_floor compares them, one thread), and they win where a
+// BLAS call's overhead dominates: one row, or a few rows of a small layer. And they keep
 // `pip install .` free of any binary dependency.
 //
 // The micro-kernel: an MR x NR tile of the result held in registers (NR = NV SIMD widths along
@@ -32,7 +32,6 @@
 #include <utility>
 
 #include "../huge_buffer.hpp"
-#include "../optim.hpp"
 #include "simd.hpp"
 
 namespace bt::gemm {
@@ -40,9 +39,9 @@ namespace bt::gemm {
 using simd::Simd;
 
 // The forward takes dot products along `in` for a few rows or a few outputs of a wide input
-// (W is read once, in order, and no scratch is needed); otherwise it runs tiles. Measured on
-// AVX-512: dots win below 8 rows or 8 outputs when in >= 64; tiles win elsewhere, and at any
-// size for narrow inputs, where a dot product is mostly its final reduction. `out` is the
+// (W is read once, in order, and no scratch is needed); otherwise it runs tiles. Dots win for a
+// few rows or outputs of a wide input; tiles win elsewhere, and at any size for narrow inputs,
+// where a dot product is mostly its final reduction. `out` is the
 // layer's, not a sub-range's, so a split does not change the path.
 inline bool forward_by_dots(size_t rows, size_t in, size_t out) {
     return rows < 2 || (in >= 64 && (rows < 8 || out < 8));
@@ -69,9 +68,7 @@ BT_ALWAYS_INLINE int lanes(int width, int v) {
 }
 
 // The first n lanes at p (the rest zero), and their store: a whole register unmasked. A masked
-// load costs more than a plain one. Measured on a Sapphire Rapids host, one thread, the two
-// forms alternated within one process: W4's 64 x 1024 -> 1024 products took 2-5 % less time
-// with full-width tiles loading unmasked (here and in accumulate), 64 x 1024 -> 64 4-7 %.
+// load costs more than a plain one, so full-width tiles load unmasked (here and in accumulate).
 template <typename T>
 BT_ALWAYS_INLINE Vec<T> load_lanes(const T* p, int n) {
     return n == Simd<T>::W ? Simd<T>::load(p) : Simd<T>::load(p, n);
@@ -98,8 +95,8 @@ struct Ahead {
 // the tile in memory and stores every accumulator on each k step (SIMD types may alias
 // anything), at a third of the speed. The lambdas that expand the folds are forced inline: left
 // to itself GCC made the outer one a call per tile, so the tile went through memory between its
-// init, its k loop and its finish (grad weight at 64 x 1024 -> 1024: 1535 -> 1390 us,
-// build/cpp/gemm_kernels). `ahead`: lines to prefetch meanwhile.
+// init, its k loop and its finish (build/cpp/gemm_kernels shows the difference). `ahead`: lines
+// to prefetch meanwhile.
 template <typename T, int MR, int NV>
 BT_ALWAYS_INLINE void accumulate(Vec<T> (&acc)[MR][NV], const T* a, size_t am, size_t ak, const T* b, size_t ldb,
                                  size_t K, int width, Ahead ahead = {}) {
@@ -149,9 +146,8 @@ inline T* pack_buffer(size_t n) {
 
 // Elements between the starts of two packed panels of K rows: K NR plus one cache line, so
 // that panels do not start a multiple of 4 KiB apart. Packing B writes one row of every panel
-// in turn; with K NR a multiple of 4 KiB, as on W4's layers, those writes all fell into one
-// L1 set, which holds 12 lines, and the 32 panels of a 1024-wide W evicted each other's lines
-// before they were filled.
+// in turn; with K NR a multiple of 4 KiB, as on power-of-two layers, those writes all fall into
+// one L1 set, and the panels of a wide W evict each other's lines before they are filled.
 template <typename T>
 inline constexpr size_t panel_stride(size_t K) {
     return K * kNV * Simd<T>::W + 64 / sizeof(T);
@@ -178,9 +174,8 @@ inline void pack_panels(const T* b, size_t ldb, size_t K, size_t N, T* dst) {
 
 // dst[c * ldd + r] = src[r * lds + c] for r < rows, c < cols (both at most kTransposeBlock: 16
 // with AVX-512, 8 with AVX2): one block of a transpose, moved as that many vectors through
-// registers instead of element by element (a scalar transpose took ~20 us for a 64 x 1024 block
-// with AVX-512, and ~5 us of the 64 x 1024 -> 64 forward's W^T on a Zen 3 core with AVX2; it
-// runs on every chunk's forward). Only the rows x cols block is read and written. Moving values
+// registers instead of element by element (a scalar transpose is a large part of a narrow
+// layer's forward, and it runs on every chunk's forward). Only the rows x cols block is read and written. Moving values
 // changes no bit.
 #if defined(__AVX512F__)
 #define BT_REGISTER_TRANSPOSE 1
@@ -418,8 +413,8 @@ auto from_tile(const T* C, size_t ldc) {
 }
 // The tile -> C. as_sum: 0 + acc instead, what adding the chain into zeroed memory stores (a
 // chain from zero ends at -0 only where it underflows, and 0 + -0 is +0). A flag rather than a
-// finisher of its own: each finisher type instantiates the whole tile loop again (0.2 MB of
-// code, and a training process's peak memory with it).
+// finisher of its own: each finisher type instantiates the whole tile loop again (code size,
+// and a training process's peak memory with it).
 template <typename T>
 auto to_tile(T* C, size_t ldc, bool as_sum = false) {
     return [=](auto& acc, size_t m0, size_t n0, int width) {
@@ -447,25 +442,44 @@ auto zero_tile() {
             for (auto& v : row) v = Simd<T>::zero();
     };
 }
-// Plain SGD on the tile of W (row-major, leading dimension ldw) at (m0, n0), acc its gradient:
-// sgd_update lane by lane, the same fused operations, so the bits are the scalar step's. Every
-// row of the tile is loaded before any is stored: rows ldw apart often share their low address
-// bits (4 KiB on a 1024-wide layer), and a load after a store to such an address waits for it.
-template <typename T>
-auto sgd_to_tile(T* W, size_t ldw, T lr, T wd) {
+// ---- weight sinks --------------------------------------------------------------------------
+// Where a weight gradient's finished chains can go instead of gW: a sink updates W in place from
+// each element's gradient as soon as it is complete (an optimizer's step fused into the sweep:
+// optim.hpp's SgdSink). Each chain starts from zero, as it would in a zeroed gW, so the sink sees
+// the gradient gW would have held, and W is never read by a product after its update. A sink
+// type S (of value type T) has:
+//   T* W;                                 the weight matrix (out x in, row-major)
+//   T update(T w, T g) const;             one element's new value from its gradient g
+//   Vec<T> update_lanes(Vec<T> w, Vec<T> g) const;   the same lane by lane, with the same
+//                                          operations (so tiles and scalar paths agree to the bit)
+//   void specialized(F f) const;          f(s): s an equivalent sink whose update may be fixed at
+//                                          compile time (such as a zero weight decay), for loops
+//                                          that pay for a branch per element
+// The kernels copy a sink into a local before their loops: stores through W could otherwise alias
+// its fields.
+
+// No sink: the kernels' default, which adds the chains into gW.
+struct NoSink {};
+template <class Sink>
+inline constexpr bool kHasSink = !std::is_same_v<Sink, NoSink>;
+
+// The sink's update on the tile of W (row-major, leading dimension ldw) at (m0, n0), acc its
+// gradient. Every row of the tile is loaded before any is stored: rows ldw apart often share
+// their low address bits (4 KiB on a 1024-wide layer), and a load after a store to such an
+// address waits for it.
+template <typename T, class Sink>
+auto sink_to_tile(const Sink& sink, T* W, size_t ldw) {
     return [=](auto& acc, size_t m0, size_t n0, int width) {
         using S = Simd<T>;
         constexpr int R = std::extent_v<std::remove_reference_t<decltype(acc)>, 0>;
         constexpr int NV = std::extent_v<std::remove_reference_t<decltype(acc)>, 1>;
-        const Vec<T> nlr = S::set1(-lr), vwd = S::set1(wd);
+        const Sink s = sink;  // a local: the stores below could otherwise alias the closure's copy
         Vec<T> w[R][NV];
         for (int m = 0; m < R; ++m)
             for (int v = 0; v < NV; ++v) w[m][v] = load_lanes(W + (m0 + m) * ldw + n0 + v * S::W, lanes<T>(width, v));
         for (int m = 0; m < R; ++m)
-            for (int v = 0; v < NV; ++v) {
-                const Vec<T> g = wd == T(0) ? acc[m][v] : S::madd(vwd, w[m][v], acc[m][v]);
-                store_lanes(W + (m0 + m) * ldw + n0 + v * S::W, S::madd(nlr, g, w[m][v]), lanes<T>(width, v));
-            }
+            for (int v = 0; v < NV; ++v)
+                store_lanes(W + (m0 + m) * ldw + n0 + v * S::W, s.update_lanes(w[m][v], acc[m][v]), lanes<T>(width, v));
     };
 }
 
@@ -473,8 +487,8 @@ auto sgd_to_tile(T* W, size_t ldw, T lr, T wd) {
 // dst (cols x rows, leading dimension ld) = src^T, src rows x cols with leading dimension lds.
 // Blocked so that both sides stay in cache lines. Within a block the inner loop walks along a
 // row of the side with the wider leading dimension, so the 16 accesses that step across rows are
-// those of the narrower one: 16 steps of a 4 KiB row (a 1024-wide layer) all fall into one 12-way
-// L1 set (writing y from y^T that way took 80 % of the wide W4 forward's own time).
+// those of the narrower one: 16 steps of a 4 KiB row (a 1024-wide layer) all fall into one L1
+// set, and writing y from y^T that way would take most of a wide forward's time.
 template <typename T>
 inline void transpose(const T* src, size_t rows, size_t cols, size_t lds, T* dst, size_t ld) {
     constexpr size_t B = 16;
@@ -672,8 +686,8 @@ inline void grad_input(const T* gy, const T* W, T* gx, size_t rows, size_t in, s
     // A = gy rows, B = W's columns [i0, i1); W is taken a block of its rows at a time (packed,
     // within the packing budget) and each block's products added into gx: the same chain per
     // element, in order. Row blocks outer: a row block of gy stays in L1 while the packed block
-    // streams past it from L2 (panels outer re-read all of gy's block from L2 for every panel:
-    // 5 % slower on W4's 64 x 1024 -> 1024 layer, 16 % on -> 27, build/cpp/gemm_kernels A/B).
+    // streams past it from L2 (panels outer would re-read all of gy's block from L2 for every
+    // panel; build/cpp/gemm_kernels compares the two orders).
     constexpr size_t NR = kNV * Simd<T>::W;
     const size_t kc = grad_input_block<T>(n);
     const size_t panels = (n + NR - 1) / NR, tiles = (r1 - r0 + kMR - 1) / kMR * panels;
@@ -705,40 +719,40 @@ inline void grad_bias(const T* gy, T* gb, size_t rows, size_t out, size_t o0, si
     }
 }
 
-// Where grad_weight's finished chains go: added into gW, or (sgd set) applied to W as a plain
-// SGD step, each chain started from zero as it would be in a zeroed gW, so the update has the
-// bits of "gradient into a zeroed gW, then sgd_step".
-template <typename T>
-struct SgdSink {
-    T* W;
-    T lr, weight_decay;
-};
-
-// Columns of a one-row-block gradient held on the stack at a time by the SGD path.
+// Columns of a one-row-block gradient held on the stack at a time by the sink's path.
 inline constexpr size_t kSgdBlock = 256;
 
 // gW[o, i] += sum_r gy[r, o] x[r, i] and gb[o] += sum_r gy[r, o] (gb may be null) for o in
-// [o0, o1). With `sgd`, W's rows [o0, o1) take the SGD step instead and gW is not touched.
+// [o0, o1). With a sink (`sgd` not null), W's rows [o0, o1) take its update instead and gW is not
+// touched: the update has the bits of "gradient into a zeroed gW, then the step".
 // gw_add = false: those rows of gW are written, with the bits the sum into zeroed rows would
 // have (each chain starts from zero either way), and their old contents are never read.
 // [i0, i1): only those columns of gW (or W), for a chunk of rows (rows >= kAxpyRows); gb whole.
-template <typename T>
+template <typename T, class Sink = NoSink>
 inline void grad_weight(const T* gy, const T* x, T* gW, T* gb, size_t rows, size_t in, size_t out, size_t o0, size_t o1,
-                        const SgdSink<T>* sgd = nullptr, bool gw_add = true, size_t i0 = 0, size_t i1 = size_t(-1)) {
+                        const Sink* sgd = nullptr, bool gw_add = true, size_t i0 = 0, size_t i1 = size_t(-1)) {
     i1 = std::min(i1, in);
     if (o0 >= o1 || i0 >= i1) return;
+    if constexpr (!kHasSink<Sink>) sgd = nullptr;
     if (rows >= kAxpyRows) {
         // A = gy^T (A(o, r) = gy[r * out + o]), B = x's columns; the result (gW, or W with the
         // SGD step) streams through once, row block by row block, the next block of whole rows
         // prefetched meanwhile.
         const size_t n = i1 - i0;
-        T* C = (sgd ? sgd->W : gW) + o0 * in + i0;
+        T* base = gW;
+        if constexpr (kHasSink<Sink>)
+            if (sgd) base = sgd->W;
+        T* C = base + o0 * in + i0;
         const auto whole_rows = ahead_of_rows(C, in, o1 - o0, in);
         auto ahead = [=, full = n == in](size_t m0, size_t n0) { return full ? whole_rows(m0, n0) : Ahead{}; };
-        if (sgd)
-            for_each_tile<T>(o1 - o0, n, rows, gy + o0, 1, out, x + i0, in, true, false, zero_tile<T>(),
-                             sgd_to_tile(C, in, sgd->lr, sgd->weight_decay), ahead);
-        else if (gw_add)
+        if constexpr (kHasSink<Sink>)
+            if (sgd) {
+                for_each_tile<T>(o1 - o0, n, rows, gy + o0, 1, out, x + i0, in, true, false, zero_tile<T>(),
+                                 sink_to_tile(*sgd, C, in), ahead);
+                if (gb) grad_bias(gy, gb, rows, out, o0, o1);
+                return;
+            }
+        if (gw_add)
             for_each_tile<T>(o1 - o0, n, rows, gy + o0, 1, out, x + i0, in, true, false, from_tile<T>(C, in),
                              to_tile(C, in), ahead);
         else
@@ -765,22 +779,25 @@ inline void grad_weight(const T* gy, const T* x, T* gW, T* gb, size_t rows, size
                 chain(gW + o * in, g, x, in);
                 continue;
             }
-            T* w = sgd->W + o * in;
-            for (size_t c0 = 0; c0 < in; c0 += kSgdBlock) {
-                const size_t n = std::min(kSgdBlock, in - c0);
-                alignas(64) T acc[kSgdBlock] = {};
-                chain(acc, g, x + c0, n);
-                for (size_t j = 0; j < n; ++j) w[c0 + j] = sgd_update(w[c0 + j], acc[j], sgd->lr, sgd->weight_decay);
+            if constexpr (kHasSink<Sink>) {
+                const Sink sink = *sgd;
+                T* w = sink.W + o * in;
+                for (size_t c0 = 0; c0 < in; c0 += kSgdBlock) {
+                    const size_t n = std::min(kSgdBlock, in - c0);
+                    alignas(64) T acc[kSgdBlock] = {};
+                    chain(acc, g, x + c0, n);
+                    for (size_t j = 0; j < n; ++j) w[c0 + j] = sink.update(w[c0 + j], acc[j]);
+                }
             }
         }
     }
     if (gb) grad_bias(gy, gb, rows, out, o0, o1);
 }
 
-// The input gradient and the weight's SGD step over columns [i0, i1) of W in one pass over W,
+// The input gradient and the sink's update of the weight over columns [i0, i1) of W in one pass,
 // for a chunk of rows (> kMR, so that the tiles pay for packing): gx[r, i] (+)= sum_o gy[r, o]
-// W[o, i] from the old W, then W[o, i] = sgd_update(W[o, i], sum_r gy[r, o] x[r, i]). Each block
-// of W's rows is packed for the input gradient's tiles and then, still in L2, takes its SGD step.
+// W[o, i] from the old W, then W[o, i] = sink.update(W[o, i], sum_r gy[r, o] x[r, i]). Each block
+// of W's rows is packed for the input gradient's tiles and then, still in L2, takes its update.
 // Threads split a layer by columns for both products (linear_bwd), so a task steps only the
 // columns of W it has just read: one parallel region instead of two, and no core steps rows of
 // W whose columns the other is still reading. Every element's chain is the one grad_input and
@@ -789,9 +806,9 @@ inline void grad_weight(const T* gy, const T* x, T* gW, T* gb, size_t rows, size
 // brings the same tile of the next block into L2.
 // [o0, o1): only those output units (rows of W): gx gets the chains through them alone, and only
 // they step (threads split a wide layer so by units, each task with a partial gx: linear_bwd).
-template <typename T>
+template <typename T, class Sink>
 inline void grad_input_sgd_tiled(const T* gy, const T* x, T* gx, size_t rows, size_t in, size_t out, size_t i0,
-                                 size_t i1, bool add, const SgdSink<T>& sgd, bool as_sum = false, size_t o0 = 0,
+                                 size_t i1, bool add, const Sink& sgd, bool as_sum = false, size_t o0 = 0,
                                  size_t o1 = size_t(-1)) {
     i1 = std::min(i1, in);
     o1 = std::min(o1, out);
@@ -799,8 +816,8 @@ inline void grad_input_sgd_tiled(const T* gy, const T* x, T* gx, size_t rows, si
     constexpr size_t NR = kNV * Simd<T>::W;
     const size_t n = i1 - i0, panels = (n + NR - 1) / NR;
     // W's block, its packed copy, x's packed columns and gx's block all stay in L2 during a
-    // block: half the packing budget's rows (the full budget was 2 % slower on two threads at
-    // W4 e = 1024; the blocks do not change a chain).
+    // block: half the packing budget's rows, as the full budget would spill them (the blocks do
+    // not change a chain).
     const size_t kc = std::max<size_t>(kMR, grad_input_block<T>(n) / 2);
     T* xp = pack_buffer<T, 2>(panels * panel_stride<T>(rows));
     pack_panels(x + i0, in, rows, n, xp);
@@ -815,28 +832,27 @@ inline void grad_input_sgd_tiled(const T* gy, const T* x, T* gx, size_t rows, si
             for_each_packed_tile<T>(rows, n, K, gy + k0, out, 1, wp, true, zero_tile<T>(), to_tile(C, in, sum));
         else
             for_each_packed_tile<T>(rows, n, K, gy + k0, out, 1, wp, true, from_tile<T>(C, in), to_tile(C, in, sum));
-        // The SGD tile at (m0, n0) of this block brings the tile at (m0, n0) of the next one.
+        // The update's tile at (m0, n0) of this block brings the tile at (m0, n0) of the next one.
         auto ahead = [=](size_t m0, size_t n0) {
             if (m0 >= next) return Ahead{};
             const size_t r = std::min<size_t>(kMR, next - m0);
             return Ahead{reinterpret_cast<const char*>(W + (k0 + K + m0) * in + i0 + n0), 2 * r, in * sizeof(T)};
         };
         for_each_packed_tile<T>(K, n, rows, gy + k0, 1, out, xp, true, zero_tile<T>(),
-                                sgd_to_tile(W + k0 * in + i0, in, sgd.lr, sgd.weight_decay), ahead);
+                                sink_to_tile(sgd, W + k0 * in + i0, in), ahead);
     }
 }
 
-// For a few rows (rows < kAxpyRows), the input gradient and the weight's SGD step in one pass
-// over columns [i0, i1) of W: gx[r, i] += sum_o gy[r, o] W[o, i] from the old W, then
-// W[o, i] = sgd_update(W[o, i], sum_r gy[r, o] x[r, i]). Each row of W is read once and written
+// For a few rows (rows < kAxpyRows), the input gradient and the sink's update of the weight in
+// one pass over columns [i0, i1) of W: gx[r, i] += sum_o gy[r, o] W[o, i] from the old W, then
+// W[o, i] = sink.update(W[o, i], sum_r gy[r, o] x[r, i]). Each row of W is read once and written
 // once, where grad_input then grad_weight would read it twice. Every element's chains are the
 // ones those two build (o ascending from gx; r ascending from zero), so the bits are theirs.
-template <typename T, int R, bool Decay>
+template <typename T, int R, class Sink>
 inline void grad_input_sgd_rows(const T* gy, const T* x, T* gx, size_t in, size_t out, size_t i0, size_t i1,
-                                const SgdSink<T>& sgd) {
+                                const Sink sink) {
     using S = Simd<T>;
-    const Vec<T> nlr = S::set1(-sgd.lr), wd = S::set1(sgd.weight_decay);
-    T* const W = sgd.W;  // a local: stores through W could otherwise alias the sink's own fields
+    T* const W = sink.W;  // a local: stores through W could otherwise alias the sink's own fields
     // NB rows of W [o0, o0 + NB) over the lanes at column i (all of them, or the last i1 - i).
     auto lanes = [&](size_t o0, size_t i, auto nb, auto full) {
         constexpr int NB = decltype(nb)::value;
@@ -861,8 +877,7 @@ inline void grad_input_sgd_rows(const T* gy, const T* x, T* gx, size_t in, size_
                 acc[r] = S::madd(a, w[j], acc[r]);
                 g = S::madd(a, xs[r], g);
             }
-            if constexpr (Decay) g = S::madd(wd, w[j], g);
-            w[j] = S::madd(nlr, g, w[j]);
+            w[j] = sink.update_lanes(w[j], g);
         }
         for (int j = 0; j < NB; ++j) store(W + (o0 + j) * in + i, w[j]);
         for (int r = 0; r < R; ++r) store(gx + r * in + i, acc[r]);
@@ -879,22 +894,21 @@ inline void grad_input_sgd_rows(const T* gy, const T* x, T* gx, size_t in, size_
     for (; o0 < out; ++o0) sweep(o0, std::integral_constant<int, 1>{});
 }
 
-template <typename T>
+template <typename T, class Sink>
 inline void grad_input_sgd(const T* gy, const T* x, T* gx, size_t rows, size_t in, size_t out, size_t i0, size_t i1,
-                           const SgdSink<T>& sgd) {
+                           const Sink& sgd) {
     i1 = std::min(i1, in);
     if (i0 >= i1) return;
-    auto run = [&](auto decay) {
-        constexpr bool D = decltype(decay)::value;
+    static_assert(kAxpyRows == 4, "grad_input_sgd handles 1 .. kAxpyRows - 1 rows");
+    // an update fixed at compile time: this loop's body is a few multiply-adds per element
+    sgd.specialized([&](const auto& sink) {
         switch (rows) {
-            case 1: return grad_input_sgd_rows<T, 1, D>(gy, x, gx, in, out, i0, i1, sgd);
-            case 2: return grad_input_sgd_rows<T, 2, D>(gy, x, gx, in, out, i0, i1, sgd);
-            case 3: return grad_input_sgd_rows<T, 3, D>(gy, x, gx, in, out, i0, i1, sgd);
+            case 1: return grad_input_sgd_rows<T, 1>(gy, x, gx, in, out, i0, i1, sink);
+            case 2: return grad_input_sgd_rows<T, 2>(gy, x, gx, in, out, i0, i1, sink);
+            case 3: return grad_input_sgd_rows<T, 3>(gy, x, gx, in, out, i0, i1, sink);
             default: return;  // rows < kAxpyRows only
         }
-    };
-    static_assert(kAxpyRows == 4, "grad_input_sgd handles 1 .. kAxpyRows - 1 rows");
-    sgd.weight_decay != T(0) ? run(std::true_type{}) : run(std::false_type{});
+    });
 }
 
 }  // namespace bt::gemm

@@ -22,11 +22,10 @@
 
 namespace bt {
 
-// Multiply-adds (rows * in * out) above which a layer's products are split across threads:
-// about a microsecond of one core's tiles. Four and sixteen times as much made no measurable
-// difference to two-thread W4 steps (b = 64, e = 64 to 1024, alternated within one process on a
-// Sapphire Rapids host: within 2 % either way). `python -m burtorch_bench.threads` times layers
-// on both sides of it with one and two threads.
+// Multiply-adds (rows * in * out) above which a layer's products are split across threads: about
+// the work that outweighs waking a helper. The threshold is not sensitive: several times as much
+// made no clear difference to two-thread training steps. `python -m burtorch_bench.threads`
+// times layers on both sides of it with one and two threads.
 inline constexpr double kLinearParallelWork = 1 << 16;
 // Output units per task are a multiple of this, so no task cuts a register tile's columns.
 inline constexpr size_t kLinearAlign = 16;
@@ -38,12 +37,12 @@ inline constexpr size_t kColumnSplitWidth = 64;
 // moves it between the cores every step: the forward splits by output units (rows of W), the
 // input gradient by input columns (W's columns), each the only split that keeps every element
 // one chain, so each core then reads the quarter of W the other one wrote. That pays only when W
-// does not fit one core's cache (4 MB in float). Measured on one-row W4 steps, two threads
-// against one: 1024 -> 128 and 1024 -> 512 took 1.9-2.5x as long; 1024 -> 1024 ran 0.9-1.1x as
-// fast on a Sapphire Rapids host and 1.4x on a Zen 4 one.
+// does not fit one core's cache: below that, one-row steps on two threads took longer than on
+// one.
 inline constexpr double kFewRowsParallelWeights = 1 << 20;
 
-// A layer with fewer outputs than two aligned blocks a task (W4's 27 logits) splits otherwise:
+// A layer with fewer outputs than two aligned blocks a task (a character model's 27 logits)
+// splits otherwise:
 // by units the tasks came out uneven (16 and 11 of 27) and short, and on two threads both of its
 // products took as long as on one or longer. Its forward splits by rows (each task all of W, a
 // few rows of x), its weight gradient by input columns; each element is still one chain. A row
@@ -52,9 +51,8 @@ inline constexpr double kFewRowsParallelWeights = 1 << 20;
 inline constexpr size_t kFewOutputsMinRows = 8;
 // Multiply-adds from which such a layer splits at all: four times kLinearParallelWork. Its tasks
 // each read all of W and the rows of x or gy that the layer before wrote on the caller's core,
-// and at W4's 64 x 64 -> 27 and 64 x 128 -> 27 (b = 64, an Emerald Rapids host) both products
-// took as long on two threads as on one or longer; 64 x 512 -> 27 took 0.69-0.77 of one
-// thread's time.
+// so a narrow input's products took as long on two threads as on one or longer; only a wider
+// input gains from the split.
 inline constexpr double kFewOutputsParallelWork = 4 * kLinearParallelWork;
 inline bool few_outputs(uint32_t rows, uint32_t out, size_t tasks) {
     return size_t(out) < 2 * kLinearAlign * tasks && rows >= 2 * kFewOutputsMinRows;
@@ -140,9 +138,8 @@ inline void linear_fwd(const T* x, const T* W, const T* b, T* y, uint32_t rows, 
 // other core). Each task takes gx's chains through its own units; the partial input gradients
 // are then summed in task order. So gx is the same from run to run for a thread count, but not
 // one chain: within rounding of one thread's (the tests hold it to 1e-5 relative in float, 1e-12
-// in double). Alternated with the column split within one process on two threads, W4 b = 64
-// fused steps took 5 % less time at e = 512 and 1024 and 3 % less at e = 384; at e = 256 and
-// 128 1 % either way, and at e = 64 7 % more (Sapphire Rapids host, 2 MiB of L2 per core).
+// in double). Against the column split on two threads, fused steps gained once W is large
+// enough to fill a good part of L2 and lost on small layers, hence the byte threshold.
 inline constexpr size_t kUnitsSplitBytes = size_t(3) << 19;
 
 // Whether the fused SGD backward of this layer over `tasks` tasks splits by output units.
@@ -160,43 +157,40 @@ inline size_t linear_bwd_scratch(uint32_t rows, uint32_t in, uint32_t out, bool 
     return sgd && sgd_backward_by_units<T>(rows, in, out, tasks) ? (tasks - 1) * size_t(rows) * in : 0;
 }
 
-// With `sgd`, W takes a plain SGD step in place of accumulating gW (gW unused): the input
-// gradient reads each row of the old W before that row steps.
-// gx_add = false: gx is written, not added to (the tasks start their own blocks from zero, so the
-// caller need not zero it first on one thread); gw_add = false: the same for gW. gx_as_sum: gx
-// so written holds 0 + each chain, as a sum into zeroed grads would (gemm::grad_input).
-// partials: linear_bwd_scratch elements; without them a split by units is taken by columns.
-template <typename T>
-inline void linear_bwd(const T* x, const T* W, const T* gy, T* gx, T* gW, T* gb, uint32_t rows, uint32_t in,
-                       uint32_t out, const gemm::SgdSink<T>* sgd = nullptr, bool gx_add = true, bool gw_add = true,
-                       bool gx_as_sum = false, T* partials = nullptr) {
-    if (sgd && rows < gemm::kAxpyRows) {
+// The paths of linear_bwd that have both products run in one pass over W, its rows updated by
+// `sink` as they are read (gemm.hpp's weight sinks): for a few rows; by units with partial input
+// gradients; or by columns on several threads. False: none applies, and linear_bwd runs the two
+// products apart (grad_weight then hands the sink each finished chain).
+template <typename T, class Sink>
+inline bool linear_bwd_sink(const T* x, const T* gy, T* gx, T* gb, uint32_t rows, uint32_t in, uint32_t out,
+                            const Sink& sink, bool gx_add, bool gx_as_sum, T* partials) {
+    if (rows < gemm::kAxpyRows) {
         if (!gx_add) std::fill(gx, gx + size_t(rows) * in, T(0));  // a few rows
         // One pass over W for both products; tasks own columns of gx and W alike.
         const size_t tc = threads::tasks_for(linear_work(rows, in, out), kLinearParallelWork,
                                              (size_t(in) + kLinearAlign - 1) / kLinearAlign);
         if (tc <= 1)
-            gemm::grad_input_sgd(gy, x, gx, rows, in, out, 0, in, *sgd);
+            gemm::grad_input_sgd(gy, x, gx, rows, in, out, 0, in, sink);
         else
             threads::parallel_tasks(tc, [&](size_t t) {
                 const auto [i0, i1] = threads::split(in, tc, t, kLinearAlign);
-                gemm::grad_input_sgd(gy, x, gx, rows, in, out, i0, i1, *sgd);
+                gemm::grad_input_sgd(gy, x, gx, rows, in, out, i0, i1, sink);
             });
         if (!gx_add && gx_as_sum) gemm::add_zero(gx, in, 0, rows, 0, in);  // a few rows
         if (gb) gemm::grad_bias(gy, gb, rows, out, 0, out);
-        return;
+        return true;
     }
     const size_t tw = linear_tasks(rows, in, out);
-    if (sgd && partials && sgd_backward_by_units<T>(rows, in, out, tw)) {
+    if (partials && sgd_backward_by_units<T>(rows, in, out, tw)) {
         // Task t: gx's chains through units [o0, o1) (the first task's into gx itself, as the
         // whole chain would go; the others' from zero into their partials), and those rows' step.
         const size_t nx = size_t(rows) * in;
         threads::parallel_tasks(tw, [&](size_t t) {
             const auto [o0, o1] = threads::split(out, tw, t, kLinearAlign);
             if (t == 0)
-                gemm::grad_input_sgd_tiled(gy, x, gx, rows, in, out, 0, in, gx_add, *sgd, gx_as_sum, o0, o1);
+                gemm::grad_input_sgd_tiled(gy, x, gx, rows, in, out, 0, in, gx_add, sink, gx_as_sum, o0, o1);
             else
-                gemm::grad_input_sgd_tiled(gy, x, partials + (t - 1) * nx, rows, in, out, 0, in, false, *sgd, false, o0,
+                gemm::grad_input_sgd_tiled(gy, x, partials + (t - 1) * nx, rows, in, out, 0, in, false, sink, false, o0,
                                            o1);
         });
         // The first task's gx stores 0 + chain where gx_as_sum asks, so no sum below ends at -0.
@@ -205,22 +199,39 @@ inline void linear_bwd(const T* x, const T* W, const T* gy, T* gx, T* gW, T* gb,
             for (size_t u = 1; u < tw; ++u) kernels::add(gx + b, partials + (u - 1) * nx + b, e - b);
         });
         if (gb) gemm::grad_bias(gy, gb, rows, out, 0, out);
-        return;
+        return true;
     }
-    if (sgd && tw > 1 && rows > size_t(gemm::kMR) && size_t(in) >= kColumnSplitWidth * tw) {
+    if (tw > 1 && rows > size_t(gemm::kMR) && size_t(in) >= kColumnSplitWidth * tw) {
         // Both products in one region, split by columns (gemm::grad_input_sgd_tiled), when the
-        // input is wide enough for the input gradient to split by columns anyway. Alternated
-        // with the two regions below within one process, two threads, W4 b = 64 fused steps took
-        // 3-5 % less time at e = 64, 3 % less at e = 128 and 512, the same at e = 1024 (within
-        // 1 %). On one thread the one pass was 1-2 % slower than the two products apart.
+        // input is wide enough for the input gradient to split by columns anyway: one parallel
+        // region instead of two, which on two threads saved a wait without losing elsewhere. On
+        // one thread the two products apart stay faster, hence tw > 1.
         const size_t tc = std::min<size_t>(tw, (size_t(in) + kLinearAlign - 1) / kLinearAlign);
         threads::parallel_tasks(tc, [&](size_t t) {
             const auto [i0, i1] = threads::split(in, tc, t, kLinearAlign);
-            gemm::grad_input_sgd_tiled(gy, x, gx, rows, in, out, i0, i1, gx_add, *sgd, gx_as_sum);
+            gemm::grad_input_sgd_tiled(gy, x, gx, rows, in, out, i0, i1, gx_add, sink, gx_as_sum);
         });
         if (gb) gemm::grad_bias(gy, gb, rows, out, 0, out);
-        return;
+        return true;
     }
+    return false;
+}
+
+// With a sink (`sgd` not null: gemm.hpp's weight sinks, such as optim.hpp's SgdSink), W takes
+// its update in place of accumulating gW (gW unused): the input gradient reads each row of the
+// old W before that row is updated.
+// gx_add = false: gx is written, not added to (the tasks start their own blocks from zero, so the
+// caller need not zero it first on one thread); gw_add = false: the same for gW. gx_as_sum: gx
+// so written holds 0 + each chain, as a sum into zeroed grads would (gemm::grad_input).
+// partials: linear_bwd_scratch elements; without them a split by units is taken by columns.
+template <typename T, class Sink = gemm::NoSink>
+inline void linear_bwd(const T* x, const T* W, const T* gy, T* gx, T* gW, T* gb, uint32_t rows, uint32_t in,
+                       uint32_t out, const Sink* sgd = nullptr, bool gx_add = true, bool gw_add = true,
+                       bool gx_as_sum = false, T* partials = nullptr) {
+    if constexpr (!gemm::kHasSink<Sink>) sgd = nullptr;
+    if constexpr (gemm::kHasSink<Sink>)
+        if (sgd && linear_bwd_sink(x, gy, gx, gb, rows, in, out, *sgd, gx_add, gx_as_sum, partials)) return;
+    const size_t tw = linear_tasks(rows, in, out);
     if (tw <= 1) {
         gemm::grad_input(gy, W, gx, rows, in, out, 0, rows, 0, size_t(-1), gx_add, gx_as_sum);
         gemm::grad_weight(gy, x, gW, gb, rows, in, out, 0, out, sgd, gw_add);

@@ -1,7 +1,7 @@
 // Elementwise math that the compiler can vectorize, for the map records' hot ops.
 //
-// libm's tanhf and expf are a call per value (tanhf about 20 ns: a quarter of a wide W4 step went
-// there). These compute in double, branch-free, so a loop over them becomes SIMD code. tanh:
+// libm's tanhf and expf are a call per value, which a wide layer's tanh record pays for every
+// element and no loop can vectorize. These compute in double, branch-free, so a loop over them becomes SIMD code. tanh:
 // e^(2|x|), then (e - 1) / (e + 1), which double precision keeps accurate down to |x| = 1e-4,
 // and below that x (1 - x^2 / 3). Rounded to float, both are within one float ulp of the exact
 // function (tests/cpp/test_vmath.cpp checks a dense sweep of floats against double precision).
@@ -48,11 +48,10 @@ inline float tanh_float(float xf) {
 }
 
 // GCC vectorizes loops 256 bits wide on AVX-512 CPUs unless told otherwise (-mprefer-vector-width,
-// which keeps narrow loops, such as W5's 24-wide rows, off registers they would fill by halves).
-// This loop is long and its double division is most of its time: on 512-bit registers the tanh
-// record over 64 x 1024 floats (forward and backward) took 5-8 % less on a Sapphire Rapids host
-// (python -m burtorch_bench.threads --only ops); the same operations lane by lane, so the same
-// bits. Not inlined, so that the caller's preference does not replace this one.
+// which keeps narrow loops, such as a small model's 24-wide rows, off registers they would fill
+// by halves). This loop is long and its double division is most of its time, so it gains from
+// 512-bit registers (python -m burtorch_bench.threads --only ops times it); the same operations
+// lane by lane, so the same bits. Not inlined, so that the caller's preference does not replace this one.
 #if defined(__AVX512F__) && defined(__GNUC__) && !defined(__clang__)
 #define BT_WIDE_LOOP __attribute__((target("prefer-vector-width=512"), noinline))
 #else

@@ -11,7 +11,7 @@
 
 namespace bt {
 
-// Products along a head's hs values. A head is narrow (the W5 model's are 4 wide), so for the
+// Products along a head's hs values. A head is narrow (a small transformer's may be 4 wide), so for the
 // common widths HS is a compile-time constant and the loops unroll into a few fused
 // multiply-adds; HS = 0 takes the vectorized kernels at any width.
 template <int HS, typename T>
@@ -97,7 +97,7 @@ inline uint32_t append_attention(Arena<T>& A, const Spans& q, const Spans& kk, c
     const uint32_t tail[3] = {Tn, hs, causal ? 1u : 0u};
     const size_t nout = size_t(Tn) * hs + size_t(Tn) * Tn;
     Appended ap = append_range(A, Op::attention, {&q, &kk, &v}, tail, 3, nout, 0, scale);
-    range_forward(A.frame(), ap.rec, ap.args);
+    forward_appended(A, ap);
     return ap.out;
 }
 // Scratch: [q | k | v gathered (T * hs each)].
@@ -149,7 +149,7 @@ inline uint32_t append_mha(Arena<T>& A, const Spans& qkv, uint32_t Tn, uint32_t 
     const uint32_t tail[5] = {Tn, C, H, causal ? 1u : 0u, S};
     const size_t nout = size_t(S) * (size_t(Tn) * C + size_t(H) * Tn * Tn);
     Appended ap = append_range(A, Op::multi_head_attention, {&qkv}, tail, 5, nout, 0, scale);
-    range_forward(A.frame(), ap.rec, ap.args);
+    forward_appended(A, ap);
     return ap.out;
 }
 // Scratch: qkv gathered (S * T * 3C).

@@ -201,6 +201,19 @@ inline void for_item_blocks(size_t items, double work_per_item, F&& f, size_t mi
     });
 }
 
+// Defined in forward.hpp, which includes the range headers: raises AnomalyError when an output
+// of the op just appended is not finite.
+template <typename T>
+inline void check_outputs(const Arena<T>& A, Op op, uint32_t out, uint32_t nout);
+
+// The forward of a range record just appended, then, under detect_anomaly, the check of its
+// outputs (as every scalar op's): every eager range op goes through here.
+template <typename T>
+inline void forward_appended(Arena<T>& A, const Appended& ap) {
+    range_forward(A.frame(), ap.rec, ap.args);
+    if (anomaly_enabled()) check_outputs(A, ap.rec.op, ap.out, ap.rec.nout);
+}
+
 // Appends a range record over vector operands `ops` with an op-specific tail (tail, then tail2),
 // and nout fresh output slots. All-or-nothing on capacity; sizes are checked before narrowing.
 template <typename T>

@@ -11,7 +11,7 @@ template <typename T>
 inline uint32_t append_gather(Arena<T>& A, const Spans& table, uint32_t d, const uint32_t* ids, uint32_t n) {
     const uint32_t dims[2] = {n, d};
     Appended ap = append_range(A, Op::gather, {&table}, dims, 2, size_t(n) * d, 0, 0.0, ids, n);
-    range_forward(A.frame(), ap.rec, ap.args);
+    forward_appended(A, ap);
     return ap.out;
 }
 template <typename T>
@@ -27,7 +27,7 @@ inline void gather_forward(const Frame<T>& A, const Record& r, const Operands& o
     // A chunk's lookup (64 samples x 16 ids x 64 values) splits by output rows, as the gathers of
     // common.hpp do. The backward stays on one thread: split by the table's columns, each task
     // read half of every row of the grads the layer above had just written on both cores, and
-    // that took 37 us more a W4 step (e = 64, two threads) than one thread adding them all.
+    // that took longer than one thread adding them all.
     const size_t tasks = threads::tasks_for(double(n) * d, kParallelGather, n);
     if (tasks <= 1) return rows(0, n);
     threads::parallel_tasks(tasks, [&](size_t t) {

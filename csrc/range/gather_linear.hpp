@@ -103,7 +103,7 @@ void gather_linear_backward(const Frame<T>& A, const Record& g, const Record& l,
     T* gtable = A.grads() + s.go.v[0].first(0);
     const T* gy = A.grads() + l.out;
     A.applies_sgd(s.w);  // marks W stepped
-    const gemm::SgdSink<T> sgd{const_cast<T*>(A.weight(s.w)), T(A.fused_sgd->lr), T(A.fused_sgd->weight_decay)};
+    const SgdSink<T> sgd = FusedSgd::sink(A.fused_sgd, const_cast<T*>(A.weight(s.w)));
     T* partials = buf + tasks * s.nx;
     T* sums = partials + tasks * s.nx;
     threads::parallel_tasks(tasks, [&](size_t t) {
@@ -120,8 +120,8 @@ void gather_linear_backward(const Frame<T>& A, const Record& g, const Record& l,
 }
 
 // Not inline, as range_forward: a build with BT_SEPARATE_RANGE_KERNELS instantiates both once, in
-// bindings/range_kernels_{float,double}.cpp (in the binding unit that replays programs they were
-// 28 KB more of the extension's code).
+// bindings/range_kernels_{float,double}.cpp (in the binding unit that replays programs they would
+// be a second copy of the code in the extension).
 #ifdef BT_SEPARATE_RANGE_KERNELS
 #define BT_GATHER_LINEAR(T)                                                                                        \
     extern template void gather_linear_forward<T>(const Frame<T>&, const Record&, const Record&, const uint32_t*,  \

@@ -14,7 +14,7 @@ inline uint32_t append_linear(Arena<T>& A, const Spans& x, const Spans& W, const
     const size_t ny = size_t(rows) * nout;
     Appended ap =
         b ? append_range(A, Op::linear, {&x, &W, b}, tail, 4, ny) : append_range(A, Op::linear, {&x, &W}, tail, 4, ny);
-    range_forward(A.frame(), ap.rec, ap.args);
+    forward_appended(A, ap);
     return ap.out;
 }
 // Scratch: [x gathered (rows * in) | the operand each task's tiles transpose, if any (none when
@@ -43,7 +43,7 @@ inline void linear_backward(const Frame<T>& A, const Record& r, const Operands& 
     // The products write gx (gx_add = false), so it is never zeroed here. A first writer whose x
     // is one span (a replay's layer over the previous layer's output) has them write x's grads
     // in place, each element as 0 + its chain (gx_as_sum): the bits scatter_first would write,
-    // without a pass through scratch (5 % of a W4 e = 64 b = 64 step).
+    // without a pass through scratch (a noticeable part of a small model's step).
     const bool one_span = o.v[0].n == 1, in_place = A.first_write && one_span;
     const size_t gathered = one_span ? 0 : nx, own_gx = in_place ? 0 : nx;
     const uint32_t w = o.v[1].first(0);
@@ -52,7 +52,7 @@ inline void linear_backward(const Frame<T>& A, const Record& r, const Operands& 
     const T* xs = contiguous(A.values(), o.v[0], buf);
     T* gx = in_place ? g + o.v[0].first(0) : buf + gathered;
     // the weight's values where the record reads them (a replay reads fused weights in the arena)
-    const gemm::SgdSink<T> sgd{const_cast<T*>(A.weight(w)), T(f ? f->lr : 0.0), T(f ? f->weight_decay : 0.0)};
+    const SgdSink<T> sgd = FusedSgd::sink(f, const_cast<T*>(A.weight(w)));
     bool gw_add = true;
     T* gW = A.weight_grad(w, gw_add);
     linear_bwd(xs, A.weight(w), g + r.out, gx, gW, has_b ? g + o.v[2].first(0) : nullptr, rows, nin, nout,

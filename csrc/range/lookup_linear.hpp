@@ -9,8 +9,8 @@
 // activations' gradient into the pre-activations' for its own block (map.hpp's kernels, so the
 // bits of the layer followed by a tanh record). Split by units on two threads, a tanh record of
 // its own read h, half of it written on the other core, and its gradient wrote gh for both
-// halves of the sweep to read (W4 b = 64, e = 64, one run of python -m burtorch_bench.threads
-// --only records: the tanh records took 16 us of a 174 us step on two threads, 7 us of 158 on one).
+// halves of the sweep to read, so the tanh records took more than twice as long on two threads as
+// on one (python -m burtorch_bench.threads --only records shows them).
 //
 // A chunk of many rows repeats the table's few rows at every position, so from rows >= 1.5 V the
 // record computes through per-position tables instead of x. With W_p the d columns of W that
@@ -18,11 +18,10 @@
 //   forward:  T_p = table W_p^T (V x out);  y[r] = b + T_0[ids(r, 0)] + ... + T_{P-1}[ids(r, P-1)]
 //   backward: G_p = the rows of gy summed by ids(., p) (V x out);
 //             g(table) += G_0 W_0 + G_1 W_1 + ...;  gW_p += G_p^T table (or W_p takes its SGD step)
-// V rows of work per position instead of `rows`, and no input gradient to scatter. At W4's shape
-// (27 ids, 16 positions of 64, one Zen 3 core) the layer's three products took 27-48 % less time
-// at 64 rows and 19-32 % less at 48 (e = 64 and 512); at 32 rows the two paths were within 8 %
-// either way, and at 24 the tables took 21-26 % more. Below 1.5 V rows the record gathers x and runs the linear
-// layer's own products (kernels/linear.hpp), with their bits.
+// V rows of work per position instead of `rows`, and no input gradient to scatter. With a small
+// vocabulary the tables win clearly from about twice V rows, the two paths are even near V, and
+// below it the tables lose; hence the 1.5 V threshold. Below 1.5 V rows the record gathers x and
+// runs the linear layer's own products (kernels/linear.hpp), with their bits.
 //
 // Either way the path depends on the shape alone, so eager appends and replays compute the same
 // bits. Tasks split the tables by output units, forward and backward alike, so each core reads
@@ -74,7 +73,7 @@ inline uint32_t append_lookup_linear(Arena<T>& A, const Spans& table, const Span
     const size_t ny = size_t(rows) * nout, nids = size_t(rows) * (nin / d);
     Appended ap = b ? append_range(A, Op::lookup_linear, {&table, &W, b}, tail, 5, ny, 0, 0.0, ids, nids)
                     : append_range(A, Op::lookup_linear, {&table, &W}, tail, 5, ny, 0, 0.0, ids, nids);
-    range_forward(A.frame(), ap.rec, ap.args);
+    forward_appended(A, ap);
     return ap.out;
 }
 
@@ -101,11 +100,10 @@ inline void lookup_rows(const LookupLinearShape& s, const T* table, T* x) {
 // How many tasks the tables' products split into (whether they split at all goes by their
 // multiply-adds, as a linear layer's does), each a block of output units. Below 256 units, one
 // task per thread; from 256, blocks of kLookupFineUnits, more tasks than threads, which the
-// threads claim as they come free. Split in halves, the helper's half took 1.3x as long as the
-// caller's (W4 b = 64, e = 128 and 512, an Emerald Rapids host: it reads gy and the rows of W
-// that records on the caller's core just wrote), and the record waited for it; with small tasks
-// the caller takes the larger share. Below 256 units the tasks' products are too small for that
-// to pay (W4 e = 64 and 128 steps took 3-5 % longer).
+// threads claim as they come free. Split in halves, the helper's half took clearly longer than
+// the caller's (it reads gy and the rows of W that records on the caller's core just wrote), and
+// the record waited for it; with small tasks the caller takes the larger share. Below 256 units
+// the tasks' products are too small for that to pay (steps took longer).
 inline constexpr size_t kLookupFineFrom = 256;
 // Units a fine task takes: narrower products lose more at their edges than they balance.
 inline constexpr size_t kLookupFineUnits = 64;
@@ -138,7 +136,7 @@ inline void lookup_linear_forward(const Frame<T>& A, const Record& r, const Oper
     // builds its T_p and its block of y in scratch of its own, [T_p (V x n) | y's block (rows x n)]
     // at (V + rows) o0, and copies the block out once (through tanh, with it): added into y
     // itself, the tasks' columns met within the cache lines that straddle o0 (y's slots are not
-    // line-aligned) 16 times a row, and two threads took longer than one at W4's e = 64.
+    // line-aligned) 16 times a row, and two threads took longer than one on narrow layers.
     const size_t tasks = lookup_table_tasks(s);
     const bool own_block = tasks > 1 || s.tanh;
     T* scratch = A.scratch(own_block ? (size_t(s.V) + s.rows) * s.nout : s.table_size()).data();
@@ -194,7 +192,7 @@ inline void lookup_linear_backward_direct(const Frame<T>& A, const Record& r, co
         gy = gpre;
     }
     lookup_rows(s, A.values() + s.table, x);
-    const gemm::SgdSink<T> sgd{const_cast<T*>(A.weight(s.w)), T(f ? f->lr : 0.0), T(f ? f->weight_decay : 0.0)};
+    const SgdSink<T> sgd = FusedSgd::sink(f, const_cast<T*>(A.weight(s.w)));
     linear_bwd(x, A.weight(s.w), gy, gx, gW, s.has_bias ? g + o.v[2].first(0) : nullptr, s.rows, s.nin, s.nout,
                f ? &sgd : nullptr, false, gw_add, false, buf + 2 * s.nx());
     T* gt = g + s.table;
@@ -218,9 +216,8 @@ inline void lookup_linear_backward(const Frame<T>& A, const Record& r, const Ope
     // or of W_p's step. Tasks take the forward's blocks of units. They took positions before
     // (the table's gradient, H_0 + H_1 + ..., then had one thread's bits), but the forward split
     // W by rows and the sweep by columns, so every step each core read and stepped rows of W that
-    // the other one had just read: with the blocks of units, W4 b = 64 compiled fused steps on two
-    // threads took 0.85-0.90 of the time at e = 512 and 1024, 0.96-0.97 at e = 128 and 0.98-1.03
-    // at e = 64 (an Emerald Rapids host; both in one process, alternating).
+    // the other one had just read: with the blocks of units, compiled fused steps on two threads
+    // run faster on wide layers and no slower on narrow ones.
     const size_t tasks = lookup_table_tasks(s);
     const size_t nh = size_t(s.V) * s.d;
     // Units [o0, o1) of position p: G_p's columns, their part of H_p into hp, and those rows of
@@ -236,7 +233,7 @@ inline void lookup_linear_backward(const Frame<T>& A, const Record& r, const Ope
         // gW_p += G_p^T table, or W_p's step; each chain over the table's rows from zero (or from gW)
         if (f) {
             gemm::for_each_tile<T>(n, s.d, s.V, gp, 1, n, table, s.d, true, false, gemm::zero_tile<T>(),
-                                   gemm::sgd_to_tile(wp, s.nin, T(f->lr), T(f->weight_decay)));
+                                   gemm::sink_to_tile(FusedSgd::sink(f, wp), wp, s.nin));
         } else {
             T* gwp = gW + o0 * s.nin + p * s.d;
             if (gw_add)

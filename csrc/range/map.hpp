@@ -12,7 +12,7 @@ namespace bt {
 template <typename T>
 inline uint32_t append_copy(Arena<T>& A, const Spans& x) {
     Appended ap = append_range(A, Op::copy, {&x}, nullptr, 0, total_len(x));
-    range_forward(A.frame(), ap.rec, ap.args);
+    forward_appended(A, ap);
     return ap.out;
 }
 template <typename T>
@@ -71,7 +71,7 @@ inline uint32_t append_map_unary(Arena<T>& A, Op op, const Spans& x, double imm)
     const bool with_imm = op_info(op).kind == OpKind::unary_imm;
     Appended ap = append_range(A, with_imm ? Op::map_imm : Op::map_unary, {&x}, nullptr, 0, total_len(x),
                                static_cast<uint16_t>(op), imm);
-    range_forward(A.frame(), ap.rec, ap.args);
+    forward_appended(A, ap);
     return ap.out;
 }
 // Scratch: x gathered (n) when not contiguous.
@@ -86,9 +86,8 @@ inline void map_unary_forward(const Frame<T>& A, const Record& r, const Operands
 }
 // Work per element of a unary map's gradient, against kParallelItemWork. Most of its kernels are
 // a multiply or two an element, so the time goes to moving y, gy and gx, which the records around
-// it wrote on the caller's core: split in two, tanh's gradient over 8,192 and 32,768 floats took
-// longer than on one thread (W4 b = 64, e = 128 and 512, an Emerald Rapids host); over 65,536
-// (e = 1024) it took 0.55-0.6 of the time unsplit.
+// it wrote on the caller's core: split in two, tanh's gradient over tens of thousands of floats
+// took longer than on one thread, and only from about twice as many did the split pay.
 inline constexpr double kMapGradWork = 0.5;
 
 // Scratch, for x in several spans: [x gathered (n) | gx (n)].
@@ -131,7 +130,7 @@ inline void map_unary_backward(const Frame<T>& A, const Record& r, const Operand
 template <typename T>
 inline uint32_t append_map_binary(Arena<T>& A, Op op, const Spans& a, const Spans& b) {
     Appended ap = append_range(A, Op::map_binary, {&a, &b}, nullptr, 0, total_len(a), static_cast<uint16_t>(op));
-    range_forward(A.frame(), ap.rec, ap.args);
+    forward_appended(A, ap);
     return ap.out;
 }
 // Scratch: [a gathered (n) | b gathered (n)].

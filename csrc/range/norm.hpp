@@ -22,7 +22,7 @@ inline uint32_t append_layer_norm(Arena<T>& A, const Spans& x, const Spans& gamm
                                   uint32_t C, double eps) {
     const uint32_t tail[2] = {rows, C};
     Appended ap = append_range(A, Op::layer_norm, {&x, &gamma, &beta}, tail, 2, size_t(rows) * C, 0, eps);
-    range_forward(A.frame(), ap.rec, ap.args);
+    forward_appended(A, ap);
     return ap.out;
 }
 // Scratch: x gathered (rows * C).

@@ -8,7 +8,7 @@ namespace bt {
 template <typename T>
 inline uint32_t append_sum(Arena<T>& A, const Spans& x, double scale) {
     Appended ap = append_range(A, Op::sum_range, {&x}, nullptr, 0, 1, 0, scale);
-    range_forward(A.frame(), ap.rec, ap.args);
+    forward_appended(A, ap);
     return ap.out;
 }
 template <typename T>
@@ -29,7 +29,7 @@ inline void sum_backward(const Frame<T>& A, const Record& r, const Operands& o) 
 template <typename T>
 inline uint32_t append_dot(Arena<T>& A, const Spans& x, const Spans& w) {
     Appended ap = append_range(A, Op::dot_range, {&x, &w}, nullptr, 0, 1);
-    range_forward(A.frame(), ap.rec, ap.args);
+    forward_appended(A, ap);
     return ap.out;
 }
 // Scratch: [x gathered (n) | w gathered (n)].

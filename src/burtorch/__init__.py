@@ -195,8 +195,8 @@ def zero_grad(values: Iterable[Value | Vector]) -> None:
 class labels:
     """Switches node labels on or off: ``bt.labels(True)`` or ``with bt.labels(True): ...``.
 
-    While off (the default), ``label=`` arguments and ``v.label = ...`` store nothing, so labels
-    cost no memory and no time.
+    A label given explicitly (``label=`` or ``v.label = ...``) is always stored; the switch only
+    governs automatic labels, which nothing makes today. A node given no label costs no memory.
     """
 
     def __init__(self, enabled: bool = True) -> None:

@@ -53,15 +53,47 @@ def grad_oracle(model: Any, batch: Sequence[Any], loss_fn: LossFn | None = None,
     """
     if not isinstance(chunk, int) or chunk < 1:
         raise ValueError(f"chunk must be a positive int, got {chunk!r}")
+    check_grad_enabled("grad_oracle()")
     n_threads = checked_threads(threads)
     if compile and chunk > 1 and loss_fn is not None:
         raise ValueError("chunk > 1 needs a model with loss_batch(samples) and no custom loss_fn")
-    # the count caps every native op of this call, a range op inside a replay included
-    with thread_cap(n_threads):
-        if compile:  # each sample (or chunk) shape traced once, every one replayed natively
-            compiled = late.module("oracle_compiled")
-            return compiled.compiled_grad_oracle(model, batch, loss_fn, zero_grad, threads=n_threads, chunk=chunk)
-        return _eager_oracle(model, batch, loss_fn, zero_grad, chunk)
+    saved = _saved_grads(model)
+    try:
+        # the count caps every native op of this call, a range op inside a replay included
+        with thread_cap(n_threads):
+            # each sample (or chunk) shape traced once, every one replayed natively; replays check
+            # nothing, so under detect_anomaly the eager oracle runs, which checks every op
+            if compile and not _core.is_anomaly_enabled():
+                compiled = late.module("oracle_compiled")
+                return compiled.compiled_grad_oracle(model, batch, loss_fn, zero_grad, threads=n_threads,
+                                                     chunk=chunk)
+            return _eager_oracle(model, batch, loss_fn, zero_grad, chunk)
+    except BaseException:
+        # a sample that fails (a non-finite loss, an error in the model, Ctrl-C) after others were
+        # swept would leave part of the batch's gradient in the grads: they are put back as they were
+        _restore_grads(saved)
+        raise
+
+
+def check_grad_enabled(what: str) -> None:
+    """Raises ValueError under no_grad(): the call computes gradients, and without records its
+    sweeps would reach no parameter (an eager oracle returned its loss with the grads untouched)."""
+    if not _core.is_grad_enabled():
+        raise ValueError(f"{what} computes gradients: it cannot run under no_grad()")
+
+
+def _saved_grads(model: Any) -> list[tuple[Any, int, bytes]]:
+    """The parameters' grads as raw bytes per span (no numpy), for _restore_grads."""
+    params = model.parameter_vector() if hasattr(model, "parameter_vector") else None
+    if params is None:
+        return []
+    arena = params.arena
+    return [(arena, first, arena.read_bytes(first, first + count, "grads")) for first, count in params.spans]
+
+
+def _restore_grads(saved: list[tuple[Any, int, bytes]]) -> None:
+    for arena, first, data in saved:
+        arena.write_bytes(first, data, "grads")
 
 
 class thread_cap:

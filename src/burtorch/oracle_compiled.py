@@ -12,27 +12,25 @@ from itertools import chain
 
 from . import _core
 from .data.arrays import ArrayBatch
+from .nn.module import structure_epoch
 from .program import traced_ids
 
 # model -> {(sample shape, dtype, wrt key): Program}; dies with the model.
 _programs: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+# model -> nn.module.structure_epoch() when its cached parameter vector was built.
+_epochs: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+# Programs kept per model: a loop over ever new sample shapes or wrt lists must not keep every
+# program it traced; past this, the least recently used one is dropped (and retraced if needed).
+MAX_PROGRAMS = 64
 
 
 def _flat(x) -> list:
     return [x] if hasattr(x, "__index__") and not hasattr(x, "__len__") else list(x)
 
 
-def _shape(sample):
-    out = []
-    for part in sample:  # plain ints and lists first: this runs for every sample of a chunked batch
-        kind = type(part)
-        if kind is int:
-            out.append(0)
-        elif kind is list or kind is tuple:
-            out.append(len(part))
-        else:
-            out.append(0 if hasattr(part, "__index__") and not hasattr(part, "__len__") else len(part))
-    return tuple(out)
+# A sample's shape (per id part: 0 for one id, L for a sequence of L ids), by the rule the native
+# replays read samples with, so the two never disagree.
+_shape = _core._sample_shape
 
 
 def _listed(batch):
@@ -51,11 +49,19 @@ def _shape_at(batch, i: int):
 
 
 def _parameters(model):
-    """model.parameter_vector(), kept per model (building it walks every module each time)."""
+    """model.parameter_vector(), kept per model (building it walks every module each time), built
+    again when a module's structure changed since (nn.module.structure_epoch); when its nodes
+    changed too (a layer replaced), the model's programs, which read the old nodes, are dropped."""
     cache = _programs.setdefault(model, {})
     params = cache.get("params")
-    if params is None or not _alive(params):
-        params = cache["params"] = model.parameter_vector()
+    epoch = structure_epoch()
+    if params is None or _epochs.get(model) != epoch or not _alive(params):
+        fresh = model.parameter_vector()
+        if params is not None and (fresh.arena is not params.arena or fresh.spans != params.spans):
+            for k in [k for k in cache if k != "params"]:
+                del cache[k]
+        params = cache["params"] = fresh
+        _epochs[model] = epoch
     return params
 
 
@@ -77,16 +83,50 @@ def sample_program(model, sample, loss_fn=None, wrt=None):
 def _cached_program(model, shape, wrt_key=None):
     """The live program already traced for `shape`, or None."""
     cache = _programs.get(model)
-    if cache is not None:
+    if cache is not None and _epochs.get(model) == structure_epoch():  # else _parameters looks again
         params = cache.get("params")
-        prog = cache.get((shape, params.arena.dtype, wrt_key)) if params is not None else None
+        key = (shape, params.arena.dtype, wrt_key) if params is not None else None
+        prog = cache.get(key) if key is not None else None
         if prog is not None and prog.alive:
+            if next(reversed(cache)) != key:  # most recently used last: eviction takes the first
+                cache[key] = cache.pop(key)
             return prog
     return None
 
 
+def _wrt_key(wrt):
+    """What identifies the nodes of a wrt list: each one's arena and node indices (its spans and
+    shape for a Vector). Not its repr, which prints values: two parameters holding equal numbers
+    would share a program, and one whose values change would trace a new one every step."""
+    if wrt is None:
+        return None
+    key: list[tuple] = []
+    for w in wrt:
+        if isinstance(w, _core.Vector):
+            key.append(("Vector", id(w.arena), tuple(w.spans), tuple(w.shape)))
+        elif isinstance(w, _core.Value):
+            key.append(("Value", id(w.arena), w.index))
+        else:
+            raise TypeError(f"wrt must hold Values or Vectors, got {type(w).__name__}")
+    return tuple(key)
+
+
+def _remember(cache: dict, key, prog) -> None:
+    """cache[key] = prog, dropping dead programs, then the least recently used past MAX_PROGRAMS."""
+    cache.pop(key, None)
+    for k in [k for k, p in cache.items() if k != "params" and not p.alive]:
+        del cache[k]
+    programs = [k for k in cache if k != "params"]
+    for k in programs[:max(0, len(programs) + 1 - MAX_PROGRAMS)]:
+        del cache[k]
+    cache[key] = prog
+
+
 def _program(model, sample, shape, loss_fn, wrt):
-    wrt_key = None if wrt is None else tuple((type(w).__name__, repr(w)) for w in wrt)
+    # a custom loss_fn traces another program: it is part of the key (a chunk's _ChunkLoss is not,
+    # its shapes are already in `shape`)
+    custom = loss_fn is not None and type(loss_fn) is not _ChunkLoss
+    wrt_key = (_wrt_key(wrt), loss_fn) if custom else _wrt_key(wrt)
     prog = _cached_program(model, shape, wrt_key)
     if prog is not None:
         return prog
@@ -111,7 +151,7 @@ def _program(model, sample, shape, loss_fn, wrt):
     finally:
         _core._trace_abort()
         arena.rewind(cp)
-    cache[key] = prog
+    _remember(cache, key, prog)
     return prog
 
 
@@ -273,8 +313,8 @@ def compiled_fused_step(opt, model, batch):
     cannot replay (not a list or an ArrayBatch, mixed shapes, a guard that comes out
     differently): then the caller steps eagerly. A non-finite loss raises FloatingPointError and
     changes nothing."""
-    if type(batch) is not list and type(batch) is not ArrayBatch:
-        return None
+    if type(batch) is not list and type(batch) is not ArrayBatch or _core.is_anomaly_enabled():
+        return None  # under detect_anomaly the caller's eager step checks every op
     n = len(batch)
     shape = _shape_at(batch, 0)
     prog = _uniform_chunk_program(model, batch, 0, n, shape)
@@ -298,8 +338,8 @@ def compiled_sgd_chunks(opt, model, batch, k: int, threads: int):
     replay so (another kind of batch, a sample of another shape, an optimizer over other
     parameters than the model's): the caller steps unfused. A chunk whose guard fails runs
     eagerly, and the step then follows as opt.step(): the same values either way."""
-    if type(batch) is not list and type(batch) is not ArrayBatch:
-        return None
+    if type(batch) is not list and type(batch) is not ArrayBatch or _core.is_anomaly_enabled():
+        return None  # under detect_anomaly the caller's eager step checks every op
     n = len(batch)
     if n % k:
         return None
@@ -344,6 +384,8 @@ def per_sample_grads(model, batch, loss_fn=None, wrt=None, out=None):
     one across calls saves faulting in fresh pages for every call)."""
     import numpy as np
 
+    if not _core.is_grad_enabled():  # as grad_oracle: a trace records ops, an eager sweep needs them
+        raise ValueError("per_sample_grads() computes gradients: it cannot run under no_grad()")
     batch = _listed(batch)
     N = len(batch)
     if N == 0:
@@ -357,8 +399,38 @@ def per_sample_grads(model, batch, loss_fn=None, wrt=None, out=None):
           or not out.flags.c_contiguous or not out.flags.writeable):
         raise ValueError(f"out must be a writable C-contiguous {np.dtype(dt).name} array of shape {(N, first.num_wrt)}")
     losses = np.empty(N, dtype=np.float64)
+    if _core.is_anomaly_enabled():  # replays check nothing: each sample's eager sweep checks every op
+        _eager_rows(model, batch, loss_fn, wrt, out, losses)
+        return out, losses
     for failed in _replay_batch(model, batch, loss_fn, wrt, "rows", 1.0, losses, out, stream=reused):
         if failed:
             raise RuntimeError(f"per_sample_grads(): guards failed for samples {failed}; "
                                "the loss branches on values, so per-sample programs do not apply")
     return out, losses
+
+
+def _eager_rows(model, batch, loss_fn, wrt, out, losses):
+    """per_sample_grads, each sample swept eagerly (under detect_anomaly): row i the grads of the
+    wrt nodes after sample i's sweep alone; the grads they held before are put back."""
+    nodes = [_parameters(model)] if wrt is None else list(wrt)
+    arena = nodes[0].arena
+    saved = [n.grad if isinstance(n, _core.Value) else n.tolist("grads") for n in nodes]
+    try:
+        for i, sample in enumerate(batch):
+            for n in nodes:
+                n.zero_grad()
+            cp = arena.checkpoint()
+            try:
+                loss = loss_fn(model, sample) if loss_fn is not None else model.loss(*sample)
+                loss.backward()
+                losses[i] = loss.data
+            finally:
+                arena.rewind(cp)
+            out[i] = list(chain.from_iterable([n.grad] if isinstance(n, _core.Value) else n.tolist("grads")
+                                              for n in nodes))
+    finally:
+        for n, g in zip(nodes, saved):
+            if isinstance(n, _core.Value):
+                n.grad = g
+            else:
+                n.set_grad(g)

@@ -13,9 +13,15 @@ Trace rules (see the README):
 - reading a number out of a traced Value (``float(v)``, ``.data``, ``.item()``, ``tolist()``,
   numpy views), ``backward()`` and ``no_grad()`` inside the traced function raise TraceError
   naming the line: their result would be baked into the program;
+- writes (``.data =``, ``.grad =``, ``zero_grad()``, ``set_data``, ``load_array``, optimizer
+  steps), into any arena, raise TraceError: they would run once, at trace time, and be dropped
+  by every replay;
 - ids (ints passed where an id argument is declared) may only be used as ids: in
   ``bt.embedding`` / ``nn.Embedding`` lookups and as ``cross_entropy`` targets. Any other use
-  (arithmetic, comparisons, indexing a Python list) raises TraceError.
+  (arithmetic, comparisons, indexing a Python list) raises TraceError. A scalar id argument is
+  one traced id, a list of L ints L of them (one signature per L);
+- gradients come in ``argnums`` order (``argnums=(1, 0)``: d/dx1 first), as in JAX;
+- under ``detect_anomaly`` calls and ``.map`` run eagerly, so that every op is checked.
 """
 from __future__ import annotations
 
@@ -29,6 +35,8 @@ Program = _core.Program
 
 # Variants kept per signature: each failed guard adds one; past this, the oldest is dropped.
 MAX_VARIANTS = 16
+# Signatures kept per compiled function (least recently used dropped first).
+MAX_SIGNATURES = 64
 
 
 class TracedId:
@@ -118,7 +126,13 @@ class Compiled:
     def __init__(self, fn, argnums, ids, dtype, with_value):
         self.fn = fn
         self._single = isinstance(argnums, int)
-        self.argnums = (argnums,) if self._single else tuple(argnums)
+        if not self._single and not isinstance(argnums, (tuple, list)):
+            raise ValueError(f"argnums must be an int or a tuple of ints, got {argnums!r}")
+        self.argnums: tuple = (argnums,) if self._single else tuple(argnums)
+        if not all(isinstance(a, int) and not isinstance(a, bool) and a >= 0 for a in self.argnums):
+            raise ValueError(f"argnums must be non-negative ints, got {argnums!r}")
+        if len(set(self.argnums)) != len(self.argnums):
+            raise ValueError(f"argnums names an argument twice: {argnums!r}")
         self.ids = tuple(sorted(ids))
         if any(a in self.ids for a in self.argnums):
             raise ValueError("an argument cannot be both differentiated (argnums) and an id")
@@ -136,7 +150,7 @@ class Compiled:
         floats: list = []
         id_args: list = []
         id_shape: list[int] = []
-        wrt_pos: list[int] = []
+        float_pos: dict[int, int] = {}  # argument index -> its position among the floats
         for i, a in enumerate(args):
             if i in self.ids:
                 if _is_int(a):
@@ -154,18 +168,19 @@ class Compiled:
                     a = float(a)
                 except (TypeError, ValueError):
                     raise TypeError(f"argument {i} must be a float (or a Value); got {type(a).__name__}") from None
-            if i in self.argnums:
-                wrt_pos.append(len(floats))
+            float_pos[i] = len(floats)
             floats.append(float(a))
         missing = [a for a in self.argnums if a >= len(args)]
         if missing:
             raise TypeError(f"argnums {missing} out of range for {len(args)} arguments")
-        return floats, id_args, tuple(id_shape), tuple(wrt_pos)
+        # the grads come in argnums order (argnums=(1, 0) gives (d/dx1, d/dx0)), as in JAX
+        return floats, id_args, tuple(id_shape), tuple(float_pos[a] for a in self.argnums)
 
     def _arena(self):
         return _core.current_arena(self.dtype) if self.dtype is not None else _core.current_arena()
 
     def _key(self, nargs, id_shape, arena):
+        # id(arena) stays unique while cached: each program keeps its arena alive
         return (nargs, id_shape, id(arena), arena.dtype)
 
     def _trace(self, args, floats, id_args, id_shape, wrt_pos, arena):
@@ -184,15 +199,24 @@ class Compiled:
     def _programs(self, args, floats, id_args, id_shape, wrt_pos):
         arena = self._arena()
         key = self._key(len(args), id_shape, arena)
-        progs = [p for p in self._cache.get(key, []) if p.alive]
+        progs = [p for p in self._cache.pop(key, []) if p.alive]
         if not progs:
             progs = [self._trace(args, floats, id_args, id_shape, wrt_pos, arena)]
-        self._cache[key] = progs
+            # a new signature: those whose programs died are dropped, then the least recently
+            # used past MAX_SIGNATURES, so a loop over new arenas or id lengths stays bounded
+            for k in [k for k, ps in self._cache.items() if not any(p.alive for p in ps)]:
+                del self._cache[k]
+            for k in list(self._cache)[:max(0, len(self._cache) + 1 - MAX_SIGNATURES)]:
+                del self._cache[k]
+        self._cache[key] = progs  # most recently used last
         return key, progs, arena
 
     # ---- one call (no numpy: plain buffers in and out)
     def __call__(self, *args):
+        _check_grad_enabled()
         floats, id_args, id_shape, wrt_pos = self._split(args)
+        if _core.is_anomaly_enabled():  # replays check nothing: the eager ops check every output
+            return self._eager(args, floats, id_args, id_shape, wrt_pos)
         key, progs, arena = self._programs(args, floats, id_args, id_shape, wrt_pos)
         X = _row(array("d", floats))
         flat_ids = [v for a in id_args for v in a]
@@ -207,6 +231,35 @@ class Compiled:
         result = self._call_one(prog, X, ids)
         assert result is not None, "a fresh trace failed its own guards"
         return result
+
+    def _eager(self, args, floats, id_args, id_shape, wrt_pos):
+        """fn run eagerly on fresh leaves, then swept backward: the same value and grads as a
+        replay, with every op of it (scalar and range, forward and backward) checked by
+        detect_anomaly, which names the op that made the first non-finite number."""
+        arena = self._arena()
+        cp = arena.checkpoint()
+        try:
+            with arena:
+                inputs = [_core.Value(x, dtype=arena.dtype) for x in floats]
+                it_x, it_i = iter(inputs), iter(zip(id_args, id_shape))
+                call = []
+                for i in range(len(args)):
+                    if i in self.ids:
+                        ids, n = next(it_i)
+                        call.append(ids[0] if n == 0 else ids)
+                    else:
+                        call.append(next(it_x))
+                root = self.fn(*call)
+                if isinstance(root, _core.Vector) and len(root.values()) == 1:
+                    root = root.values()[0]
+                if not isinstance(root, _core.Value):
+                    raise TypeError(f"the function must return a scalar Value, got {type(root).__name__}")
+                root.backward()
+                value = root.data
+                grads = [inputs[p].grad for p in wrt_pos]
+        finally:
+            arena.rewind(cp)
+        return self._result(value, grads)
 
     def _call_one(self, prog, X, ids):
         """The result of one sample, or None when a guard came out differently."""
@@ -231,6 +284,7 @@ class Compiled:
 
         if reduce not in (None, "mean"):
             raise ValueError(f"reduce must be None or 'mean', got {reduce!r}")
+        _check_grad_enabled()
         X, id_cols, N = _batch(X, ids)
         id_shape = tuple(0 if c.ndim == 1 else c.shape[1] for c in id_cols)
         if len(id_shape) != len(self.ids):
@@ -240,6 +294,8 @@ class Compiled:
             raise ValueError("map(): no samples")
         row_args = _sample_args(X, id_cols, 0, self.ids, nargs)
         floats, id_args, id_shape0, wrt_pos = self._split(row_args)
+        if _core.is_anomaly_enabled():  # every sample eagerly, its ops checked (see __call__)
+            return self._map_eager(X, id_cols, N, nargs, reduce)
         key, progs, arena = self._programs(row_args, floats, id_args, id_shape0, wrt_pos)
         prog = progs[-1]
         ids = np.concatenate([c.reshape(N, -1) for c in id_cols], axis=1) if id_cols else np.zeros((N, 0), np.int64)
@@ -255,6 +311,17 @@ class Compiled:
                 grads[s] = g
         return (value, grads) if self._with_value else grads
 
+    def _map_eager(self, X, id_cols, N, nargs, reduce):
+        import numpy as np
+
+        values = np.empty(N, dtype=np.float64)
+        grads = np.zeros((N, len(self.argnums)), dtype=np.float64)
+        for s in range(N):
+            values[s], grads[s] = self._call_raw(_sample_args(X, id_cols, s, self.ids, nargs))
+        if reduce:
+            grads = grads.sum(axis=0) / N
+        return (values, grads) if self._with_value else grads
+
     def _call_raw(self, args):
         saved = self._with_value, self._single
         self._with_value, self._single = True, False
@@ -266,6 +333,13 @@ class Compiled:
     def programs(self):
         """Every program traced so far (all signatures and variants)."""
         return [p for progs in self._cache.values() for p in progs]
+
+
+def _check_grad_enabled():
+    """Under no_grad() a first call could not trace (a trace records ops) while a later one would
+    replay: one rule for both, the call computes gradients and is refused."""
+    if not _core.is_grad_enabled():
+        raise ValueError("a compiled gradient cannot run under no_grad(): it computes gradients")
 
 
 def _row(buf):

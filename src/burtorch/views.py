@@ -84,6 +84,7 @@ def load_array(x: Nodes, data: Any, what: str = "values") -> None:
 
     Raises:
         ValueError: a count mismatch, nodes of several arenas, or a bad ``what``.
+        TypeError: ``data`` holds something other than real numbers (None, strings, bools).
         StaleValueError: a Value or Vector discarded by a rewind.
     """
     import numpy as np
@@ -92,7 +93,11 @@ def load_array(x: Nodes, data: Any, what: str = "values") -> None:
     selection = select(x)
     arena, spans = selection.single_arena()
     dtype = np.float32 if arena.dtype.name == "float32" else np.float64
-    array = np.ascontiguousarray(data, dtype=dtype).reshape(-1)  # no copy if already right
+    array = np.asarray(data)
+    # only real numbers convert: numpy would turn None into NaN, and strings or bools into numbers
+    if array.dtype.kind not in "fiu":
+        raise TypeError(f"load_array() needs real numbers, got an array of dtype {array.dtype}")
+    array = np.ascontiguousarray(array, dtype=dtype).reshape(-1)  # no copy if already right
     count = sum(last - first for first, last in spans)
     if array.size != count:
         raise ValueError(f"{array.size} numbers for {count} nodes")

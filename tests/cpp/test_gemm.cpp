@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "../../csrc/kernels/gemm.hpp"
+#include "../../csrc/optim.hpp"
 #include "check.hpp"
 
 namespace gemm = bt::gemm;
@@ -192,12 +193,12 @@ static void check_fused_sgd(size_t rows, size_t in, size_t out, T wd) {
     std::vector<T> gW_w(out * in, T(-3));
     const size_t cut = std::min(out, size_t(16));
     gemm::grad_weight(gy.data(), x.data(), gW_w.data(), static_cast<T*>(nullptr), rows, in, out, 0, cut,
-                      static_cast<const gemm::SgdSink<T>*>(nullptr), false);
+                      static_cast<const bt::SgdSink<T>*>(nullptr), false);
     gemm::grad_weight(gy.data(), x.data(), gW_w.data(), static_cast<T*>(nullptr), rows, in, out, cut, out,
-                      static_cast<const gemm::SgdSink<T>*>(nullptr), false);
+                      static_cast<const bt::SgdSink<T>*>(nullptr), false);
     CHECK(same_bits(gW_w, gW), "%s grad_weight written %zux%zux%zu differs from the sum into zeros", tn, rows, in, out);
     auto W_a = W;
-    const gemm::SgdSink<T> sink_a{W_a.data(), lr, wd};
+    const bt::SgdSink<T> sink_a{W_a.data(), lr, wd};
     const size_t mid = std::min(out, size_t(16));
     gemm::grad_weight(gy.data(), x.data(), static_cast<T*>(nullptr), static_cast<T*>(nullptr), rows, in, out, 0, mid,
                       &sink_a);
@@ -208,7 +209,7 @@ static void check_fused_sgd(size_t rows, size_t in, size_t out, T wd) {
     if (rows >= gemm::kAxpyRows) return;
     for (size_t cut : {in, std::min(in, size_t(16)), std::min(in, size_t(48))}) {
         auto W_b = W, gx = gx0;
-        const gemm::SgdSink<T> sink_b{W_b.data(), lr, wd};
+        const bt::SgdSink<T> sink_b{W_b.data(), lr, wd};
         gemm::grad_input_sgd(gy.data(), x.data(), gx.data(), rows, in, out, 0, cut, sink_b);
         gemm::grad_input_sgd(gy.data(), x.data(), gx.data(), rows, in, out, cut, in, sink_b);
         CHECK(same_bits(W_b, W_ref), "%s grad_input_sgd %zux%zux%zu cut %zu: W differs", tn, rows, in, out, cut);

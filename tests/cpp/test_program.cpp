@@ -3,6 +3,8 @@
 // with parameters below the trace, with ids rewritten, and with wrt pruning; guards report.
 #include <cmath>
 #include <cstdio>
+#include <memory>
+#include <stdexcept>
 #include <vector>
 
 #include "../../csrc/burtorch.hpp"
@@ -159,11 +161,70 @@ static void test_replay_rows_and_partial_reuse() {
     }
 }
 
+// The trace and the replay driver as a C++ user drives them (csrc/trace.hpp, replay_driver.hpp):
+// a trace with a guard, its program accumulating the grads of w over samples into the arena as
+// eager sweeps from zero would, and a sample whose guard fails reported, nothing added for it.
+static void test_trace_and_replay_driver() {
+    Arena<double> A;
+    const uint32_t w = A.leaf(0.7);
+    bt::begin_trace(&A, 0);
+    bool refused = false;
+    try {
+        bt::begin_trace(&A, 0);
+    } catch (const std::invalid_argument&) {
+        refused = true;
+    }
+    CHECK(refused, "a trace inside a trace is refused");
+    CHECK(bt::trace_of(&A) != nullptr, "the arena is being traced");
+    const uint32_t a = A.leaf(0.3), b = A.leaf(-1.1);
+    const uint32_t y = build(A, a, b, w);
+    bt::trace_of(&A)->guard(bt::GuardOp::gt, true, a, nullptr, 0.0, "test");  // a > 0 held
+    std::unique_ptr<bt::Trace> t = bt::end_trace();
+    CHECK(t && !bt::current_trace() && !t->rewound(), "the trace ends");
+    t->set_root(y);
+    t->add_input(a);
+    t->add_input(b);
+    t->add_wrt(bt::Span{w, 1});
+    bt::Replayer<double> R{bt::Program<double>::build(A, t->spec()), {}, t->spec().wrt, {}};
+    A.rewind(t->spec().base);
+    const double xs[3][2] = {{0.3, -1.1}, {-2.5, 0.4}, {0.8, 1.9}};  // sample 1 fails the guard
+    bt::Samples in;
+    in.n = 3;
+    in.x = &xs[0][0];
+    double values[3] = {0, 0, 0};
+    const std::vector<size_t> failed = bt::replay_samples(R, A, in, bt::Reduce::accumulate, true, true, 1.0, values,
+                                                          static_cast<double*>(nullptr), nullptr);
+    CHECK(failed.size() == 1 && failed[0] == 1, "sample 1's guard fails");
+    const double replayed = A.grads()[w];
+    double eager = 0.0;
+    for (int k : {0, 2}) {  // the eager oracle's additions, in its order
+        auto cp = A.checkpoint();
+        const uint32_t ea = A.leaf(xs[k][0]), eb = A.leaf(xs[k][1]);
+        A.grads()[w] = eager;
+        A.mark_grads_written();
+        const uint32_t ey = build(A, ea, eb, w);
+        A.backward(ey, 1.0, 0);
+        CHECK(values[k] == A.values()[ey], "sample %d: value %g vs %g", k, values[k], A.values()[ey]);
+        eager = A.grads()[w];
+        A.rewind(cp);
+    }
+    CHECK(replayed == eager, "accumulated grad %g vs eager %g", replayed, eager);
+    CHECK(bt::ids_of_shape({0, 3, 0}) == 5, "a shape's ids");
+    bool out_of_range = false;
+    try {
+        bt::check_sample_id(7, 7, 0, 0);
+    } catch (const std::out_of_range&) {
+        out_of_range = true;
+    }
+    CHECK(out_of_range, "an id at its bound is out of range");
+}
+
 int main() {
     test_scalar_replay_matches_eager();
     test_pruning_and_guards();
     test_gather_ids_rewritten();
     test_replay_rows_and_partial_reuse();
+    test_trace_and_replay_driver();
     if (failures) {
         std::fprintf(stderr, "%d failure(s)\n", failures);
         return 1;

@@ -38,8 +38,7 @@ static void test_every_task_once() {
 
 // Task 0 runs on the submitting thread every time, so that a task's data stays on one core from
 // region to region; the others go to whichever thread claims them first (which one is a race, so
-// it is not checked). When any thread could claim task 0, a helper took it in about a fifth of
-// these regions.
+// it is not checked). When any thread could claim task 0, a helper often took it.
 static void test_task_zero_is_the_callers() {
     const auto caller = std::this_thread::get_id();
     int elsewhere = 0;
@@ -135,7 +134,7 @@ static void test_fused_backward_by_units(uint32_t out) {
             gx = add ? g0 : std::vector<T>(g0.size(), T(-7));  // add = false: the old gx is never read
             W = W0;
             th::CallThreads scope(threads);
-            const bt::gemm::SgdSink<T> sgd{W.data(), lr, wd};
+            const bt::SgdSink<T> sgd{W.data(), lr, wd};
             bt::linear_bwd<T>(x.data(), W.data(), gy.data(), gx.data(), nullptr, nullptr, rows, in, out, &sgd, add,
                               true, false, partials.data());
         };

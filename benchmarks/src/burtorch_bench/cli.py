@@ -109,6 +109,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def _validate(args) -> None:
     if args.data is not None and not Path(args.data).exists():
         raise SystemExit(f"burtorch-bench: --data {args.data!r} does not exist")
+    # Sizes past these would run for hours or exhaust memory in every child: refused before any work.
+    for flag, values, top in (("--iters", [args.iters], 10**8), ("--reps", [args.reps], 10**4),
+                              ("--warmup", [args.warmup], 10**6), ("--embed", args.embed, 1 << 16),
+                              ("--batch", args.batch, 1 << 16)):
+        for v in values or ():
+            if v is not None and v > top:
+                raise SystemExit(f"burtorch-bench: {flag} {v} is above the most this suite takes ({top:,})")
+    # The results are written after every run: the directory is made (or refused) before the first.
+    out = Path(args.out)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise SystemExit(f"burtorch-bench: --out {args.out}: {exc.strerror or exc}") from None
+    if not os.access(out, os.W_OK | os.X_OK):
+        raise SystemExit(f"burtorch-bench: --out {args.out} is not writable")
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     for t in getattr(args, "threads", None) or ():
         if not 1 <= t <= cores:
@@ -128,7 +143,10 @@ def handle(args) -> int:
     if args.what == "compare":
         if len(args.files) != 2:
             raise SystemExit("burtorch-bench compare: give OLD.json NEW.json")
-        old, new = (report.load(f) for f in args.files)
+        try:
+            old, new = (report.load(f) for f in args.files)
+        except (OSError, ValueError) as exc:  # a missing, special or junk file: said, not a traceback
+            raise SystemExit(f"burtorch-bench compare: {exc}") from None
         sys.stdout.write(compare.render(compare.compare(old, new, args.frameworks),
                                         args.files[0], args.files[1]))
         return 0

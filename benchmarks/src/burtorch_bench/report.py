@@ -435,8 +435,18 @@ def render_page(doc: dict, json_arg: str, page_arg: str) -> str:
 
 # --- files ------------------------------------------------------------------------------------
 
+# A results file is tables of a few hundred rows; a larger file is not one.
+MAX_RESULTS_BYTES = 1 << 28
+
+
 def load(path) -> dict:
-    doc = json.loads(Path(path).read_text(encoding="utf-8"))
+    from burtorch.io.regular_file import read_regular
+
+    # regular files only (a FIFO would block the read forever), of a bounded size, then UTF-8 JSON
+    try:
+        doc = json.loads(read_regular(path, MAX_RESULTS_BYTES).decode("utf-8"))
+    except RecursionError:  # arrays nested past Python's recursion limit: no results file is
+        raise ValueError(f"{path}: not a burtorch-bench results file (nested too deeply)") from None
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA or "runs" not in doc:
         raise ValueError(f"{path}: not a burtorch-bench results file (schema {SCHEMA})")
     annotate(doc["runs"])

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
+import stat
 
 
 def _int(text: str) -> int:
@@ -54,3 +56,24 @@ def int_list(text: str) -> list:
     if not items:
         raise argparse.ArgumentTypeError("expected comma-separated positive integers")
     return [positive_int(x) for x in items]
+
+
+def output_problem(path: str) -> str | None:
+    """Why ``path`` cannot be written by a command (its directory is missing or not writable, or
+    the path is a directory, FIFO or device, which the atomic writer does not replace), or None.
+    Commands check their output paths with this before any work, so that a run never finishes
+    only to fail writing its result."""
+    directory = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(directory):
+        return f"the directory {directory} does not exist"
+    if not os.access(directory, os.W_OK | os.X_OK):
+        return f"the directory {directory} is not writable"
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return None
+    except OSError as e:
+        return e.strerror
+    if not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
+        return "it exists and is not a regular file"
+    return None

@@ -5,9 +5,10 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import json
-import os
 import sys
 from typing import TYPE_CHECKING, Any
+
+from .arguments import non_negative_float, output_problem, positive_float, positive_int
 
 if TYPE_CHECKING:
     from .progress import Progress
@@ -26,38 +27,40 @@ def register(sub) -> None:
     p.add_argument("--method", default="ef21", help=f"one of {', '.join(METHODS)} (default ef21)")
     p.add_argument("--compressor", default="topk",
                    help=f"one of {', '.join(COMPRESSORS)} or scaled-NAME; used by the methods that compress")
-    p.add_argument("--k", type=int, default=1, help="coordinates kept by randk/topk/randseqk (default 1)")
-    p.add_argument("--s", type=int, default=1, help="levels of random dithering (default 1)")
+    p.add_argument("--k", type=positive_int, default=1, help="coordinates kept by randk/topk/randseqk (default 1)")
+    p.add_argument("--s", type=positive_int, default=1, help="levels of random dithering (default 1)")
     p.add_argument("--compare", default=None,
                    help="several methods on one figure: comma-separated METHOD[:COMPRESSOR][@LR] "
                         "(e.g. gd,ef21,dcgd:topk@0.5,marina:randk)")
-    p.add_argument("--clients", type=int, default=20)
-    p.add_argument("--rounds", type=int, default=1000)
-    p.add_argument("--participation", type=float, default=1.0, help="fraction of clients per round, in (0, 1]")
-    p.add_argument("--lr", type=float, default=None, help="step size (default: the method's theory step)")
-    p.add_argument("--lr-scale", type=float, default=1.0, help="multiplies the theory step (default 1)")
-    p.add_argument("--batch", type=int, default=None, help="minibatch size (ef21-sgd, vr-marina, page, fedavg)")
-    p.add_argument("--p", type=float, default=None, help="MARINA/PAGE full-round probability (default: theory's)")
-    p.add_argument("--local-steps", type=int, default=5, help="FedAvg local steps (default 5)")
+    p.add_argument("--clients", type=positive_int, default=20)
+    p.add_argument("--rounds", type=positive_int, default=1000)
+    p.add_argument("--participation", type=positive_float, default=1.0, help="fraction of clients per round, in (0, 1]")
+    p.add_argument("--lr", type=positive_float, default=None, help="step size (default: the method's theory step)")
+    p.add_argument("--lr-scale", type=positive_float, default=1.0, help="multiplies the theory step (default 1)")
+    p.add_argument("--batch", type=positive_int, default=None,
+                   help="minibatch size (ef21-sgd, vr-marina, page, fedavg)")
+    p.add_argument("--p", type=positive_float, default=None,
+                   help="MARINA/PAGE full-round probability (default: theory's)")
+    p.add_argument("--local-steps", type=positive_int, default=5, help="FedAvg local steps (default 5)")
     p.add_argument("--executor", default="serial", choices=EXECUTORS)
-    p.add_argument("--workers", type=int, default=None, help="worker processes or Ray actors")
+    p.add_argument("--workers", type=positive_int, default=None, help="worker processes or Ray actors")
     p.add_argument("--address", default=None, help="HOST:PORT of a running Ray cluster (--executor ray)")
     p.add_argument("--seed", type=int, default=None, help="run seed (default: from bt.manual_seed's stream)")
     data = p.add_mutually_exclusive_group()
     data.add_argument("--data", default=None, help="a words file (names.txt): the makemore MLP per client")
     data.add_argument("--libsvm", default=None, help="a LibSVM-format file: logistic regression on it")
-    p.add_argument("--samples", type=int, default=1000, help="default problem: samples in all (default 1000)")
-    p.add_argument("--dim", type=int, default=30, help="default problem: features (default 30)")
-    p.add_argument("--lam", type=float, default=0.1, help="weight of the non-convex regulariser (default 0.1)")
+    p.add_argument("--samples", type=positive_int, default=1000, help="default problem: samples in all (default 1000)")
+    p.add_argument("--dim", type=positive_int, default=30, help="default problem: features (default 30)")
+    p.add_argument("--lam", type=non_negative_float, default=0.1,
+                   help="weight of the non-convex regulariser (default 0.1)")
     p.add_argument("--split", default="label", choices=SPLITS, help="how data is split among clients")
-    p.add_argument("--alpha", type=float, default=0.5, help="Dirichlet concentration for --split dirichlet")
-    p.add_argument("--hidden", type=int, default=64, help="--data: hidden width e of the MLP (default 64)")
-    p.add_argument("--max-samples", type=int, default=256, help="--data: samples per client (default 256)")
-    p.add_argument("--eval-every", type=int, default=1,
-                   help="rounds between loss/gradient-norm evaluations (0: never; default 1)")
+    p.add_argument("--alpha", type=positive_float, default=0.5, help="Dirichlet concentration for --split dirichlet")
+    p.add_argument("--hidden", type=positive_int, default=64, help="--data: hidden width e of the MLP (default 64)")
+    p.add_argument("--max-samples", type=positive_int, default=256, help="--data: samples per client (default 256)")
+    p.add_argument("--eval-every", type=positive_int, default=1, help="rounds between loss/gradient-norm evaluations")
     p.add_argument("--plot", default=None, help="PNG of gradient norm and loss against rounds and bits")
     p.add_argument("--json", default=None, help="write the settings and per-round records here")
-    p.add_argument("--target", type=float, default=None,
+    p.add_argument("--target", type=non_negative_float, default=None,
                    help="also print the bits per client each run sent until ||grad f|| <= TARGET")
     p.add_argument("--checkpoint", default=None,
                    help="save the run's state here every --checkpoint-every rounds, after each --compare entry "
@@ -112,14 +115,33 @@ def build_method(args, name: str, compressor_name: str, lr, problem, d: int):
     scale = args.lr_scale
     if isinstance(lr, tuple):
         lr, scale = None, lr[1]
-        if not scale > 0:
-            raise ValueError(f"--compare {name}: the multiple of the theory step must be > 0")
+        if not 0 < scale < float("inf"):
+            raise ValueError(f"--compare {name}: the multiple of the theory step must be finite and > 0")
     method = make_method(name, lr=lr, compressor=compressor, batch=args.batch, p=args.p,
                          local_steps=args.local_steps)
     method.bind(d, problem.n_clients, args.participation, problem.smoothness(), problem.shard_sizes())
     if lr is None:
         method.lr *= scale
     return method
+
+
+# Bounds on the sizes a command line may ask for (the problem's matrices are dense, a round keeps
+# a record, the MLP holds its parameters): past these a typo would grow memory until the machine
+# runs out instead of failing at once.
+MAX_CELLS = 1 << 27  # samples x features of the synthetic problem
+MAX_ROUNDS = 1 << 22
+MAX_CLIENTS = 1 << 16
+MAX_HIDDEN = 1 << 14
+MAX_SAMPLES_PER_CLIENT = 1 << 20
+
+
+def _check_budgets(args) -> None:
+    for flag, value, top in (("--rounds", args.rounds, MAX_ROUNDS), ("--clients", args.clients, MAX_CLIENTS),
+                             ("--hidden", args.hidden, MAX_HIDDEN),
+                             ("--max-samples", args.max_samples, MAX_SAMPLES_PER_CLIENT),
+                             ("--samples x --dim", args.samples * args.dim, MAX_CELLS)):
+        if value > top:
+            raise ValueError(f"{flag} {value:,} is above the most this command takes ({top:,})")
 
 
 def main(args) -> int:
@@ -130,16 +152,13 @@ def main(args) -> int:
     from .progress import Progress
 
     try:
-        if args.rounds < 1:
-            raise ValueError(f"--rounds must be >= 1, got {args.rounds}")
-        if args.lr_scale <= 0:
-            raise ValueError(f"--lr-scale must be > 0, got {args.lr_scale}")
-        if args.eval_every < 0:
-            raise ValueError(f"--eval-every must be >= 0 (0: never), got {args.eval_every}")
+        _check_budgets(args)
+        for flag, path in (("--json", args.json), ("--plot", args.plot)):
+            problem = None if path is None else output_problem(path)
+            if problem is not None:  # before any round, not after the last
+                raise ValueError(f"{flag} {path}: {problem}")
         if args.resume is not None and args.seed is None:
             raise ValueError("--resume needs the --seed of the checkpointed run")
-        for flag, path in (("--json", args.json), ("--plot", args.plot)):
-            check_output_path(flag, path)
         check_participation(args.participation)
         seed = next_seed() if args.seed is None else args.seed
         problem = build_problem(args, seed)
@@ -152,7 +171,9 @@ def main(args) -> int:
             raise ValueError(f"--checkpoint-every must be >= 0, got {args.checkpoint_every}")
         checkpoint = args.checkpoint or args.resume
         args._seed, args._problem = seed, problem.settings()
-        check_output_path("--checkpoint", checkpoint)
+        why = None if checkpoint is None else output_problem(checkpoint)
+        if why is not None:
+            raise ValueError(f"--checkpoint {checkpoint}: {why}")
         resumed = read_resume(args, [label for label, _ in runs]) if args.resume else None
     except (ValueError, TypeError, ImportError, ConnectionError, FileNotFoundError, PermissionError) as e:
         print(f"burtorch fl: error: {e}", file=sys.stderr)
@@ -185,6 +206,14 @@ def main(args) -> int:
                         _rounds(fed, args, checkpoint, results, label, stop, progress)
                     except Diverged as e:  # the records so far are kept and written
                         print(f"burtorch fl: {label} stopped at {e}", file=sys.stderr)
+                        status = 1
+                    except ValueError as e:
+                        # a compressor refuses non-finite coordinates: the run diverged inside a
+                        # round, whose record is lost; the earlier ones are kept
+                        if "not finite" not in str(e):
+                            raise
+                        fed.stopped = f"round {fed.t}: {e}; the run diverged (lower the step size)"
+                        print(f"burtorch fl: {label} stopped at {fed.stopped}", file=sys.stderr)
                         status = 1
                     results.append({"label": label, "settings": fed.settings(), "records": fed.records,
                                     "stopped": fed.stopped})
@@ -264,20 +293,6 @@ def read_resume(args, labels: list[str]) -> dict[str, Any]:
     if names != labels[:len(names)]:
         raise ValueError(f"--resume {args.resume}: the checkpoint's runs {names} are not this command's {labels}")
     return ck
-
-
-def check_output_path(flag: str, path: str | None) -> None:
-    """A file the run will write at its end: its directory must exist and take files now, so
-    that no run's rounds are lost to a typo in a path."""
-    if path is None:
-        return
-    parent = os.path.dirname(os.path.abspath(path))
-    if os.path.isdir(path):
-        raise ValueError(f"{flag} {path}: is a directory, give a file name")
-    if not os.path.isdir(parent):
-        raise FileNotFoundError(f"{flag} {path}: the directory {parent} does not exist")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise PermissionError(f"{flag} {path}: the directory {parent} is not writable")
 
 
 def _show_round(progress: Progress, record: dict[str, Any]) -> None:

@@ -10,7 +10,7 @@ import time
 from dataclasses import asdict
 from typing import Any
 
-from .arguments import non_negative_int, positive_float, positive_int
+from .arguments import non_negative_int, output_problem, positive_float, positive_int
 from .digest import sha256
 from .trainer import History, sample_text, train, uniform_loss
 
@@ -112,6 +112,28 @@ def _run_settings(args, meta) -> dict:
 
 class UsageError(Exception):
     """A command line or input the run cannot start from; reported without a traceback."""
+
+
+# Bounds on the sizes a command line may ask for: each step holds its batch's samples in memory,
+# the model its parameters (and the optimizer's buffers), and sampling builds its text in memory;
+# past these a typo would grow memory until the machine runs out instead of failing at once.
+MAX_BATCH = 1 << 20
+MAX_HIDDEN = 1 << 14
+MAX_SAMPLE = 1 << 20
+
+
+def _check_budgets(args, run: dict) -> None:
+    for flag, value, top in (("--batch", run["batch"], MAX_BATCH), ("--chunk", run["chunk"], MAX_BATCH),
+                             ("--eval-samples", run["eval_samples"], MAX_BATCH),
+                             ("--hidden", run["hidden"], MAX_HIDDEN), ("--sample", args.sample, MAX_SAMPLE)):
+        if value is not None and value > top:
+            raise UsageError(f"{flag} {value} is above the most this command takes ({top:,})")
+
+
+def _check_output(path: str, what: str) -> None:
+    problem = output_problem(path)
+    if problem is not None:
+        raise UsageError(f"{what} {path}: {problem}")
 
 
 def _model_config(model: str, run: dict) -> dict:
@@ -231,6 +253,9 @@ def main(args) -> int:
     except UsageError as e:
         print(f"burtorch train: error: {e}", file=sys.stderr)
         return 2
+    except FloatingPointError as e:  # the run diverged: a step's loss is inf or nan (the step is not taken)
+        print(f"burtorch train: the run diverged: {e}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:  # before training started (or a second Ctrl-C): nothing to save yet
         print("\nburtorch train: interrupted; no checkpoint written", file=sys.stderr)
         return 130
@@ -255,6 +280,14 @@ def _main(args) -> int:
         meta = ckpt.meta
         _check_meta(meta, args.resume)
     run = _run_settings(args, meta)
+    _check_budgets(args, run)
+    save_path = args.save or args.resume or f"burtorch-{args.model}.ckpt"
+    # Every file the run will write is checked before any work: a run must not train to the end
+    # and then fail to write its result.
+    if args.save or args.save_every:
+        _check_output(save_path, "--save" if args.save else "the checkpoint")
+    if args.plot:
+        _check_output(args.plot, "--plot")
     if args.threads > bt._core._allowed_cores():
         raise UsageError(f"--threads {args.threads}: this process may use {bt._core._allowed_cores()} core(s)")
     cfg = _model_config(args.model, run)
@@ -265,12 +298,15 @@ def _main(args) -> int:
         raise UsageError(str(e)) from None
     train_items: Any  # words for the MLP, text for the GPT
     val_items: Any
-    if args.model == "mlp":
-        train_items, val_items = data.split(items, 0.1, seed=0)
-        tok = data.CharTokenizer("".join(items), specials=".")
-    else:
-        train_items, val_items = data.split_text(items, 0.1)
-        tok = data.CharTokenizer(items)
+    try:  # too little data for a split or a block is a usage error, before any work
+        if args.model == "mlp":
+            train_items, val_items = data.split(items, 0.1, seed=0)
+            tok = data.CharTokenizer("".join(items), specials=".")
+        else:
+            train_items, val_items = data.split_text(items, 0.1)
+            tok = data.CharTokenizer(items)
+    except ValueError as e:
+        raise UsageError(f"{data_path or 'the embedded corpus'}: too little data: {e}") from None
     if meta is not None:
         if meta["config"] != cfg:
             raise UsageError(f"{args.resume}: its model configuration {meta['config']} is not its run's {cfg}")
@@ -289,12 +325,19 @@ def _main(args) -> int:
     bt.manual_seed(run["seed"])  # initialisation and every default-seeded sampler follow --seed
     train_set: data.WordDataset | data.TextDataset
     val_set: data.WordDataset | data.TextDataset
-    if args.model == "mlp":
-        train_set = data.WordDataset(train_items, cfg["block"], tok)
-        val_set = data.WordDataset(val_items, cfg["block"], tok)
-    else:
-        train_set = data.TextDataset(train_items, cfg["block"], tok)
-        val_set = data.TextDataset(val_items, cfg["block"], tok)
+    try:
+        if args.model == "mlp":
+            train_set = data.WordDataset(train_items, cfg["block"], tok)
+            val_set = data.WordDataset(val_items, cfg["block"], tok)
+        else:
+            train_set = data.TextDataset(train_items, cfg["block"], tok)
+            val_set = data.TextDataset(val_items, cfg["block"], tok)
+    except ValueError as e:
+        raise UsageError(f"{data_path or 'the embedded corpus'}: too little data for a block of "
+                         f"{cfg['block']}: {e}") from None
+    if len(train_set) == 0 or len(val_set) == 0:
+        raise UsageError(f"{data_path or 'the embedded corpus'}: too little data: {len(train_set)} training and "
+                         f"{len(val_set)} validation examples")
     # The datasets hold the ids; the text itself (a corpus' size, three times over with its split)
     # would only add to the run's peak memory.
     prompt_text = val_items[:1] if args.model == "gpt" else ""
@@ -316,8 +359,6 @@ def _main(args) -> int:
         optimizer.load_state_dict({"steps": ckpt.meta["optimizer_steps"], "buffers": ckpt.optimizer_buffers})
         history = History(**ckpt.meta["history"])
         rng.setstate(_tuplify(ckpt.meta["rng"]))
-
-    save_path = args.save or args.resume or f"burtorch-{args.model}.ckpt"
 
     def write_checkpoint(step: int, hist: History) -> None:
         state = optimizer.state_dict()

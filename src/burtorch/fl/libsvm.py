@@ -15,17 +15,15 @@ import numpy as np
 
 from .sparse import CSR
 
-# A dense copy larger than this is refused (with the way to keep the data sparse) rather than
-# left to end in numpy's MemoryError.
-DENSE_LIMIT_BYTES = 1 << 30
 
-
-def read_libsvm(path: str, max_features: int = 10_000_000, sparse: bool = False) -> tuple[Any, np.ndarray]:
+def read_libsvm(path: str, max_features: int = 10_000_000, sparse: bool = False,
+                max_cells: int = 1 << 27) -> tuple[Any, np.ndarray]:
     """(A, y): the samples x features matrix (a :class:`~burtorch.fl.sparse.CSR` with
     ``sparse=True``, else a dense float64 array) and the labels mapped to -1/+1.
 
     Binary labels of any two values are mapped to -1 (the smaller) and +1 (the larger). A
-    feature index given twice on one line, a non-finite label or value are errors."""
+    feature index given twice on one line, a non-finite label or value are errors. max_cells
+    bounds samples x features of the dense matrix (never allocated above it)."""
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"path must be a str, got {type(path).__name__}")
     if not os.path.isfile(path):
@@ -63,10 +61,9 @@ def read_libsvm(path: str, max_features: int = 10_000_000, sparse: bool = False)
             (len(labels), width))
     if sparse:
         return A, y
-    dense_bytes = A.shape[0] * A.shape[1] * 8
-    if dense_bytes > DENSE_LIMIT_BYTES:
-        raise ValueError(f"{path}: a dense copy ({A.shape[0]} x {A.shape[1]}) would take "
-                         f"{dense_bytes / 2**30:.3g} GiB; read it with sparse=True "
+    if A.shape[0] * A.shape[1] > max_cells:  # refused before the dense matrix is allocated
+        raise ValueError(f"{path}: {A.shape[0]:,} samples x {A.shape[1]:,} features is more than the "
+                         f"{max_cells:,} numbers a dense matrix may hold here; read it with sparse=True "
                          "(burtorch fl --libsvm keeps it sparse)")
     return A.toarray(), y
 

@@ -75,11 +75,24 @@ class LogisticProblem(Problem):
     def smoothness(self) -> Smoothness:
         # softplus'' <= 1/4 and |(t^2 / (1 + t^2))''| <= 2 (at t = 0)
         reg = 2.0 * self.lam
-        local = [np.linalg.eigvalsh(B.T @ B / len(B))[-1] / 4.0 + reg for B in self.shards]
-        mean_h = sum(B.T @ B / len(B) for B in self.shards) / len(self.shards)
-        L = np.linalg.eigvalsh(mean_h)[-1] / 4.0 + reg
+        # The top eigenvalue of B^T B / m (d x d) is that of B B^T / m (m x m): with fewer rows than
+        # features (a tiny LibSVM file with one large feature index) the smaller one is solved,
+        # rows^3 instead of features^3 per client.
+        local = [_top_eigenvalue(B, len(B)) / 4.0 + reg for B in self.shards]
+        n, rows = len(self.shards), sum(len(B) for B in self.shards)
+        if rows < self.dim:  # the mean of the B^T B / m is C^T C, C the rows scaled by 1/sqrt(n m)
+            C = np.concatenate([B / np.sqrt(n * len(B)) for B in self.shards])
+            L = _top_eigenvalue(C, 1) / 4.0 + reg
+        else:
+            L = np.linalg.eigvalsh(sum(B.T @ B / len(B) for B in self.shards) / n)[-1] / 4.0 + reg
         L_max = max(float(np.max(np.einsum("ij,ij->i", B, B))) for B in self.shards) / 4.0 + reg
-        return Smoothness(float(L), float(np.sqrt(np.mean(np.square(local)))), L_max)
+        with np.errstate(over="ignore"):
+            L_tilde = float(np.sqrt(np.mean(np.square(local))))
+        if not all(np.isfinite(x) for x in (L, L_tilde, L_max)):
+            # the theory steps would be 0 or nan: no progress, without a word
+            raise ValueError(f"the smoothness constants overflow (L={L}, L_tilde={L_tilde}, L_max={L_max}): "
+                             "lam or the data are too large")
+        return Smoothness(float(L), L_tilde, L_max)
 
     def settings(self) -> dict[str, Any]:
         return {**super().settings(), "dim": self.dim, "lam": self.lam, "split": self.split, "data": self.source}
@@ -138,6 +151,13 @@ class SparseLogisticProblem(LogisticProblem):
     def settings(self) -> dict[str, Any]:
         nnz = sum(B.nnz for B in self.shards)
         return {**super().settings(), "storage": "csr", "nnz": nnz}
+
+
+def _top_eigenvalue(B: np.ndarray, m: int) -> float:
+    """The largest eigenvalue of B^T B / m, from the smaller of B^T B and B B^T (they share their
+    nonzero eigenvalues)."""
+    gram = B @ B.T if len(B) < B.shape[1] else B.T @ B
+    return float(np.linalg.eigvalsh(gram / m)[-1])
 
 
 def synthetic(n_clients: int = 20, samples: int = 1000, dim: int = 30, lam: float = 0.1, split: str = "label",

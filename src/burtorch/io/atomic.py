@@ -14,9 +14,12 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import threading
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
+
+from .regular_file import _KINDS, NotRegularFileError
 
 if TYPE_CHECKING:
     from _typeshed import ReadableBuffer, StrPath
@@ -45,9 +48,11 @@ def write_atomic(path: StrPath, chunks: Iterable[ReadableBuffer], *, durable: bo
     Raises:
         OSError: the directory is missing or not writable, the disk is full, ...; the destination
             is then unchanged and no temporary file is left.
+        NotRegularFileError: the destination is a directory, FIFO, device or socket (left as is).
     """
     path = os.fspath(path)
     directory, name = os.path.split(os.path.abspath(path))
+    _refuse_special(path)
     remove_orphans(directory, once=True)
     mode = _mode_for(path)
     fd, tmp = _create_temp(directory, name)
@@ -61,6 +66,7 @@ def write_atomic(path: StrPath, chunks: Iterable[ReadableBuffer], *, durable: bo
                 os.fsync(fd)
         finally:
             os.close(fd)
+        _refuse_special(path)  # again: one may have been made there while the data was written
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -70,6 +76,19 @@ def write_atomic(path: StrPath, chunks: Iterable[ReadableBuffer], *, durable: bo
         raise
     if durable:
         _fsync_directory(directory)
+
+
+def _refuse_special(path: str) -> None:
+    """Raises NotRegularFileError when ``path`` is a directory, FIFO, device or socket: the rename
+    would replace it with a regular file (a FIFO a reader waits on, /dev/null when run as root).
+    A symlink is the link itself, which the rename replaces, as it replaces a regular file."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if not (stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode)):
+        kind = next((name for test, name in _KINDS if test(st.st_mode)), "not a regular file")
+        raise NotRegularFileError(f"{path} is {kind}; a save replaces only regular files")
 
 
 def _create_temp(directory: str, name: str) -> tuple[int, str]:

@@ -197,18 +197,8 @@ def read_declared(read: Callable[[int], bytes], size: int | None = None, limit: 
     Raises:
         FormatError: not a burtorch file, or its size disagrees with its header or the limit.
     """
-    if size is not None and (limit is None or size <= limit):
-        # A regular file of known size: one read call, asking one byte more to notice growth; a
-        # shorter read than the size is continued (a short read at the size is the end).
-        data = read(size + 1)
-        if len(data) < size:
-            data += _read_n(read, size + 1 - len(data))
-        if len(data) < FIXED_SIZE:
-            decode_header(data, len(data))  # raises: truncated, or not a burtorch file
-        total = declared_size(data)
-        if len(data) != total:
-            _raise_size_mismatch(len(data), total)
-        return data
+    # The fixed header first, whatever the size: a file that is not burtorch's (or declares
+    # another size) is refused after reading those bytes, not the whole file.
     head = _read_n(read, FIXED_SIZE)
     if len(head) < FIXED_SIZE:
         decode_header(head, len(head))  # raises: truncated, or not a burtorch file

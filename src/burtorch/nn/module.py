@@ -63,12 +63,15 @@ class Module:
             _core.init_(v, init, a, b, next_seed() if seed is None else seed)
         self._params[name] = v
         object.__setattr__(self, name, v)
+        _STRUCTURE[0] += 1
         return v
 
     def __setattr__(self, name: str, value: Any) -> None:
         if isinstance(value, _core.Vector) and name in self.__dict__.get("_params", {}):
             raise AttributeError(f"parameter {name!r} is a view of arena nodes; use load_state_dict or "
                                  f"{name}.set_data(...) to change its values")
+        if isinstance(value, (Module, list, tuple)) or isinstance(self.__dict__.get(name), (Module, list, tuple)):
+            _STRUCTURE[0] += 1  # a submodule added, replaced or removed: caches of parameters look again
         object.__setattr__(self, name, value)
 
     # ---- walking the tree ----
@@ -161,6 +164,18 @@ class Module:
 
     def extra_repr(self) -> str:
         return ""
+
+
+# How many times any module's structure changed (a parameter created, a submodule or a list of them
+# assigned): what the compiled oracle's per-model cache of parameters compares, one int per step,
+# instead of walking the modules every step. A list of modules changed in place (append, item
+# assignment) is not seen; assign the list again.
+_STRUCTURE = [0]
+
+
+def structure_epoch() -> int:
+    """A number that changes whenever any module's parameters or submodules may have changed."""
+    return _STRUCTURE[0]
 
 
 def _as_floats(name: str, src: Any, p: _core.Vector) -> list[float]:

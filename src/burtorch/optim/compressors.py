@@ -126,7 +126,13 @@ class Compressor:
         if seed is None:
             seed = streams.derive(self._seed, streams.STANDALONE, self._calls)
             self._calls += 1
-        return self._compress(self._vector(x), seed & ((1 << 64) - 1))
+        msg = self._compress(self._vector(x), seed & ((1 << 64) - 1))
+        # The inputs are finite (each compressor refuses others); a scaled value or a norm can
+        # still overflow near the type's maximum, and an inf would be sent without a word.
+        if not np.isfinite(msg.values).all():
+            raise ValueError(f"{type(self).__name__}: compressing these values overflows the "
+                             f"{msg.values.dtype} type (they lie near its maximum); scale them down")
+        return msg
 
     __call__ = compress
 

@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from .. import _core, late
-from ..oracle import checked_threads, grad_oracle, thread_cap
+from ..oracle import check_grad_enabled, checked_threads, grad_oracle, thread_cap
 
 
 class SGD(Protocol):
@@ -70,6 +70,7 @@ def fused_step(opt: SGD, model: Any, batch: Sequence[Any], loss_fn: Any = None, 
                threads: int | None = None, compile: bool = False) -> float:
     """One step of ``opt`` on the mean loss over ``batch`` by the first path of :func:`plan` that
     takes the batch; returns that loss."""
+    check_grad_enabled("fused_step()")  # under no_grad a one-graph step returned its loss, untaken
     for path in plan(opt, model, batch, loss_fn, chunk, threads, compile):
         loss = _RUN[path](opt, model, batch, loss_fn, chunk, threads, compile)
         if loss is not None:
