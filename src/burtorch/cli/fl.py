@@ -62,6 +62,11 @@ def register(sub) -> None:
     p.add_argument("--json", default=None, help="write the settings and per-round records here")
     p.add_argument("--target", type=non_negative_float, default=None,
                    help="also print the bits per client each run sent until ||grad f|| <= TARGET")
+    p.add_argument("--tune", default=None, metavar="GRID",
+                   help="step-size search: run every method at each step of GRID (e.g. 0.01,0.1,1) in parallel "
+                        "on the executor, then compare each at its step with the smallest final gradient norm")
+    p.add_argument("--tune-rounds", type=positive_int, default=None,
+                   help="rounds of each --tune run (default: --rounds)")
     p.add_argument("--checkpoint", default=None,
                    help="save the run's state here every --checkpoint-every rounds, after each --compare entry "
                         "and on Ctrl-C/SIGTERM")
@@ -175,6 +180,7 @@ def main(args) -> int:
         if why is not None:
             raise ValueError(f"--checkpoint {checkpoint}: {why}")
         resumed = read_resume(args, [label for label, _ in runs]) if args.resume else None
+        grid = None if args.tune is None else _grid(args.tune)
     except (ValueError, TypeError, ImportError, ConnectionError, FileNotFoundError, PermissionError) as e:
         print(f"burtorch fl: error: {e}", file=sys.stderr)
         return 2
@@ -186,7 +192,21 @@ def main(args) -> int:
         from ..fl.ray_executor import session as ray_session
 
         session = ray_session(args.workers, args.address)
+    tuning = None
     with session, StopRequests() as stop:
+        if grid is not None:
+            from ..fl.tuning import search, with_lr
+
+            try:
+                tuning = search(problem, runs, grid, args.participation, seed, args.tune_rounds or args.rounds,
+                                args.executor, args.workers, args.address)
+            except ValueError as e:
+                print(f"burtorch fl: error: --tune: {e}", file=sys.stderr)
+                return 2
+            for label, entry in tuning.items():
+                shown = ", ".join(f"{lr:g}: {s:.3e}" for lr, s in entry["scores"].items())
+                print(f"tuned {label}: lr {entry['lr']:g}  (final grad norm by step: {shown})")
+            runs = [(label, with_lr(method, tuning[label]["lr"])) for label, method in runs]
         for label, method in runs:
             if label in done:  # finished before the checkpoint
                 results.append(done[label])
@@ -242,7 +262,10 @@ def main(args) -> int:
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"command": "burtorch fl " + " ".join(sys.argv[2:]) if sys.argv[1:2] == ["fl"] else None,
-                       "problem": problem.settings(), "runs": results}, f, indent=1)
+                       "problem": problem.settings(), "runs": results,
+                       "tuning": None if tuning is None else
+                       {label: {"lr": e["lr"], "scores": {str(k): v for k, v in e["scores"].items()}}
+                        for label, e in tuning.items()}}, f, indent=1)
     if args.plot:
         from ..fl.plots import plot_runs
 
@@ -253,6 +276,16 @@ def main(args) -> int:
         print(f"burtorch fl: {stop.name} after round {interrupted - 1}{where}", file=sys.stderr)
         return stop.exit_code
     return status
+
+
+def _grid(text: str) -> list[float]:
+    try:
+        grid = [float(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise ValueError(f"--tune: {text!r} is not a comma-separated list of step sizes") from None
+    if not grid or not all(g > 0 and g != float("inf") for g in grid):
+        raise ValueError(f"--tune: step sizes must be positive and finite, got {text!r}")
+    return grid
 
 
 def _rounds(fed, args, checkpoint: str | None, results: list, label: str, stop, progress) -> None:
