@@ -121,6 +121,10 @@ _LAZY_NAMES = {"numpy_view": ".views", "load_array": ".views", "memory_report": 
                "grad_oracle": ".oracle", "per_sample_grads": ".oracle_compiled", "record_times": ".record_timer",
                **dict.fromkeys(("value_and_grad", "grad", "trace", "Program", "TraceError"), ".program")}
 build_info = getattr(_core, "build_info", "unknown")
+# Quadruple precision, where the compiler provides __float128 (absent otherwise: test with
+# hasattr(bt, "float128")). A scalar Value type of its own, not an arena dtype (docs: Scalar types).
+if hasattr(_core, "float128"):
+    float128 = _core.float128
 
 
 class scope:

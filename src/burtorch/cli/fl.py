@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import json
+import os
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -47,7 +48,8 @@ def register(sub) -> None:
     p.add_argument("--address", default=None, help="HOST:PORT of a running Ray cluster (--executor ray)")
     p.add_argument("--seed", type=int, default=None, help="run seed (default: from bt.manual_seed's stream)")
     data = p.add_mutually_exclusive_group()
-    data.add_argument("--data", default=None, help="a words file (names.txt): the makemore MLP per client")
+    data.add_argument("--data", default=None, help="a words file (names.txt) or a data set's name "
+                      "(names): the makemore MLP per client")
     data.add_argument("--libsvm", default=None, help="a LibSVM-format file: logistic regression on it")
     p.add_argument("--samples", type=positive_int, default=1000, help="default problem: samples in all (default 1000)")
     p.add_argument("--dim", type=positive_int, default=30, help="default problem: features (default 30)")
@@ -79,9 +81,11 @@ def register(sub) -> None:
 
 def build_problem(args, seed: int):
     if args.data is not None:
+        from ..data import resolve
         from ..fl.names import from_file
 
-        return from_file(args.data, args.clients, hidden=args.hidden, max_samples=args.max_samples,
+        path = os.fspath(resolve(args.data) or args.data)
+        return from_file(path, args.clients, hidden=args.hidden, max_samples=args.max_samples,
                          split=args.split, alpha=args.alpha, seed=seed)
     from ..fl.logistic import from_libsvm, synthetic
 

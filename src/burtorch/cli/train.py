@@ -16,7 +16,10 @@ from .trainer import History, sample_text, train, uniform_loss
 
 PRESETS = {
     # name: (mlp kwargs, gpt kwargs)
-    "paper": (dict(block=16, emb=64, hidden=64), dict(block=8, dim=24, layers=6, heads=6)),
+    # The paper's W5 has the two norms of each block and no final one (46,289 parameters on 65
+    # characters); "karpathy" is the same with gpt.py's final LayerNorm.
+    "paper": (dict(block=16, emb=64, hidden=64), dict(block=8, dim=24, layers=6, heads=6, final_norm=False)),
+    "karpathy": (dict(block=16, emb=64, hidden=64), dict(block=8, dim=24, layers=6, heads=6, final_norm=True)),
     "tiny": (dict(block=4, emb=8, hidden=16), dict(block=8, dim=12, layers=2, heads=2)),
 }
 
@@ -40,6 +43,7 @@ EPILOG = """\
 examples:
   burtorch train gpt                                   the paper's GPT on the embedded corpus
   burtorch train mlp --data names.txt --steps 30000    the MLP on a word list
+  burtorch train gpt --data tinyshakespeare            the paper's data set, fetched by name
   burtorch train gpt --save run.ckpt --save-every 500  checkpoint every 500 steps
   burtorch train gpt --resume run.ckpt                 continue after an interruption"""
 
@@ -50,7 +54,8 @@ def register(sub) -> None:
                        description=DESCRIPTION, epilog=EPILOG,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("model", choices=["mlp", "gpt"], help="mlp: next character of a word; gpt: of a text")
-    p.add_argument("--data", metavar="FILE", help="text file (gpt) or one word per line (mlp); "
+    p.add_argument("--data", metavar="FILE|NAME", help="text file (gpt) or one word per line (mlp), or a "
+                   "data set's name (names, tinyshakespeare: downloaded once, see 'burtorch data'); "
                    "default: the embedded corpus (Python's own pydoc text and its words)")
     p.add_argument("--preset", choices=sorted(PRESETS), help="model size (default: paper)")
     p.add_argument("--hidden", type=positive_int, help="MLP hidden width e (paper: 4 ... 1024; preset: 64)")
@@ -293,6 +298,7 @@ def _main(args) -> int:
     cfg = _model_config(args.model, run)
     data_path = args.data if args.data is not None else (meta["data"].get("path") if meta else None)
     try:
+        data_path = data.resolve(data_path)  # a data set's name: its cached file, fetched once
         items, digest = _read_data(args.model, data_path)
     except (OSError, ValueError) as e:
         raise UsageError(str(e)) from None
