@@ -54,7 +54,9 @@ def check_reachable(address: str, timeout: float = 3.0) -> None:
 def _init(ray: Any, workers: int | None, address: str | None) -> None:
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     if address is None:
-        ray.init(num_cpus=workers or os.cpu_count(), include_dashboard=False, log_to_driver=False)
+        # "local": a new instance of our own, even when another cluster runs on this machine (which
+        # ray.init() would join, and refuse num_cpus for)
+        ray.init(address="local", num_cpus=workers or os.cpu_count(), include_dashboard=False, log_to_driver=False)
     else:
         ray.init(address=address, log_to_driver=False)
 
