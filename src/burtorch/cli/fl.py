@@ -191,7 +191,7 @@ def main(args) -> int:
     results, status, interrupted = [], 0, None
     done = {r["label"]: r for r in resumed["done"]} if resumed else {}
     # one Ray session for all the runs of a --compare (started once, not once per run)
-    session = contextlib.nullcontext()
+    session: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
     if args.executor == "ray":
         from ..fl.ray_executor import session as ray_session
 

@@ -86,7 +86,7 @@ def _main_not_rerun(problem: Problem, method: Method) -> Iterator[None]:
     re-running it, which multiprocessing stops with an error the parent sees as EOFError)."""
     main = sys.modules.get("__main__")
     path = getattr(main, "__file__", None)
-    if path is None or b"__main__" in pickle.dumps((problem, method), protocol=pickle.HIGHEST_PROTOCOL):
+    if main is None or path is None or b"__main__" in pickle.dumps((problem, method), protocol=pickle.HIGHEST_PROTOCOL):
         yield
         return
     del main.__file__

@@ -121,7 +121,7 @@ class SparseLogisticProblem(LogisticProblem):
         self.dim, self.lam, self.split, self.source, self.seed = A.shape[1], float(lam), split, source, seed
         self._smoothness: Smoothness | None = None
 
-    def accumulate(self, model: LogisticModel, shard: CSR,
+    def accumulate(self, model: LogisticModel, shard: Any,  # a CSR here
                    indices: Sequence[int] | np.ndarray | None = None) -> float:
         rows = shard if indices is None else shard.take(indices)
         params = model.parameter_vector()

@@ -108,7 +108,10 @@ def gram_top_eigenvalue(mats: Sequence[CSR], seed: int = 0, iters: int = 50, tol
     v /= np.linalg.norm(v)
     lam = 0.0
     for _ in range(iters):
-        w = sum(A.rmatvec(A.matvec(v)) / len(A) for A in mats) / len(mats)
+        w = np.zeros(d)
+        for A in mats:
+            w += A.rmatvec(A.matvec(v)) / len(A)
+        w /= len(mats)
         new = float(v @ w)  # the Rayleigh quotient of the unit vector v
         norm = float(np.linalg.norm(w))
         if norm == 0.0:
