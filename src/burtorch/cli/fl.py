@@ -36,6 +36,9 @@ def register(sub) -> None:
     p.add_argument("--clients", type=positive_int, default=20)
     p.add_argument("--rounds", type=positive_int, default=1000)
     p.add_argument("--participation", type=positive_float, default=1.0, help="fraction of clients per round, in (0, 1]")
+    p.add_argument("--sampling", default="uniform", choices=("uniform", "bernoulli"),
+                   help="with --participation < 1: round(p n) clients uniformly (default), or each with "
+                        "probability p")
     p.add_argument("--lr", type=positive_float, default=None, help="step size (default: the method's theory step)")
     p.add_argument("--lr-scale", type=positive_float, default=1.0, help="multiplies the theory step (default 1)")
     p.add_argument("--batch", type=positive_int, default=None,
@@ -203,7 +206,7 @@ def main(args) -> int:
 
             try:
                 tuning = search(problem, runs, grid, args.participation, seed, args.tune_rounds or args.rounds,
-                                args.executor, args.workers, args.address)
+                                args.executor, args.workers, args.address, args.sampling)
             except ValueError as e:
                 print(f"burtorch fl: error: --tune: {e}", file=sys.stderr)
                 return 2
@@ -219,7 +222,7 @@ def main(args) -> int:
                 if not args.quiet:
                     print(f"{label}: {method!r}", file=sys.stderr)
                 with Federation(problem, method, args.participation, args.executor, args.workers, args.address,
-                                seed, args.eval_every) as fed:
+                                seed, args.eval_every, args.sampling) as fed:
                     if resumed and resumed["label"] == label:
                         try:
                             fed.load_state_dict(resumed["state"])

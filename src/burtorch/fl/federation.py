@@ -52,6 +52,11 @@ def load_checkpoint(path: str) -> Any:
         raise ValueError(f"{path} is not a readable burtorch fl checkpoint ({e})") from None
 
 
+# How a round's clients are drawn when participation < 1: "uniform", round(participation * n) of
+# them without replacement; "bernoulli", each independently with probability participation.
+SAMPLINGS = ("uniform", "bernoulli")
+
+
 class Diverged(FloatingPointError):
     """A round's loss, gradient norm or point is not finite: the run stops there, its records
     (the last one included) kept."""
@@ -72,11 +77,14 @@ class Federation(Server):
 
     def __init__(self, problem: Problem, method: Method, participation: float = 1.0,
                  executor: str | Executor = "serial", workers: int | None = None, address: str | None = None,
-                 seed: int | None = None, eval_every: int = 1) -> None:
+                 seed: int | None = None, eval_every: int = 1, sampling: str = "uniform") -> None:
         if not isinstance(method, Method):
             raise TypeError(f"expected a burtorch.fl Method, got {type(method).__name__}")
         self.problem = problem
         self.participation = check_participation(participation)
+        if sampling not in SAMPLINGS:
+            raise ValueError(f"unknown client sampling {sampling!r}; choose from {', '.join(SAMPLINGS)}")
+        self.sampling = sampling
         if isinstance(eval_every, bool) or not isinstance(eval_every, int) or eval_every < 0:
             raise ValueError(f"eval_every must be an int >= 0 (0: never), got {eval_every!r}")
         self.eval_every = eval_every
@@ -92,6 +100,9 @@ class Federation(Server):
     def participants(self, t: int) -> list[int]:
         if self.participation == 1.0 or (t == 0 and self.method.full_first_round):
             return list(range(self.n))
+        if self.sampling == "bernoulli":  # each client on its own coin: the round's size varies
+            p = self.participation
+            return [i for i in range(self.n) if streams.rng(self.seed, streams.PARTICIPANTS, t, i + 1).random() < p]
         m = max(1, round(self.participation * self.n))
         return sorted(streams.rng(self.seed, streams.PARTICIPANTS, t).sample(range(self.n), m))
 
@@ -182,7 +193,7 @@ class Federation(Server):
     # ---- the run's description and lifetime ----
     def settings(self) -> dict[str, Any]:
         return {**self.problem.settings(), **self.method.settings(), **self.executor.settings(),
-                "participation": self.participation, "seed": self.seed, "d": self.d}
+                "participation": self.participation, "sampling": self.sampling, "seed": self.seed, "d": self.d}
 
     def close(self) -> None:
         self.executor.close()

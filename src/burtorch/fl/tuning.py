@@ -14,12 +14,13 @@ from ..optim.methods import Method
 from .problem import Problem
 
 
-def score(problem: Problem, method: Method, participation: float, seed: int, rounds: int) -> float:
+def score(problem: Problem, method: Method, participation: float, seed: int, rounds: int,
+          sampling: str = "uniform") -> float:
     """||grad f(x)|| after ``rounds`` rounds (serially, in whichever process runs this); inf for a
     run that diverged."""
     from .federation import Diverged, Federation
 
-    with Federation(problem, method, participation, "serial", seed=seed, eval_every=rounds) as fed:
+    with Federation(problem, method, participation, "serial", seed=seed, eval_every=rounds, sampling=sampling) as fed:
         try:
             fed.run(rounds)
         except Diverged:
@@ -41,18 +42,18 @@ def with_lr(method: Method, lr: float) -> Method:
 
 def search(problem: Problem, methods: Sequence[tuple[str, Method]], grid: Sequence[float], participation: float,
            seed: int, rounds: int, executor: str = "serial", workers: int | None = None,
-           address: str | None = None) -> dict[str, dict[str, Any]]:
+           address: str | None = None, sampling: str = "uniform") -> dict[str, dict[str, Any]]:
     """{label: {"lr": best step, "scores": {step: final gradient norm}}} for every (label, method)."""
     grid = [float(g) for g in grid]
     if not grid or not all(math.isfinite(g) and g > 0 for g in grid):
         raise ValueError(f"the step-size grid must be positive numbers, got {grid}")
     jobs = [(label, lr, with_lr(m, lr)) for label, m in methods for lr in grid]
     if executor == "serial":
-        scores = [score(problem, m, participation, seed, rounds) for _, _, m in jobs]
+        scores = [score(problem, m, participation, seed, rounds, sampling) for _, _, m in jobs]
     elif executor == "processes":
-        scores = _on_processes(problem, jobs, participation, seed, rounds, workers)
+        scores = _on_processes(problem, jobs, participation, seed, rounds, workers, sampling)
     elif executor == "ray":
-        scores = _on_ray(problem, jobs, participation, seed, rounds, workers, address)
+        scores = _on_ray(problem, jobs, participation, seed, rounds, workers, address, sampling)
     else:
         raise ValueError(f"unknown executor {executor!r}")
     out: dict[str, dict[str, Any]] = {}
@@ -66,7 +67,7 @@ def search(problem: Problem, methods: Sequence[tuple[str, Method]], grid: Sequen
     return out
 
 
-def _on_processes(problem, jobs, participation, seed, rounds, workers) -> list[float]:
+def _on_processes(problem, jobs, participation, seed, rounds, workers, sampling) -> list[float]:
     import concurrent.futures
     import multiprocessing
     import os
@@ -76,15 +77,15 @@ def _on_processes(problem, jobs, participation, seed, rounds, workers) -> list[f
     mp = multiprocessing.get_context("spawn")
     with _main_not_rerun(problem, jobs[0][2]), concurrent.futures.ProcessPoolExecutor(
             max_workers=workers or os.cpu_count() or 1, mp_context=mp) as pool:
-        futures = [pool.submit(score, problem, m, participation, seed, rounds) for _, _, m in jobs]
+        futures = [pool.submit(score, problem, m, participation, seed, rounds, sampling) for _, _, m in jobs]
         return [f.result() for f in futures]
 
 
-def _on_ray(problem, jobs, participation, seed, rounds, workers, address) -> list[float]:
+def _on_ray(problem, jobs, participation, seed, rounds, workers, address, sampling) -> list[float]:
     from .ray_executor import import_ray, session
 
     ray = import_ray()
     with session(workers, address):
         task = ray.remote(num_cpus=1)(score)
         ref = ray.put(problem)
-        return ray.get([task.remote(ref, m, participation, seed, rounds) for _, _, m in jobs])
+        return ray.get([task.remote(ref, m, participation, seed, rounds, sampling) for _, _, m in jobs])
