@@ -22,6 +22,7 @@ if TYPE_CHECKING:  # what __getattr__ below loads, as type checkers should see i
         plots,
         problem,
         ray_executor,
+        sparse,
         splits,
     )
     from .compressors import (  # noqa: F401
@@ -51,7 +52,7 @@ _HOME = {
 }
 __all__ = sorted(_HOME)
 _SUBMODULES = ("client", "compressors", "executor_base", "executors", "federation", "libsvm", "logistic", "methods",
-               "names", "plots", "problem", "ray_executor", "splits")
+               "names", "plots", "problem", "ray_executor", "sparse", "splits")
 _MOVED = {"streams": "burtorch.optim.streams"}  # modules of fl's public path that live one layer below
 
 
