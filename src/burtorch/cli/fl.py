@@ -16,8 +16,6 @@ if TYPE_CHECKING:
 
 # The names, spelled out so that `burtorch --help` does not import numpy (a test keeps them in
 # step with the modules that define them).
-METHODS = ("gd", "dcgd", "ef21", "ef21-sgd", "ef21-pp", "marina", "vr-marina", "page", "diana", "fedavg")
-COMPRESSORS = ("identity", "randk", "topk", "randseqk", "natural", "dithering")
 EXECUTORS = ("serial", "processes", "ray")
 SPLITS = ("iid", "label", "dirichlet")
 
@@ -25,9 +23,13 @@ SPLITS = ("iid", "label", "dirichlet")
 def register(sub) -> None:
     p = sub.add_parser("fl", help="federated optimization: n clients, EF21 / MARINA / PAGE / DIANA / FedAvg, "
                                   "compressed communication, serial, processes or Ray")
-    p.add_argument("--method", default="ef21", help=f"one of {', '.join(METHODS)} (default ef21)")
+    # The names are checked when the command runs, against the lists kept with the methods and the
+    # compressors (burtorch.optim), so a new method needs no line here; an unknown name lists them.
+    p.add_argument("--method", default="ef21",
+                   help="gd, dcgd, ef21, marina, page, diana, fedavg, ... (default ef21)")
     p.add_argument("--compressor", default="topk",
-                   help=f"one of {', '.join(COMPRESSORS)} or scaled-NAME; used by the methods that compress")
+                   help="topk, randk, randseqk, natural, dithering, identity, ... or scaled-NAME; used by the "
+                        "methods that compress (default topk)")
     p.add_argument("--k", type=positive_int, default=1, help="coordinates kept by randk/topk/randseqk (default 1)")
     p.add_argument("--s", type=positive_int, default=1, help="levels of random dithering (default 1)")
     p.add_argument("--compare", default=None,
@@ -156,6 +158,18 @@ def _check_budgets(args) -> None:
             raise ValueError(f"{flag} {value:,} is above the most this command takes ({top:,})")
 
 
+def check_names(args) -> None:
+    """Every method and compressor the command line names, checked before any work."""
+    from ..optim.compressors import COMPRESSORS
+    from ..optim.methods import METHODS
+
+    for _, name, comp, _ in parse_specs(args):
+        if name not in METHODS:
+            raise ValueError(f"unknown method {name!r}; choose from {', '.join(METHODS)}")
+        if comp.removeprefix("scaled-") not in COMPRESSORS:
+            raise ValueError(f"unknown compressor {comp!r}; choose from {', '.join(COMPRESSORS)} or scaled-NAME")
+
+
 def main(args) -> int:
     from ..fl.executors import make_executor
     from ..fl.federation import Diverged, Federation, check_participation
@@ -165,6 +179,7 @@ def main(args) -> int:
 
     try:
         _check_budgets(args)
+        check_names(args)
         for flag, path in (("--json", args.json), ("--plot", args.plot)):
             problem = None if path is None else output_problem(path)
             if problem is not None:  # before any round, not after the last

@@ -65,6 +65,10 @@ def __getattr__(name: str) -> Any:
         return importlib.import_module(f".{name}", __name__)
     if name in _MOVED:
         return importlib.import_module(_MOVED[name])
+    for home in ("methods", "compressors"):  # a method or compressor added since _HOME was written
+        module = importlib.import_module(f".{home}", __name__)
+        if name in module.__all__:
+            return getattr(module, name)
     raise AttributeError(f"module 'burtorch.fl' has no attribute {name!r}")
 
 
