@@ -42,6 +42,9 @@ def format_stats(stats: dict[str, Any], title: str = "") -> str:
     committed = stats["bytes_committed"]
     lines.append(f"{'committed':<12}{committed:>14,}{human_bytes(committed):>12}"
                  "   (reserved from the OS, reused after rewinds)")
+    if "pinned_top" in stats:  # what keeps the arena from shrinking (reclamation stops there)
+        lines.append(f"highest pinned node {stats['pinned_top']} ({stats['pins_at_top']} handles)   "
+                     f"reclaims {stats['reclaims']:,} ({stats['reclaimed_nodes']:,} nodes)")
     return "\n".join(lines)
 
 
