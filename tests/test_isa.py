@@ -110,8 +110,10 @@ def test_every_level_gives_the_same_gradients_within_tolerance():
 
 # The kernel and gradient tests, rerun under each level that is not the one this process runs
 # (that one ran them already): a subset that covers the SIMD code (GEMM-backed linear layers, the
-# fused SGD step against PyTorch, the range ops' gradients against finite differences).
-KERNEL_TESTS = ["tests/test_linear_kernels.py", "tests/test_fused_sgd.py", "tests/test_range_ops.py"]
+# fused SGD step against PyTorch, the ops' and range ops' gradients against finite differences,
+# the layers and optimizers against PyTorch, the replayed programs): seconds per level.
+KERNEL_TESTS = ["tests/test_linear_kernels.py", "tests/test_fused_sgd.py", "tests/test_range_ops.py",
+                "tests/test_ops.py", "tests/test_nn.py", "tests/test_program_models.py"]
 
 
 @pytest.mark.parametrize("level", _isa.LEVELS)
