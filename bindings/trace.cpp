@@ -52,7 +52,7 @@ bool refuse_while_tracing(bt::ArenaBase* arena, const char* what) {
 
 bool refuse_write_while_tracing(bt::ArenaBase* /*arena*/, const char* what) {
     // Any arena: a write into another arena is as much a side effect that replays would not repeat.
-    if (!bt::current_trace()) return true;
+    if (!tracing()) return true;
     PyErr_Format(TraceError,
                  "%s while tracing (%s): the write would happen once, while tracing, and be dropped by every "
                  "replay. Write values and grads outside the traced function.",

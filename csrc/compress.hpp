@@ -32,7 +32,7 @@ void check_finite(const T* x, size_t d) {
 template <typename T>
 void rand_k(const T* x, size_t d, size_t k, uint64_t seed, int64_t* idx, T* val) {
     check_finite(x, d);
-    Rng rng(seed);
+    Rng rng = Rng::seeded(seed);
     const T scale = T(double(d) / double(k));
     size_t taken = 0;
     for (size_t i = 0; i < d && taken < k; ++i) {
@@ -70,7 +70,7 @@ void top_k(const T* x, size_t d, size_t k, int64_t* idx, T* val) {
 template <typename T>
 size_t rand_seq_k(const T* x, size_t d, size_t k, uint64_t seed, T* val) {
     check_finite(x, d);
-    Rng rng(seed);
+    Rng rng = Rng::seeded(seed);
     const size_t start = size_t(rng.below(d));
     const T scale = T(double(d) / double(k));
     for (size_t j = 0; j < k; ++j) {
@@ -95,7 +95,7 @@ void natural(const T* x, size_t d, uint64_t seed, T* out) {
             throw std::invalid_argument("natural compression: coordinate " + std::to_string(i) + " (" +
                                         std::to_string(double(x[i])) +
                                         ") lies above the largest power of two of its type, so it would round to inf");
-    Rng rng(seed);
+    Rng rng = Rng::seeded(seed);
     for (size_t i = 0; i < d; ++i) {
         const double u = rng.uniform();
         const double v = double(x[i]);
@@ -129,7 +129,7 @@ double dither(const T* x, size_t d, unsigned s, uint64_t seed, T* out) {
         if (!std::isfinite(norm))
             throw std::invalid_argument("dithering: the norm of these values overflows the type; scale them down");
     }
-    Rng rng(seed);
+    Rng rng = Rng::seeded(seed);
     for (size_t i = 0; i < d; ++i) {
         const double u = rng.uniform();
         if (norm == 0.0) {

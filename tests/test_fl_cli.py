@@ -129,10 +129,26 @@ def test_names_per_client(tmp_path):
 
 def test_cli_names_match_the_modules():
     from burtorch.cli import fl as cli
-    from burtorch.fl import compressors, executors, methods
+    from burtorch.fl import executors
 
-    assert cli.METHODS == methods.METHODS and cli.COMPRESSORS == compressors.COMPRESSORS
     assert cli.EXECUTORS == executors.EXECUTORS and cli.SPLITS == splits.SPLITS
+
+
+@pytest.mark.parametrize("flags, listed", [
+    (["--method", "nosuch"], "choose from gd, dcgd, ef21"),
+    (["--compare", "ef21,nosuch"], "choose from gd, dcgd, ef21"),
+    (["--compressor", "nosuch"], "choose from identity, randk, topk"),
+    (["--compare", "ef21:scaled-nosuch"], "choose from identity, randk, topk"),
+])
+def test_unknown_method_or_compressor_is_refused_before_any_work_with_every_name(flags, listed, capsys, tmp_path):
+    from burtorch.optim.methods import METHODS
+
+    # a --data file that does not exist: the names are checked before the data is read
+    assert main(["fl", "--data", str(tmp_path / "absent.txt"), "--quiet", *flags]) == 2
+    err = capsys.readouterr().err
+    assert listed in err and "nosuch" in err
+    if "method" in err.split("nosuch")[0]:
+        assert all(name in err for name in METHODS)
 
 
 def test_target_reports_bits_to_reach_a_gradient_norm(capsys):

@@ -186,6 +186,9 @@ def test_resume_refuses_another_model_config_vocabulary_or_step(tmp_path, good_c
 
 # The signal lands at step 100 of 1,500: 1,400 steps (about 0.2 s here) before the run would end.
 STEPS = 1500
+# A plan by hand, so that the uninterrupted run and the cut one step alike (an "auto" plan rests on
+# timings); the resumed run is given none and must take the checkpoint's.
+PLAN = ("--plan", "compiled chunk=batch fused threads=1")
 
 
 def _train_cmd(words, save, *extra):
@@ -200,7 +203,7 @@ def uninterrupted(tmp_path_factory):
     where = tmp_path_factory.mktemp("uninterrupted")
     words, whole = where / "words.txt", where / "whole.ckpt"
     words.write_text("\n".join(WORDS))
-    done = subprocess.run(_train_cmd(words, whole), capture_output=True, text=True, timeout=300)
+    done = subprocess.run(_train_cmd(words, whole, *PLAN), capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     return words, whole
 
@@ -210,7 +213,7 @@ def uninterrupted(tmp_path_factory):
 def test_a_signal_mid_training_checkpoints_and_resuming_matches_an_uninterrupted_run(tmp_path, uninterrupted, signum):
     words, whole = uninterrupted
     cut = tmp_path / "cut.ckpt"
-    proc = subprocess.Popen(_train_cmd(words, cut), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(_train_cmd(words, cut, *PLAN), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     for line in proc.stderr:  # progress lines go to stderr every 100 steps
         if f"step 100/{STEPS}" in line:
             proc.send_signal(signum)
@@ -224,6 +227,7 @@ def test_a_signal_mid_training_checkpoints_and_resuming_matches_an_uninterrupted
     resumed = subprocess.run(_train_cmd(words, cut, "--resume", str(cut)), capture_output=True, text=True,
                              timeout=300)
     assert resumed.returncode == 0, resumed.stderr
+    assert f"plan: {PLAN[1]} (the checkpoint's)" in resumed.stdout
     a, b = checkpoint.load(whole), checkpoint.load(cut)
     assert a.model_state == b.model_state  # bitwise the same parameters
     assert a.optimizer_buffers == b.optimizer_buffers
@@ -248,3 +252,34 @@ def test_periodic_checkpoints(tmp_path, words, capsys):
     assert seen == [10, 20, 25]
     assert json.dumps(checkpoint.load(ckpt).meta["step"]) == "25"
     assert not [f for f in os.listdir(tmp_path) if f.endswith(".burtorch-tmp")]
+
+
+def test_the_plan_is_chosen_printed_in_one_line_and_bounded_by_memory(capsys):
+    common = ("train", "gpt", "--preset", "tiny", "--steps", "4", "--batch", "8", "--eval-every", "4",
+              "--eval-samples", "8", "--sample", "0")
+    out = run(capsys, *common)
+    lines = [line for line in out.splitlines() if line.startswith("plan: ")]
+    assert len(lines) == 1 and "candidates timed in" in lines[0]
+    out = run(capsys, *common, "--memory", "sample")
+    line = next(line for line in out.splitlines() if line.startswith("plan: "))
+    assert "chunk=" not in line  # one sample per graph
+    assert "plan: eager threads=1 (given)" in run(capsys, *common, "--plan", "eager")
+    assert "(--chunk/--compile by hand)" in run(capsys, *common, "--compile", "--chunk", "4")
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--plan", "warp"], "starts with"), (["--plan", "compiled chunk=0"], "unknown word"),
+    (["--memory", "lots"], "byte count"), (["--memory", "0"], "positive"),
+])
+def test_bad_plans_and_memory_settings_are_usage_errors(argv, message, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["train", "gpt", *argv])
+    assert e.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_a_plan_and_a_hand_picked_chunk_conflict(capsys):
+    assert main(["train", "gpt", "--plan", "eager", "--chunk", "4", "--steps", "1"]) == 2
+    assert "give one" in capsys.readouterr().err
+    # AdamW (the GPT's default) has no fused update
+    assert main(["train", "gpt", "--plan", "eager chunk=batch fused", "--steps", "1"]) == 2
+    assert "SGD has" in capsys.readouterr().err

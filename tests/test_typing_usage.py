@@ -7,7 +7,7 @@ import pytest
 
 pytest.importorskip("numpy")  # its federated part runs on numpy
 
-MINIGPT_PAPER_PARAMETERS = 46_337
+MINIGPT_PAPER_PARAMETERS = 46_289
 SCRIPT = os.path.join(os.path.dirname(__file__), "typing", "api_usage.py")
 
 

@@ -24,7 +24,7 @@ def test_python_m_burtorch_bench_is_the_same_command():
 
 
 @pytest.mark.parametrize("script", ["op_cost", "init_time", "label_memory", "train_memory", "saveload", "per_sample",
-                                    "partial_grad", "compiled_vs_eager"])
+                                    "partial_grad", "compiled_vs_eager", "planned_train"])
 def test_benchmark_scripts_have_help(script, capsys):
     module = importlib.import_module(f"burtorch_bench.{script}")
     with pytest.raises(SystemExit) as e:

@@ -97,12 +97,14 @@ from .seeding import manual_seed  # noqa: E402,F401
 
 # The library's packages load on first use, so `import burtorch` stays light (no numpy, no
 # matplotlib). The command line (burtorch.cli) sits beside the library and is never loaded by it.
-_LAZY_MODULES = ("io", "viz", "views", "introspect", "nn", "optim", "data", "oracle", "seeding", "program")
+_LAZY_MODULES = ("io", "viz", "views", "introspect", "nn", "optim", "data", "oracle", "seeding", "program",
+                 "planner")
 
 if TYPE_CHECKING:  # what the lazy loader below returns, as type checkers should see it
     from . import data, introspect, io, nn, optim, oracle, seeding, views, viz  # noqa: F401
     from .introspect import memory_report  # noqa: F401
     from .oracle import grad_oracle  # noqa: F401
+    from .planner import explain_plan  # noqa: F401
     from .record_timer import record_times  # noqa: F401
     from .views import load_array, numpy_view  # noqa: F401
 
@@ -124,6 +126,7 @@ def __getattr__(name: str) -> Any:
 # Names the package hands out from its lazy modules: name -> module.
 _LAZY_NAMES = {"numpy_view": ".views", "load_array": ".views", "memory_report": ".introspect",
                "grad_oracle": ".oracle", "per_sample_grads": ".oracle_compiled", "record_times": ".record_timer",
+               "explain_plan": ".planner",
                **dict.fromkeys(("value_and_grad", "grad", "trace", "Program", "TraceError"), ".program")}
 
 
@@ -141,6 +144,10 @@ class _BuildInfo(str):
 
 
 build_info = _BuildInfo(f"{getattr(_core, 'build_info', 'unknown')}; isa: {getattr(_core, 'isa_level', '?')}")
+# Quadruple precision, where the compiler provides __float128 (absent otherwise: test with
+# hasattr(bt, "float128")). A scalar Value type of its own, not an arena dtype (docs: Scalar types).
+if hasattr(_core, "float128"):
+    float128 = _core.float128
 
 
 class scope:

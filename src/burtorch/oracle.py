@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from . import _core, late
+from . import _core, late, planner
 from .modes import no_grad
 
 # A model is duck-typed (parameter_vector(), loss(*sample), loss_batch(samples)); so is a sample.
@@ -18,7 +18,8 @@ LossFn = Callable[[Any, Any], _core.Value]
 
 
 def grad_oracle(model: Any, batch: Sequence[Any], loss_fn: LossFn | None = None, zero_grad: bool = True,
-                chunk: int = 1, compile: bool = False, threads: int | None = None) -> float:
+                chunk: int = 1, compile: bool = False, threads: int | None = None, plan: Any = None,
+                memory: Any = None) -> float:
     """Accumulates the gradient of the mean loss over ``batch`` into the parameters' grads.
 
     Args:
@@ -41,16 +42,27 @@ def grad_oracle(model: Any, batch: Sequence[Any], loss_fn: LossFn | None = None,
             added in order (the same bits on every run for a given count; one thread is exactly
             the eager order). Eager: large range records (a chunk's layers) split inside the op,
             which gives the same bits whatever the count.
+        plan: None (the default) runs as ``chunk``, ``compile`` and ``threads`` say; ``"auto"``
+            lets the planner choose them (:func:`burtorch.explain_plan` says what it chose), the
+            first call for a model structure and batch shape timing the candidates; a spelling
+            such as ``"compiled chunk=32 threads=2"`` (:func:`burtorch.planner.parse`) runs that.
+            Fused plans are for optimizers (``opt.train_step``), not here.
+        memory: with ``plan="auto"``: ``"sample"`` (one sample per graph), ``"fast"`` (no bound)
+            or a byte budget for one call's graphs; default :data:`burtorch.planner.DEFAULT_MEMORY`.
 
     Returns:
         The mean loss over ``batch``.
 
     Raises:
         ValueError: an empty batch, a bad ``chunk``, ``chunk > 1`` without ``loss_batch`` (or
-            with ``loss_fn``), or ``threads`` out of range.
+            with ``loss_fn``), ``threads`` out of range, a bad ``plan`` or ``memory``, or
+            ``plan="auto"`` with ``zero_grad=False``.
         TypeError: a loss is not a scalar Value.
         FloatingPointError: a sample's loss is inf or nan.
     """
+    if plan is not None:
+        check_grad_enabled("grad_oracle()")
+        return _planned_oracle(model, batch, loss_fn, zero_grad, plan, memory, threads)
     if not isinstance(chunk, int) or chunk < 1:
         raise ValueError(f"chunk must be a positive int, got {chunk!r}")
     check_grad_enabled("grad_oracle()")
@@ -94,6 +106,77 @@ def _saved_grads(model: Any) -> list[tuple[Any, int, bytes]]:
 def _restore_grads(saved: list[tuple[Any, int, bytes]]) -> None:
     for arena, first, data in saved:
         arena.write_bytes(first, data, "grads")
+
+
+def _planned_oracle(model: Any, batch: Sequence[Any], loss_fn: LossFn | None, zero_grad: bool, plan: Any,
+                    memory: Any, threads: int | None) -> float:
+    limit = planner.memory_limit(memory)
+
+    def run(p: planner.Plan) -> float:
+        if p.fused:
+            raise ValueError(f"the plan {p} fuses an optimizer's update: use opt.train_step(model, batch, plan=...)")
+        chunk = len(batch) if p.chunk == 0 else p.chunk
+        return grad_oracle(model, batch, loss_fn, zero_grad, chunk=chunk, compile=p.compile, threads=p.threads)
+
+    if plan != "auto":
+        return run(plan if isinstance(plan, planner.Plan) else planner.parse(plan, threads))
+    if not zero_grad:  # a trial overwrites the grads, and a failed step could not be undone
+        raise ValueError("plan='auto' needs zero_grad=True")
+    if not hasattr(model, "parameter_vector"):
+        raise TypeError(f"grad_oracle(): a {type(model).__name__} has no parameter_vector()")
+    if len(batch) == 0:
+        raise ValueError("grad_oracle(): empty batch")
+    quick = (len(batch), type(batch), planner.batch_key(batch), loss_fn, memory, threads)
+    memo = _last_plan[0]
+    if memo is not None and memo[0] is model and memo[1] == quick and memo[2] == planner.EPOCH[0]:
+        return planner.run_chosen(memo[3], run)
+    counts = plan_threads(threads)
+    params = model.parameter_vector()
+    chunked = loss_fn is None and hasattr(model, "loss_batch")
+    key = ("oracle", planner.model_key(model, params), planner.batch_key(batch), loss_fn is None, limit, counts)
+
+    def build():
+        size = 0
+        if limit:
+            size = planner.sample_bytes(params, lambda: loss_fn(model, batch[0]) if loss_fn is not None
+                                        else model.loss(*batch[0]))
+        cands, skipped = planner.candidates(len(batch), counts, chunked, False, limit, size)
+        return cands, skipped, []
+
+    # a trial overwrites the grads (zero_grad) and nothing else: the real call writes them last
+    loss, chosen = planner.planned(key, build, run, lambda p: (run(p), None)[1], None, lambda: forget_programs(model))
+    _last_plan[0] = (model, quick, planner.EPOCH[0], chosen)
+    assert loss is not None  # planned() returns None only when told not to take the step
+    return loss
+
+
+# (model, quick key, planner epoch, Chosen) of the last planned oracle call: the next call with the same
+# model and batch kind skips rebuilding the key (which walks the model's modules)
+_last_plan: list = [None]
+
+
+def plan_threads(threads: int | None) -> tuple[int, ...]:
+    """The thread counts a planner tries: ``threads`` alone when given, else 1 and the count
+    ``bt.get_num_threads()`` allows (at most the cores this process may use)."""
+    if threads is not None:
+        return (checked_threads(threads),)
+    most = min(checked_threads(None), int(_core._allowed_cores()))
+    return (1,) if most <= 1 else (1, most)
+
+
+def forget_programs(model: Any):
+    """Returns a function that drops the programs of ``model`` recorded from now on (the trials'
+    of a planner), so only the chosen plan's stay (traced again on its first real step)."""
+    programs = late.module("oracle_compiled")._programs
+    before = set(programs.get(model, {}))
+
+    def drop() -> None:
+        cache = programs.get(model)
+        if cache is not None:
+            for k in set(cache) - before:
+                del cache[k]
+
+    return drop
 
 
 class thread_cap:

@@ -71,7 +71,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     preset.add_argument("--quick", action="store_const", dest="preset", const="quick",
                         help="a few-minute smoke run: fewer iterations, configs and repetitions")
     preset.add_argument("--paper", action="store_const", dest="preset", const="paper",
-                        help="the paper's full counts for every peer, full W4/W5 grids (slow)")
+                        help="the paper's full counts for every peer, full W4/W5 grids on the paper's "
+                             "data sets (names, tinyshakespeare: fetched by name unless --data) (slow)")
     p.set_defaults(preset="full")
     p.add_argument("--frameworks", "-f", type=lambda s: [x for x in s.split(",") if x],
                    help="comma list of frameworks or families (burtorch,torch,jax-jit,...); "
@@ -130,6 +131,18 @@ def _validate(args) -> None:
             raise SystemExit(f"burtorch-bench: --threads {t}: this process may use {cores} core(s)")
 
 
+def _paper_data() -> str:
+    """The cache directory holding the paper's W4/W5 data sets, fetched by name if need be."""
+    from burtorch import data
+
+    try:
+        for name in ("names", "tinyshakespeare"):
+            data.fetch(name)
+    except (OSError, ValueError) as exc:
+        raise SystemExit(f"burtorch-bench --paper: {exc}") from None
+    return str(data.cache_dir())
+
+
 def handle(args) -> int:
     from . import compare, report
 
@@ -152,6 +165,8 @@ def handle(args) -> int:
         return 0
     if args.files:
         raise SystemExit(f"burtorch-bench {args.what}: unexpected arguments {args.files}")
+    if args.preset == "paper" and args.data is None:
+        args.data = _paper_data()
     _validate(args)
     if args.what == "fl":
         from . import fl_scale

@@ -94,12 +94,15 @@ def mlp_init(vocab: int, embed: int, block: int, hidden: int, seed: int = SEED) 
     }
 
 
-def gpt_init(vocab: int, block: int, d: int, layers: int, ff: int, seed: int = SEED) -> dict:
+def gpt_init(vocab: int, block: int, d: int, layers: int, ff: int, seed: int = SEED,
+             final_norm: bool = False) -> dict:
     """FP32 weights as Karpathy's gpt.py draws them: N(0, 0.02) weights, zero biases, LN 1/0.
 
     Names: ``wte wpe``, per layer ``{l}.ln1.w {l}.ln1.b {l}.q {l}.k {l}.v {l}.proj.w {l}.proj.b
-    {l}.ln2.w {l}.ln2.b {l}.ff1.w {l}.ff1.b {l}.ff2.w {l}.ff2.b``, then ``lnf.w lnf.b head.w
-    head.b``. Matrices are stored (in, out) so that ``x @ W`` applies them.
+    {l}.ln2.w {l}.ln2.b {l}.ff1.w {l}.ff1.b {l}.ff2.w {l}.ff2.b``, then (only with
+    ``final_norm``, Karpathy's variant; the paper's model has none) ``lnf.w lnf.b``, then ``head.w
+    head.b``. Matrices are stored (in, out) so that ``x @ W`` applies them. Every framework
+    applies the final norm exactly when ``lnf.w`` is present.
     """
     import numpy as np
     rng = np.random.default_rng(seed)
@@ -123,5 +126,7 @@ def gpt_init(vocab: int, block: int, d: int, layers: int, ff: int, seed: int = S
             f"{layer}.ff1.w": n(d, ff), f"{layer}.ff1.b": z(ff),
             f"{layer}.ff2.w": n(ff, d), f"{layer}.ff2.b": z(d),
         })
-    p.update({"lnf.w": o(d), "lnf.b": z(d), "head.w": n(d, vocab), "head.b": z(vocab)})
+    if final_norm:
+        p.update({"lnf.w": o(d), "lnf.b": z(d)})
+    p.update({"head.w": n(d, vocab), "head.b": z(vocab)})
     return p

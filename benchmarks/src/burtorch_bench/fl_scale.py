@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -96,8 +97,11 @@ def main(argv=None) -> int:
     problem = _names_problem(args.clients, args.hidden, args.max_samples, args.data)
     d = len(problem.initial_point(1))
     make = lambda: EF21(0.1, TopK(d, args.k))  # noqa: E731
+    # speed-ups mean something on an idle host only: the load is printed beside them, before and after
+    results["load_average"] = {"before": os.getloadavg()[0]}
     print(f"makemore MLP e={args.hidden} ({d:,} parameters) on {args.clients} clients x {args.max_samples} samples, "
-          f"EF21 + Top{args.k}, {args.rounds} rounds, medians of {args.repeats}")
+          f"EF21 + Top{args.k}, {args.rounds} rounds, medians of {args.repeats} "
+          f"(load average {results['load_average']['before']:.2f} on {os.cpu_count()} CPUs)")
     configs = [("serial", None), ("processes", 2)]
     try:
         import ray  # noqa: F401
@@ -114,6 +118,8 @@ def main(argv=None) -> int:
         print(f"  {row['executor']:>9} x{row['workers'] or 1}: {row['rounds_per_s']:7.2f} rounds/s "
               f"({row['s_per_round'] * 1e3:8.1f} ms/round, {serial['s_per_round'] / row['s_per_round']:4.2f}x serial, "
               f"start-up {row['startup_s']:.2f} s, iterates {'equal to' if same else 'DIFFERENT from'} serial)")
+    results["load_average"]["after"] = os.getloadavg()[0]
+    print(f"  load average after the rows: {results['load_average']['after']:.2f}")
 
     from burtorch.fl.logistic import synthetic
 

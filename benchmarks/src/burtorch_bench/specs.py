@@ -150,10 +150,12 @@ def mlp_param_count(vocab: int, e: int) -> int:
     return vocab * MLP_EMBED_DIM + MLP_BLOCK * MLP_EMBED_DIM * e + e + vocab * e + vocab
 
 
-def gpt_param_count(vocab: int) -> int:
+def gpt_param_count(vocab: int, final_norm: bool = False) -> int:
+    """The W5 model's parameters: the paper's has no final LayerNorm (46,289 on 65 characters);
+    Karpathy's gpt.py adds one (2 x d more)."""
     d, ff = GPT_DMODEL, GPT_FF
     per_layer = 2 * d + 3 * d * d + (d * d + d) + 2 * d + (d * ff + ff) + (ff * d + d)
-    return vocab * d + GPT_BLOCK * d + GPT_LAYERS * per_layer + 2 * d + (d * vocab + vocab)
+    return vocab * d + GPT_BLOCK * d + GPT_LAYERS * per_layer + (2 * d if final_norm else 0) + (d * vocab + vocab)
 
 
 def close(x: float, y: float, rel: float, abs_: float = 0.0) -> bool:

@@ -44,7 +44,7 @@ def main(argv=None):
         cmd = base + ["gpt", "--data", shakespeare, "--steps", str(args.steps), "--batch", str(b),
                       "--optimizer", "sgd", "--lr", "3e-4", "--sample", "0", "--eval-every", str(args.steps),
                       "--eval-samples", "32"]
-        rows.append((f"W5 MiniGPT (46,337 params), b={b}", peak_rss_mb(cmd)))
+        rows.append((f"W5 MiniGPT (46,289 params), b={b}", peak_rss_mb(cmd)))
     if args.threads > 1:  # threads x one sample (or chunk) of activations, per way of using them
         for extra in ([], ["--compile"], ["--chunk", "8"], ["--compile", "--chunk", "32"]):
             cmd = base + ["gpt", "--data", shakespeare, "--steps", str(args.steps), "--batch", "64",

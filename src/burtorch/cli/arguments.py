@@ -77,3 +77,30 @@ def output_problem(path: str) -> str | None:
     if not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
         return "it exists and is not a regular file"
     return None
+
+
+def memory_setting(text: str):
+    """``--memory``: "sample", "fast", or a byte count with an optional K, M or G (binary) suffix."""
+    if text in ("sample", "fast"):
+        return text
+    scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:].upper(), 1)
+    number = text[:-1] if scale > 1 else text
+    try:
+        value = int(float(number) * scale)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected sample, fast or a byte count such as 64M, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"a memory budget must be positive, got {text!r}")
+    return value
+
+
+def plan_setting(text: str) -> str:
+    """``--plan``: "auto" or a plan's spelling (burtorch.planner.parse), checked here."""
+    from ..planner import parse
+
+    if text != "auto":
+        try:
+            parse(text)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+    return text

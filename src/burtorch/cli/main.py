@@ -1,4 +1,4 @@
-"""The ``burtorch`` command: ``train``, ``demo``, ``fl`` and ``info``."""
+"""The ``burtorch`` command: ``train``, ``demo``, ``fl``, ``data`` and ``info``."""
 from __future__ import annotations
 
 import argparse
@@ -33,6 +33,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``burtorch`` command with every subcommand registered."""
     from .. import __version__
     from .arguments import positive_int
+    from .data import register as register_data
     from .fl import register as register_fl
     from .train import register as register_train
 
@@ -48,6 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
                       help="timed runs per workload; the median is reported (default: 5)")
     demo.set_defaults(func=_demo)
     register_fl(sub)
+    register_data(sub)
     info = sub.add_parser("info", help="this machine, interpreter and burtorch build",
                           description="Prints the CPU and its vector extensions, memory, OS, Python, "
                                       "the C++ compiler, and how this burtorch was built.")

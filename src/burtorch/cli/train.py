@@ -10,13 +10,16 @@ import time
 from dataclasses import asdict
 from typing import Any
 
-from .arguments import non_negative_int, output_problem, positive_float, positive_int
+from .arguments import memory_setting, non_negative_int, output_problem, plan_setting, positive_float, positive_int
 from .digest import sha256
 from .trainer import History, sample_text, train, uniform_loss
 
 PRESETS = {
     # name: (mlp kwargs, gpt kwargs)
-    "paper": (dict(block=16, emb=64, hidden=64), dict(block=8, dim=24, layers=6, heads=6)),
+    # The paper's W5 has the two norms of each block and no final one (46,289 parameters on 65
+    # characters); "karpathy" is the same with gpt.py's final LayerNorm.
+    "paper": (dict(block=16, emb=64, hidden=64), dict(block=8, dim=24, layers=6, heads=6, final_norm=False)),
+    "karpathy": (dict(block=16, emb=64, hidden=64), dict(block=8, dim=24, layers=6, heads=6, final_norm=True)),
     "tiny": (dict(block=4, emb=8, hidden=16), dict(block=8, dim=12, layers=2, heads=2)),
 }
 
@@ -26,20 +29,28 @@ RUN_KEYS = ("preset", "hidden", "dtype", "optimizer", "lr", "batch", "chunk", "s
             "eval_samples")
 
 DESCRIPTION = """\
-Trains the paper's character-level MLP (W4, makemore) or miniature GPT (W5) with per-sample
-gradient oracles: each sample's graph is built, swept backward and discarded, so memory is that
-of one sample whatever the batch. Prints progress, validation losses and sampled text.
+Trains the paper's character-level MLP (W4, makemore) or miniature GPT (W5). Each step runs by a
+plan chosen at the start (printed in one line) by timing the ways a step can run for about a
+second: eager or recorded, samples per graph, the SGD update fused into the sweep, threads.
+--memory bounds what it may choose ("sample": the paper's per-sample oracle, memory of one
+sample whatever the batch); --plan eager forces the paper's path. Prints progress, validation
+losses and sampled text.
 
 Checkpoints are single checksummed files holding the model, the optimizer, the step, the random
 state, the run's settings, the vocabulary and the loss history. One is written at the end with
 --save, every N steps with --save-every, and on Ctrl-C or SIGTERM (the run then stops after the
 current step and exits with 128 + the signal number). --resume continues a run exactly: the same
-seed and settings reach bitwise the same parameters as an uninterrupted run."""
+seed and settings reach bitwise the same parameters as an uninterrupted run (the plan is kept in
+the checkpoint and reused)."""
 
 EPILOG = """\
 examples:
   burtorch train gpt                                   the paper's GPT on the embedded corpus
+  burtorch train gpt --memory sample                   memory of one sample, whatever the batch
+  burtorch train gpt --plan eager                      the paper's per-sample eager oracle
+  burtorch train gpt --plan "compiled chunk=32"        a path picked by hand
   burtorch train mlp --data names.txt --steps 30000    the MLP on a word list
+  burtorch train gpt --data tinyshakespeare            the paper's data set, fetched by name
   burtorch train gpt --save run.ckpt --save-every 500  checkpoint every 500 steps
   burtorch train gpt --resume run.ckpt                 continue after an interruption"""
 
@@ -50,7 +61,8 @@ def register(sub) -> None:
                        description=DESCRIPTION, epilog=EPILOG,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("model", choices=["mlp", "gpt"], help="mlp: next character of a word; gpt: of a text")
-    p.add_argument("--data", metavar="FILE", help="text file (gpt) or one word per line (mlp); "
+    p.add_argument("--data", metavar="FILE|NAME", help="text file (gpt) or one word per line (mlp), or a "
+                   "data set's name (names, tinyshakespeare: downloaded once, see 'burtorch data'); "
                    "default: the embedded corpus (Python's own pydoc text and its words)")
     p.add_argument("--preset", choices=sorted(PRESETS), help="model size (default: paper)")
     p.add_argument("--hidden", type=positive_int, help="MLP hidden width e (paper: 4 ... 1024; preset: 64)")
@@ -58,16 +70,21 @@ def register(sub) -> None:
     p.add_argument("--batch", type=positive_int, help="samples per step (default: 32)")
     p.add_argument("--optimizer", choices=["sgd", "adam", "adamw"], help="default: mlp sgd, gpt adamw")
     p.add_argument("--lr", type=positive_float, help="learning rate (default: sgd 0.1, adam/adamw 3e-3)")
-    p.add_argument("--chunk", type=positive_int, help="samples per graph (default 1: the paper's per-sample "
+    p.add_argument("--plan", type=plan_setting, help="how each step runs: auto (default: timed at the start, "
+                   "within --memory), eager (the paper's per-sample oracle), or a plan such as "
+                   "'compiled chunk=32 fused threads=2' (see docs/guides/step-paths.md)")
+    p.add_argument("--memory", type=memory_setting, help="what the plan may hold: sample (one sample per graph, "
+                   "whatever the batch), fast (no bound) or a byte budget such as 64M (default 64M)")
+    p.add_argument("--chunk", type=positive_int, help="by hand: samples per graph (1: the paper's per-sample "
                    "oracle; k > 1: k samples as one graph, weights read once per chunk, memory of k samples)")
-    p.add_argument("--compile", action="store_true", help="trace each sample (or chunk) shape once and replay "
-                   "every one natively (recorded programs: the same gradients, no Python per sample or "
+    p.add_argument("--compile", action="store_true", help="by hand: trace each sample (or chunk) shape once and "
+                   "replay every one natively (recorded programs: the same gradients, no Python per sample or "
                    "chunk); may change between a run and its resumption")
-    p.add_argument("--threads", type=positive_int, default=1, help="native threads (default 1; at most the "
-                   "cores this process may use): with --compile, blocks of each batch's samples (or chunks) "
-                   "replay at once (the last bits of the sums depend on N); with --chunk alone, a chunk's "
-                   "layers split across threads (the same bits for any N); per-sample eager ops are too "
-                   "small to split")
+    p.add_argument("--threads", type=positive_int, help="native threads (at most the cores this process may "
+                   "use; default: the plan's, 1 with --chunk/--compile): with --compile, blocks of each "
+                   "batch's samples (or chunks) replay at once (the last bits of the sums depend on N); with "
+                   "--chunk alone, a chunk's layers split across threads (the same bits for any N); "
+                   "per-sample eager ops are too small to split")
     p.add_argument("--dtype", choices=["float32", "float64"], help="default: float32")
     p.add_argument("--seed", type=int, help="seeds initialisation, sampling and the data split (default: 1337)")
     p.add_argument("--eval-every", type=positive_int, help="steps between validation losses (default: 250)")
@@ -261,6 +278,31 @@ def main(args) -> int:
         return 130
 
 
+def _choose_plan(args, meta, run, model, optimizer, train_set):
+    """(the plan every step runs, or None for --chunk/--compile by hand; the line to print)."""
+    from ..optim.fused import planned_step
+
+    by_hand = args.compile or args.chunk is not None
+    if args.plan is not None and by_hand:
+        raise UsageError("--plan and --chunk/--compile both say how to step; give one (e.g. --plan 'compiled chunk=8')")
+    if by_hand or (args.plan is None and meta is not None and "plan" not in meta and run["chunk"] != 1):
+        how = ("compiled" if args.compile else "eager") + (f" chunk={run['chunk']}" if run["chunk"] > 1 else "")
+        return None, f"plan: {how} threads={args.threads or 1} (--chunk/--compile by hand)"
+    text = args.plan or (meta.get("plan") if meta is not None else None) or "auto"
+    if text != "auto":
+        try:
+            _, chosen = planned_step(optimizer, model, [], plan=text, threads=args.threads, take=False)
+        except ValueError as e:
+            raise UsageError(f"--plan {text!r}: {e}") from None
+        origin = "given" if args.plan else "the checkpoint's"
+        return chosen.plan, f"plan: {chosen.plan} ({origin})"
+    # a batch of its own stream, so the run's sampler is untouched; the trials are undone
+    batch = train_set.batch(run["batch"], random.Random(run["seed"] + 3))
+    _, chosen = planned_step(optimizer, model, batch, plan="auto", memory=args.memory, threads=args.threads,
+                             take=False)
+    return chosen.plan, chosen.line()
+
+
 def _main(args) -> int:
     import burtorch as bt
 
@@ -288,11 +330,12 @@ def _main(args) -> int:
         _check_output(save_path, "--save" if args.save else "the checkpoint")
     if args.plot:
         _check_output(args.plot, "--plot")
-    if args.threads > bt._core._allowed_cores():
+    if args.threads is not None and args.threads > bt._core._allowed_cores():
         raise UsageError(f"--threads {args.threads}: this process may use {bt._core._allowed_cores()} core(s)")
     cfg = _model_config(args.model, run)
     data_path = args.data if args.data is not None else (meta["data"].get("path") if meta else None)
     try:
+        data_path = data.resolve(data_path)  # a data set's name: its cached file, fetched once
         items, digest = _read_data(args.model, data_path)
     except (OSError, ValueError) as e:
         raise UsageError(str(e)) from None
@@ -360,13 +403,16 @@ def _main(args) -> int:
         history = History(**ckpt.meta["history"])
         rng.setstate(_tuplify(ckpt.meta["rng"]))
 
+    plan, plan_line = _choose_plan(args, meta, run, model, optimizer, train_set)
+    plan_text = None if plan is None else str(plan)
+
     def write_checkpoint(step: int, hist: History) -> None:
         state = optimizer.state_dict()
         checkpoint.save(save_path, {
             "format": "burtorch-train-1", "model": args.model, "run": run, "config": cfg,
             "itos": tok.itos, "steps": steps, "step": step, "rng": rng.getstate(),
             "data": {"path": os.path.abspath(data_path) if data_path else None, "sha256": digest},
-            "history": asdict(hist), "optimizer_steps": state["steps"],
+            "history": asdict(hist), "optimizer_steps": state["steps"], "plan": plan_text,
         }, io.state_dict_bytes(model), state["buffers"])
 
     def after_step(step: int, hist: History) -> None:
@@ -377,6 +423,7 @@ def _main(args) -> int:
     print(f"burtorch train {args.model}: {model.num_parameters():,} parameters, vocab {tok.vocab_size}, "
           f"{len(train_set):,} training examples from {source}; {run['optimizer']} lr {run['lr']}, "
           f"batch {run['batch']}, {steps} steps ({run['dtype']})")
+    print(plan_line)
     if start:
         print(f"resuming {args.resume} at step {start}")
     print(f"uniform baseline: {uniform_loss(tok.vocab_size):.4f} nats; initial validation loss: "
@@ -386,7 +433,8 @@ def _main(args) -> int:
     with StopRequests() as stop, timing as times:
         history = train(model, optimizer, train_set, val_samples, steps, run["batch"], rng, run["eval_every"],
                         history, start, Progress(steps), chunk=run["chunk"], after_step=after_step, stop=stop,
-                        compile=args.compile, threads=args.threads)
+                        compile=args.compile, threads=args.threads if plan is None else None, plan=plan,
+                        memory=args.memory)
     dt = time.perf_counter() - t0
     reached = history.steps[-1] if history.steps else start
     done = reached - start

@@ -1,7 +1,8 @@
 """The training loop of `burtorch train`, with validation and sampling.
 
-Every step: draw b samples, grad_oracle (per-sample build / backward / rewind, so memory is that
-of one sample), one optimizer step.
+Every step: draw b samples, then the optimizer's planned step (``optimizer.train_step``, the plan
+given or chosen at the start), or, with chunk/compile by hand, grad_oracle and one optimizer step
+(the paper's per-sample build / backward / rewind by default, so memory is that of one sample).
 """
 from __future__ import annotations
 
@@ -26,7 +27,8 @@ class History:
 
 def train(model, optimizer, train_set, val_samples, steps: int, batch: int, rng: random.Random | None = None,
           eval_every: int = 200, history: History | None = None, start_step: int = 0, progress=None,
-          chunk: int = 1, after_step=None, stop=None, compile: bool = False, threads: int = 1) -> History:
+          chunk: int = 1, after_step=None, stop=None, compile: bool = False, threads: int | None = 1,
+          plan=None, memory=None) -> History:
     """Runs steps ``start_step + 1 .. steps`` of training.
 
     Args:
@@ -44,7 +46,11 @@ def train(model, optimizer, train_set, val_samples, steps: int, batch: int, rng:
         chunk: samples per graph (see :func:`burtorch.oracle.grad_oracle`).
         compile: replay recorded programs, per sample or per chunk (see :func:`burtorch.oracle.grad_oracle`).
         threads: native threads per step, the oracle's (see :func:`burtorch.oracle.grad_oracle`) and the
-            optimizer step's.
+            optimizer step's; None (with a ``plan``) lets the planner try 1 and ``bt.get_num_threads()``.
+        plan: None runs ``chunk``, ``compile`` and ``threads`` as given; otherwise every step is
+            ``optimizer.train_step(model, samples, plan=plan, memory=memory, threads=threads)``
+            ("auto", or a plan such as "compiled chunk=32").
+        memory: the planner's memory setting (see ``Optimizer.train_step``).
         after_step: ``after_step(step, history)``, called after each step (periodic checkpoints).
         stop: an object whose ``signal`` turns non-None to stop after the current step.
 
@@ -61,19 +67,24 @@ def train(model, optimizer, train_set, val_samples, steps: int, batch: int, rng:
         raise ValueError(f"start_step {start_step} is outside 0..{steps}")
     if rng is None:
         rng = random.Random(next_seed())
-    n_threads = checked_threads(threads)  # once: the oracle and the step both run on this many
+    # once: the oracle and the step both run on this many
+    n_threads = checked_threads(threads) if plan is None or threads is not None else None
     history = history or History()
     ema = None
     val = history.val_loss[-1] if history.val_loss else None
     for step in range(start_step + 1, steps + 1):
         samples = train_set.batch(batch, rng)
-        loss = grad_oracle(model, samples, chunk=chunk, compile=compile, threads=n_threads)
-        # the step follows the oracle's count, not the process's (every core by default): a step
-        # split across cores after a one-thread oracle left the next oracle reading half the
-        # weights back from the other core's cache, with a helper spinning on a core the run was
-        # told not to use
-        with thread_cap(n_threads):
-            optimizer.step()
+        if plan is not None:
+            loss = optimizer.train_step(model, samples, plan=plan, memory=memory, threads=n_threads)
+        else:
+            assert n_threads is not None  # checked above when no plan is given
+            loss = grad_oracle(model, samples, chunk=chunk, compile=compile, threads=n_threads)
+            # the step follows the oracle's count, not the process's (every core by default): a
+            # step split across cores after a one-thread oracle left the next oracle reading half
+            # the weights back from the other core's cache, with a helper spinning on a core the
+            # run was told not to use
+            with thread_cap(n_threads):
+                optimizer.step()
         ema = loss if ema is None else 0.95 * ema + 0.05 * loss
         history.steps.append(step)
         history.train_loss.append(loss)

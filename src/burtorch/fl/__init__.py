@@ -22,6 +22,7 @@ if TYPE_CHECKING:  # what __getattr__ below loads, as type checkers should see i
         plots,
         problem,
         ray_executor,
+        sparse,
         splits,
     )
     from .compressors import (  # noqa: F401
@@ -51,7 +52,7 @@ _HOME = {
 }
 __all__ = sorted(_HOME)
 _SUBMODULES = ("client", "compressors", "executor_base", "executors", "federation", "libsvm", "logistic", "methods",
-               "names", "plots", "problem", "ray_executor", "splits")
+               "names", "plots", "problem", "ray_executor", "sparse", "splits")
 _MOVED = {"streams": "burtorch.optim.streams"}  # modules of fl's public path that live one layer below
 
 
@@ -64,6 +65,10 @@ def __getattr__(name: str) -> Any:
         return importlib.import_module(f".{name}", __name__)
     if name in _MOVED:
         return importlib.import_module(_MOVED[name])
+    for home in ("methods", "compressors"):  # a method or compressor added since _HOME was written
+        module = importlib.import_module(f".{home}", __name__)
+        if name in module.__all__:
+            return getattr(module, name)
     raise AttributeError(f"module 'burtorch.fl' has no attribute {name!r}")
 
 

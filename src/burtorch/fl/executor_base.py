@@ -57,5 +57,13 @@ class Executor:
         """A client's method state, where clients run in this process."""
         raise NotImplementedError(f"the {self.name} executor keeps client states in other processes")
 
+    def client_states(self) -> dict[int, dict[str, Any]]:
+        """Every client's method state, wherever it lives (for a checkpoint)."""
+        raise NotImplementedError
+
+    def load_client_states(self, states: dict[int, dict[str, Any]]) -> None:
+        """Puts checkpointed client states back where the clients live now."""
+        raise NotImplementedError
+
     def settings(self) -> dict[str, Any]:
         return {"executor": self.name}

@@ -11,10 +11,13 @@ on the broadcast round and its own state, so the server sees the same numbers wh
 """
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
+import pickle
+import sys
 import traceback
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import TYPE_CHECKING, Any
@@ -44,6 +47,13 @@ class SerialExecutor(Executor):
     def state_of(self, client: int) -> dict[str, Any]:
         return self.group.state_of(client)
 
+    def client_states(self) -> dict[int, dict[str, Any]]:
+        return self.group.get_states()
+
+    def load_client_states(self, states: dict[int, dict[str, Any]]) -> None:
+        # a private copy: the caller's dict must not alias the running clients' arrays
+        self.group.load_states(pickle.loads(pickle.dumps(states, protocol=pickle.HIGHEST_PROTOCOL)))
+
 
 def _serve(conn: Connection, problem: Problem, method: Method, ids: Iterable[int]) -> None:
     """A worker process: builds its group, then answers run requests until told to stop."""
@@ -58,9 +68,32 @@ def _serve(conn: Connection, problem: Problem, method: Method, ids: Iterable[int
         if request[0] == "stop":
             return
         try:
-            conn.send(("ok", group.run(*request[1:])))
+            if request[0] == "run":
+                conn.send(("ok", group.run(*request[1:])))
+            elif request[0] in ("get_states", "load_states"):
+                conn.send(("ok", getattr(group, request[0])(*request[1:])))
+            else:
+                raise ValueError(f"unknown request {request[0]!r}")
         except BaseException:
             conn.send(("error", traceback.format_exc()))
+
+
+@contextlib.contextmanager
+def _main_not_rerun(problem: Problem, method: Method) -> Iterator[None]:
+    """While workers are spawned, hides the main script's path from multiprocessing when nothing
+    sent to them comes from that script: a child then does not run the script's top level again,
+    so a script without a ``__name__ == "__main__"`` guard works (instead of every worker
+    re-running it, which multiprocessing stops with an error the parent sees as EOFError)."""
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if main is None or path is None or b"__main__" in pickle.dumps((problem, method), protocol=pickle.HIGHEST_PROTOCOL):
+        yield
+        return
+    del main.__file__
+    try:
+        yield
+    finally:
+        main.__file__ = path
 
 
 def _answer(conn: Connection, what: str) -> Any:
@@ -83,15 +116,26 @@ class ProcessExecutor(Executor):
         check_picklable(problem, method)
         mp = multiprocessing.get_context("spawn")  # no inherited arenas or threads
         self.blocks = blocks(problem.n_clients, self.workers)
-        for ids in self.blocks:
-            parent, child = mp.Pipe()
-            proc = mp.Process(target=_serve, args=(child, problem, method, ids), daemon=True)
-            proc.start()
-            child.close()
-            self.procs.append(proc)
-            self.conns.append(parent)
-        for conn in self.conns:
-            _answer(conn, "starting")
+        with _main_not_rerun(problem, method):
+            for ids in self.blocks:
+                parent, child = mp.Pipe()
+                # each worker is sent its own clients' shards only
+                proc = mp.Process(target=_serve, args=(child, problem.only(ids), method, ids), daemon=True)
+                proc.start()
+                child.close()
+                self.procs.append(proc)
+                self.conns.append(parent)
+        try:
+            for conn in self.conns:
+                _answer(conn, "starting")
+        except EOFError:
+            self.close()
+            raise RuntimeError(
+                "a worker process exited while starting. The processes executor starts workers with "
+                "'spawn', which runs your script's top level again in each worker; the problem or method "
+                "is defined in that script, so put the code that runs the federation under\n"
+                "    if __name__ == \"__main__\":\n"
+                "or use executor='serial'") from None
 
     def run(self, ctx: Round, participants: list[int], evaluate: bool) -> list[Reply]:
         chosen = set(participants)
@@ -103,6 +147,17 @@ class ProcessExecutor(Executor):
                 asked.append(conn)
         replies = [r for conn in asked for r in _answer(conn, f"running round {ctx.t}")]
         return sorted(replies, key=lambda r: r.client)
+
+    def client_states(self) -> dict[int, dict[str, Any]]:
+        for conn in self.conns:
+            conn.send(("get_states",))
+        return {i: st for conn in self.conns for i, st in _answer(conn, "sending its client states").items()}
+
+    def load_client_states(self, states: dict[int, dict[str, Any]]) -> None:
+        for conn, ids in zip(self.conns, self.blocks):
+            conn.send(("load_states", {i: states[i] for i in ids if i in states}))
+        for conn in self.conns:
+            _answer(conn, "loading client states")
 
     def close(self) -> None:
         for conn in self.conns:

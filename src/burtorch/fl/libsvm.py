@@ -7,65 +7,89 @@ reported with its number.
 """
 from __future__ import annotations
 
+import math
 import os
+from typing import Any
 
 import numpy as np
 
+from .sparse import CSR
 
-def read_libsvm(path: str, max_features: int = 1_000_000, max_cells: int = 1 << 27) -> tuple[np.ndarray, np.ndarray]:
-    """(A, y): a dense float64 matrix of samples x features and the labels mapped to -1/+1.
 
-    Binary labels of any two values are mapped to -1 (the smaller) and +1 (the larger). max_cells
-    bounds samples x features (the dense matrix)."""
+def read_libsvm(path: str, max_features: int = 10_000_000, sparse: bool = False,
+                max_cells: int = 1 << 27) -> tuple[Any, np.ndarray]:
+    """(A, y): the samples x features matrix (a :class:`~burtorch.fl.sparse.CSR` with
+    ``sparse=True``, else a dense float64 array) and the labels mapped to -1/+1.
+
+    Binary labels of any two values are mapped to -1 (the smaller) and +1 (the larger). A
+    feature index given twice on one line, a non-finite label or value are errors. max_cells
+    bounds samples x features of the dense matrix (never allocated above it)."""
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"path must be a str, got {type(path).__name__}")
     if not os.path.isfile(path):
         raise FileNotFoundError(f"LibSVM file not found: {path}")
-    rows, labels, width = [], [], 0
+    lengths, cols, vals, labels, width = [0], [], [], [], 0
     with open(path, encoding="utf-8", errors="strict") as f:
         try:
-            lines = f.read().splitlines()
+            for number, line in enumerate(f, 1):
+                line = line.split("#", 1)[0].strip()
+                if not line:
+                    continue
+                fields = line.split()
+                try:
+                    label = float(fields[0])
+                except ValueError:
+                    raise ValueError(f"{path}:{number}: the label {fields[0]!r} is not a number") from None
+                if not math.isfinite(label):
+                    raise ValueError(f"{path}:{number}: the label is {fields[0]}")
+                row_cols, row_vals = _fields(path, number, fields[1:], max_features)
+                if row_cols:
+                    width = max(width, row_cols[-1] + 1)
+                lengths.append(len(row_cols))
+                cols.extend(row_cols)
+                vals.extend(row_vals)
+                labels.append(label)
         except UnicodeDecodeError as e:
             raise ValueError(f"{path} is not a LibSVM text file ({e.reason})") from None
-    for number, line in enumerate(lines, 1):
-        line = line.split("#", 1)[0].strip()
-        if not line:
-            continue
-        fields = line.split()
-        try:
-            label = float(fields[0])
-        except ValueError:
-            raise ValueError(f"{path}:{number}: the label {fields[0]!r} is not a number") from None
-        if not np.isfinite(label):  # a nan label compares unequal to both classes: every label would map to -1
-            raise ValueError(f"{path}:{number}: the label is {label}")
-        row = {}
-        for field in fields[1:]:
-            index, sep, value = field.partition(":")
-            if not sep:
-                raise ValueError(f"{path}:{number}: {field!r} is not index:value")
-            try:
-                j, v = int(index), float(value)
-            except ValueError:
-                raise ValueError(f"{path}:{number}: {field!r} is not index:value with an int index") from None
-            if not 1 <= j <= max_features:
-                raise ValueError(f"{path}:{number}: feature index {j} outside [1, {max_features}]")
-            if not np.isfinite(v):
-                raise ValueError(f"{path}:{number}: feature {j} is {v}")
-            row[j - 1] = v
-            width = max(width, j)
-        rows.append(row)
-        labels.append(label)
-    if not rows:
+    if not labels:
         raise ValueError(f"{path} has no samples")
-    if len(rows) * width > max_cells:  # A is dense: refused before it is allocated
-        raise ValueError(f"{path}: {len(rows):,} samples x {width:,} features is more than the "
-                         f"{max_cells:,} numbers a dense matrix may hold here")
     classes = sorted(set(labels))
     if len(classes) != 2:
         raise ValueError(f"{path}: binary classification needs exactly two label values, found {len(classes)}")
-    A = np.zeros((len(rows), width))
-    for i, row in enumerate(rows):
-        for j, v in row.items():
-            A[i, j] = v
     y = np.where(np.array(labels) == classes[1], 1.0, -1.0)
-    return A, y
+    A = CSR(np.cumsum(lengths), np.array(cols, dtype=np.int64), np.array(vals, dtype=np.float64),
+            (len(labels), width))
+    if sparse:
+        return A, y
+    if A.shape[0] * A.shape[1] > max_cells:  # refused before the dense matrix is allocated
+        raise ValueError(f"{path}: {A.shape[0]:,} samples x {A.shape[1]:,} features is more than the "
+                         f"{max_cells:,} numbers a dense matrix may hold here; read it with sparse=True "
+                         "(burtorch fl --libsvm keeps it sparse)")
+    return A.toarray(), y
+
+
+def _fields(path: str, number: int, fields: list[str], max_features: int) -> tuple[list[int], list[float]]:
+    """One line's (0-based columns, values), sorted by column."""
+    row_cols, row_vals = [], []
+    for field in fields:
+        index, sep, value = field.partition(":")
+        if not sep:
+            raise ValueError(f"{path}:{number}: {field!r} is not index:value")
+        try:
+            j, v = int(index), float(value)
+        except ValueError:
+            raise ValueError(f"{path}:{number}: {field!r} is not index:value with an int index") from None
+        if not 1 <= j <= max_features:
+            raise ValueError(f"{path}:{number}: feature index {j} outside [1, {max_features}]")
+        if not math.isfinite(v):
+            raise ValueError(f"{path}:{number}: feature {j} is {v}")
+        row_cols.append(j - 1)
+        row_vals.append(v)
+    if any(a >= b for a, b in zip(row_cols, row_cols[1:])):
+        if len(set(row_cols)) != len(row_cols):
+            dup = next(j for j in row_cols if row_cols.count(j) > 1)
+            raise ValueError(f"{path}:{number}: feature index {dup + 1} appears twice")
+        order = sorted(range(len(row_cols)), key=row_cols.__getitem__)
+        row_cols = [row_cols[i] for i in order]
+        row_vals = [row_vals[i] for i in order]
+    return row_cols, row_vals

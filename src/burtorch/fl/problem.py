@@ -6,6 +6,7 @@ classes and data, no lambdas) for the processes and ray executors; the serial ex
 from __future__ import annotations
 
 import contextlib
+import copy
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -46,6 +47,14 @@ class Problem:
 
     def shard_sizes(self) -> list[int]:
         return [len(s) for s in self.shards]
+
+    def only(self, ids: Sequence[int]) -> Problem:
+        """A shallow copy holding the shards of clients ``ids`` alone (the others None): what a
+        worker process or actor is sent, so that it holds its own clients' data only."""
+        keep = set(ids)
+        part = copy.copy(self)
+        part.shards = [s if i in keep else None for i, s in enumerate(self.shards)]
+        return part
 
     def make_model(self) -> Any:
         raise NotImplementedError

@@ -8,9 +8,11 @@ call per worker, not one per client).
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import pickle
 import socket
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from .client import ClientGroup
@@ -49,6 +51,33 @@ def check_reachable(address: str, timeout: float = 3.0) -> None:
                               f"'ray start --head' or check the address") from None
 
 
+def _init(ray: Any, workers: int | None, address: str | None) -> None:
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    if address is None:
+        # "local": a new instance of our own, even when another cluster runs on this machine (which
+        # ray.init() would join, and refuse num_cpus for)
+        ray.init(address="local", num_cpus=workers or os.cpu_count(), include_dashboard=False, log_to_driver=False)
+    else:
+        ray.init(address=address, log_to_driver=False)
+
+
+@contextlib.contextmanager
+def session(workers: int | None = None, address: str | None = None) -> Iterator[None]:
+    """One Ray session for several federations (a --compare run): started here unless one is
+    running, stopped on exit if started here. Executors inside find it running and leave it be,
+    so Ray starts once, not once per run."""
+    ray = import_ray()
+    started = False
+    if not ray.is_initialized():
+        _init(ray, check_workers(workers), address)
+        started = True
+    try:
+        yield
+    finally:
+        if started:
+            ray.shutdown()
+
+
 class RayExecutor(Executor):
     name = "ray"
 
@@ -67,19 +96,15 @@ class RayExecutor(Executor):
     def start(self, problem: Problem, method: Method) -> None:
         ray = self.ray
         check_picklable(problem, method)
-        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
         if not ray.is_initialized():
-            if self.address is None:
-                ray.init(num_cpus=self.workers or os.cpu_count(), include_dashboard=False, log_to_driver=False)
-            else:
-                ray.init(address=self.address, log_to_driver=False)
+            _init(ray, self.workers, self.address)
             self._started_ray = True
         workers = self.workers or max(1, int(ray.cluster_resources().get("CPU", 1)))
         self.blocks = blocks(problem.n_clients, workers)
         actor = ray.remote(num_cpus=1)(ClientGroup)
-        problem_ref = ray.put(problem)
-        # each actor reserves one CPU, so its native work runs on one thread
-        self.actors = [actor.options(scheduling_strategy="SPREAD").remote(problem_ref, method, ids, 1)
+        # each actor is sent its own clients' shards only, and reserves one CPU, so its native
+        # work runs on one thread
+        self.actors = [actor.options(scheduling_strategy="SPREAD").remote(problem.only(ids), method, ids, 1)
                        for ids in self.blocks]
         ray.get([a.shard_size.remote(ids[0]) for a, ids in zip(self.actors, self.blocks)])  # surface start errors
 
@@ -98,6 +123,14 @@ class RayExecutor(Executor):
                 futures.append(a.run_packed.remote(arg, mine, evaluate))
         replies = [r for part in ray.get(futures) for r in pickle.loads(part)]
         return sorted(replies, key=lambda r: r.client)
+
+    def client_states(self) -> dict[int, dict[str, Any]]:
+        parts = self.ray.get([a.get_states.remote() for a in self.actors])
+        return {i: st for part in parts for i, st in part.items()}
+
+    def load_client_states(self, states: dict[int, dict[str, Any]]) -> None:
+        self.ray.get([a.load_states.remote({i: states[i] for i in ids if i in states})
+                      for a, ids in zip(self.actors, self.blocks)])
 
     def placements(self) -> list[tuple[int, str | None]]:
         """(process id, Ray node id) of each actor: how the cluster spread the clients."""

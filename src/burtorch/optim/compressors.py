@@ -374,3 +374,7 @@ def make_compressor(name: str, d: int, k: int | None = None, s: int = 1, float_b
         return RandomDithering(d, s, float_bits)
     raise ValueError(f"unknown compressor {name!r}; choose from {', '.join(COMPRESSORS)} "
                      f"(or scaled-NAME for an unbiased one)")
+
+
+__all__ = ["COMPRESSORS", "Compressor", "Identity", "Message", "Natural", "RandK", "RandomDithering", "RandSeqK",
+           "Scaled", "TopK", "full_message", "make_compressor"]

@@ -85,6 +85,17 @@ class LocalClients:
     def state_of(self, i: int) -> dict[str, Any]:
         return self.states[i]
 
+    def get_states(self) -> dict[int, dict[str, Any]]:
+        """Every hosted client's method state (for a checkpoint)."""
+        return self.states
+
+    def load_states(self, states: dict[int, dict[str, Any]]) -> None:
+        """Replaces the hosted clients' states (from a checkpoint); every hosted id must be there."""
+        missing = [i for i in self.ids if i not in states]
+        if missing:
+            raise ValueError(f"the checkpoint has no state for clients {missing[:5]}")
+        self.states = {i: states[i] for i in self.ids}
+
     def resident_bytes(self) -> int:
         """Bytes of the clients' method vectors (numpy arrays in their states)."""
         return sum(v.nbytes for s in self.states.values() for v in s.values() if isinstance(v, np.ndarray))

@@ -25,6 +25,8 @@ _ALL = ("tiny", "small", "saveload", "mlp", "gpt")
 
 ENTRIES = (
     Entry("burtorch", "impl_burtorch", "eager", ("burtorch",), "pip install burtorch", _ALL),
+    Entry("burtorch-planned", "impl_burtorch_compiled", "planned", ("burtorch",), "pip install burtorch",
+          ("mlp", "gpt")),
     Entry("burtorch-chunk", "impl_burtorch", "chunked", ("burtorch",), "pip install burtorch", ("mlp", "gpt")),
     Entry("burtorch-fused", "impl_burtorch", "fused", ("burtorch",), "pip install burtorch", ("mlp", "gpt")),
     Entry("burtorch-compiled-fused", "impl_burtorch", "compiled-fused", ("burtorch",), "pip install burtorch",

@@ -52,6 +52,7 @@ def gpt_loss(o: SimpleNamespace, p, x, y):
         h = h + y_att @ p[f"{i}.proj.w"] + p[f"{i}.proj.b"]
         a = layer_norm(o, h, p[f"{i}.ln2.w"], p[f"{i}.ln2.b"])
         h = h + xp.maximum(a @ p[f"{i}.ff1.w"] + p[f"{i}.ff1.b"], 0.0) @ p[f"{i}.ff2.w"] + p[f"{i}.ff2.b"]
-    h = layer_norm(o, h, p["lnf.w"], p["lnf.b"])
+    if "lnf.w" in p:  # Karpathy's final norm; the paper's model has none
+        h = layer_norm(o, h, p["lnf.w"], p["lnf.b"])
     logits = h @ p["head.w"] + p["head.b"]
     return cross_entropy(o, logits.reshape(B * T, -1), y.reshape(B * T))

@@ -151,9 +151,12 @@ class BurtorchTrainRunner(TrainRunner):
                      "fc2.weight": p["W2"].T, "fc2.bias": p["b2"]}
         else:
             import numpy as np
-            self.model = m = nn.MiniGPT.paper(vocab=self.vocab, dtype=f32)
-            pairs = {"tok.weight": p["wte"], "pos.weight": p["wpe"], "ln_f.weight": p["lnf.w"],
-                     "ln_f.bias": p["lnf.b"], "head.weight": p["head.w"].T, "head.bias": p["head.b"]}
+            final = "lnf.w" in p  # Karpathy's variant; the paper's model has no final norm
+            self.model = m = (nn.MiniGPT.karpathy if final else nn.MiniGPT.paper)(vocab=self.vocab, dtype=f32)
+            pairs = {"tok.weight": p["wte"], "pos.weight": p["wpe"], "head.weight": p["head.w"].T,
+                     "head.bias": p["head.b"]}
+            if final:
+                pairs.update({"ln_f.weight": p["lnf.w"], "ln_f.bias": p["lnf.b"]})
             for i in range(len(m.blocks)):
                 b = f"blocks.{i}."
                 pairs.update({

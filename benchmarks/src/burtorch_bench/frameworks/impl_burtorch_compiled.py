@@ -1,6 +1,6 @@
 """burtorch's recorded programs on the bench workloads: W1/W2 traced once and replayed over all
 iterations by one .map call; W4/W5 through grad_oracle(model, batch, compile=True), per sample or
-per chunk."""
+per chunk; and the planned step (SGD.train_step), which chooses among every path itself."""
 from __future__ import annotations
 
 import burtorch as bt
@@ -81,13 +81,26 @@ class CompiledChunkFusedRunner(CompiledChunkRunner):
         return params, self._opt.fused_step(self.model, batch, chunk=chunk, threads=self._threads, compile=True)
 
 
+class PlannedRunner(BurtorchTrainRunner):
+    """The default a user gets: SGD.train_step(model, batch), the plan chosen by timing the ways a
+    step can run on its first call (within the default memory budget, on 1 thread and the
+    configuration's count), kept for the rest of the run."""
+
+    timed_region = ("SGD.train_step(model, batch): the planned step (burtorch.planner), chosen on the first "
+                    "call (a warm-up step) among eager / compiled, chunk sizes, fused SGD and 1 or the "
+                    "configuration's threads; every later step runs that plan")
+
+    def step(self, params, batch):
+        return params, self._opt.train_step(self.model, batch)
+
+
 def make_runner(workload: str, variant: str, config: dict):
     if workload == "tiny":
         return CompiledGraphRunner(w1_expr, (-41.0, 2.0))
     if workload == "small":
         return CompiledGraphRunner(_w2_root, (-4.0, 2.0))
     if workload in ("mlp", "gpt"):
-        runner = {"compiled-chunked": CompiledChunkRunner,
+        runner = {"compiled-chunked": CompiledChunkRunner, "planned": PlannedRunner,
                   "compiled-chunked-fused": CompiledChunkFusedRunner}.get(variant, CompiledTrainRunner)
         return runner(workload, config, _models())
     raise ValueError(f"burtorch-compiled does not implement workload {workload!r}")

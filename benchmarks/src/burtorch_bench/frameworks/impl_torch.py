@@ -121,7 +121,8 @@ def gpt_loss(p, x, y):
         h = h + y_att @ p[f"{i}.proj.w"] + p[f"{i}.proj.b"]
         a = F.layer_norm(h, (d,), p[f"{i}.ln2.w"], p[f"{i}.ln2.b"], LN_EPS)
         h = h + torch.relu(a @ p[f"{i}.ff1.w"] + p[f"{i}.ff1.b"]) @ p[f"{i}.ff2.w"] + p[f"{i}.ff2.b"]
-    h = F.layer_norm(h, (d,), p["lnf.w"], p["lnf.b"], LN_EPS)
+    if "lnf.w" in p:  # Karpathy's final norm; the paper's model has none
+        h = F.layer_norm(h, (d,), p["lnf.w"], p["lnf.b"], LN_EPS)
     logits = h @ p["head.w"] + p["head.b"]
     return F.cross_entropy(logits.reshape(B * T, -1), y.reshape(B * T))
 

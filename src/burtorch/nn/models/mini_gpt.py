@@ -35,10 +35,13 @@ class Block(Module):
 
 
 class MiniGPT(Module):
-    """A miniature GPT: token + position embeddings, ``layers`` Blocks, a LayerNorm, an LM head.
+    """A miniature GPT: token + position embeddings, ``layers`` Blocks, optionally a final
+    LayerNorm, an LM head.
 
     The paper's configuration (``MiniGPT.paper()``, W5): vocab 65, block 8, width 24, 6 layers of
-    6 heads (head size 4), feed-forward 96: 46,337 parameters.
+    6 heads (head size 4), feed-forward 96, the two norms of each block and no final norm (as the
+    authors' model): 46,289 parameters. ``MiniGPT.karpathy()`` is the same with Karpathy's final
+    LayerNorm (gpt.py): 2 x width more, 46,337.
 
     Args:
         vocab: the vocabulary size.
@@ -46,24 +49,39 @@ class MiniGPT(Module):
         dim: the model width.
         layers: the number of blocks.
         heads: attention heads per block.
+        final_norm: a LayerNorm between the last block and the head (Karpathy's gpt.py has one;
+            the paper's model does not).
         dtype: ``bt.float32`` or ``bt.float64``; default ``bt.get_default_dtype()`` when built.
     """
 
     def __init__(self, vocab: int = 65, block: int = 8, dim: int = 24, layers: int = 6, heads: int = 6,
-                 dtype: _core.DType | None = None) -> None:
+                 dtype: _core.DType | None = None, final_norm: bool = True) -> None:
         super().__init__(dtype)
+        if not isinstance(final_norm, bool):
+            raise TypeError(f"final_norm must be a bool, got {type(final_norm).__name__}")
         self.vocab, self.block, self.dim, self.n_layers, self.n_heads = vocab, block, dim, layers, heads
+        self.final_norm = final_norm
         self.tok = Embedding(vocab, dim, dtype=self.dtype)
         self.pos = Embedding(block, dim, dtype=self.dtype)
         self.blocks = [Block(dim, heads, dtype=self.dtype) for _ in range(layers)]
-        self.ln_f = LayerNorm(dim, dtype=self.dtype)
+        if final_norm:
+            self.ln_f = LayerNorm(dim, dtype=self.dtype)
         self.head = Linear(dim, vocab, dtype=self.dtype)
 
     @classmethod
     def paper(cls, vocab: int = 65, dtype: _core.DType = _core.float32) -> MiniGPT:
-        """The paper's W5 (block 8, width 24, 6 layers of 6 heads), in FP32 as the paper trains it
-        (``dtype`` defaults to ``bt.float32``, not to ``bt.get_default_dtype()``)."""
-        return cls(vocab=vocab, block=8, dim=24, layers=6, heads=6, dtype=dtype)
+        """The paper's W5 exactly (block 8, width 24, 6 layers of 6 heads, no final norm: 46,289
+        parameters on 65 characters), in FP32 as the paper trains it (``dtype`` defaults to
+        ``bt.float32``, not to ``bt.get_default_dtype()``)."""
+        return cls(vocab=vocab, block=8, dim=24, layers=6, heads=6, dtype=dtype, final_norm=False)
+
+    @classmethod
+    def karpathy(cls, vocab: int = 65, dtype: _core.DType = _core.float32) -> MiniGPT:
+        """The paper's sizes with Karpathy's final LayerNorm (gpt.py): 46,337 parameters on 65."""
+        return cls(vocab=vocab, block=8, dim=24, layers=6, heads=6, dtype=dtype, final_norm=True)
+
+    def _final(self, x: _core.Vector) -> _core.Vector:
+        return self.head(self.ln_f(x) if self.final_norm else x)
 
     def forward(self, ids: Sequence[int]) -> _core.Vector:
         T = len(ids)
@@ -72,7 +90,7 @@ class MiniGPT(Module):
         x = self.tok(ids) + self.pos.weight[0:T]
         for blk in self.blocks:
             x = blk(x)
-        return self.head(self.ln_f(x))
+        return self._final(x)
 
     def loss(self, ids: Sequence[int], targets: Sequence[int]) -> _core.Value:
         """Cross-entropy averaged over the positions."""
@@ -90,9 +108,9 @@ class MiniGPT(Module):
         x = self.tok(ids) + _core.cat([pos] * k).reshape(k * T, self.dim)
         for blk in self.blocks:
             x = blk(x, sequences=k)
-        logits = self.head(self.ln_f(x))
+        logits = self._final(x)
         return _core.cross_entropy(logits, [t for s in samples for t in s[1]])
 
     def extra_repr(self) -> str:
         return (f"vocab={self.vocab}, block={self.block}, dim={self.dim}, layers={self.n_layers}, "
-                f"heads={self.n_heads}")
+                f"heads={self.n_heads}" + ("" if self.final_norm else ", final_norm=False"))

@@ -52,8 +52,11 @@ def check_batch(batch: Any) -> Any:
 
 
 def mean_of(replies: Sequence[Reply], n: int, d: int) -> np.ndarray:
-    """(1/n) * the sum of the replies' messages, summed in client order (bitwise reproducible)."""
+    """(1/n) * the sum of the replies' messages, summed in client order (bitwise reproducible); zero
+    for a round without replies (Bernoulli sampling may choose nobody: nothing moves)."""
     acc = np.zeros(d)
+    if not replies:
+        return acc
     for r in replies:
         if r.message is None:
             raise ValueError(f"client {r.client} sent no message")
