@@ -23,6 +23,10 @@ NB_MODULE(_core, m) {
     // The SIMD kernels this build chose, and whether its multiply-adds round once.
     m.attr("simd") = bt::simd::isa;
     m.attr("fused_multiply_add") = bt::simd::kFusedMadd;
+#ifdef BT_ISA_LEVEL
+    // The ISA level this build of the module was compiled for (CMakeLists.txt's levels).
+    m.attr("isa_level") = BT_ISA_LEVEL;
+#endif
 #ifdef BT_BUILD_INFO
     m.attr("build_info") = BT_BUILD_INFO;
 #endif

@@ -1,6 +1,7 @@
 // Reserved storage whose elements never move.
 //
-// The whole capacity is reserved as address space up front (PROT_NONE, no memory committed);
+// The whole capacity is reserved as address space up front (no access, no memory committed;
+// platform.hpp);
 // pages become readable/writable only as the owner asks for more elements. So:
 //  - pointers into a column stay valid for its whole life (numpy views, threads),
 //  - growing never copies, and shrinking (rewind) never frees: the steady state of a training
@@ -13,14 +14,13 @@
 // grad[i], gen[i]) would otherwise sit at addresses equal modulo 4 KiB, and the CPU then takes
 // a load of one for a store to another ("4K aliasing"), which stalls every append.
 #pragma once
-#include <sys/mman.h>
-#include <unistd.h>
-
 #include <cstddef>
 #include <cstdint>
 #include <new>
 #include <stdexcept>
 #include <string>
+
+#include "platform.hpp"
 
 namespace bt {
 
@@ -36,13 +36,13 @@ public:
         if (max_ > (SIZE_MAX - page() - skew_) / sizeof(T))
             throw CapacityError("column capacity overflows the address space");
         reserved_bytes_ = round_up(skew_ + max_ * sizeof(T));
-        void* p = mmap(nullptr, reserved_bytes_, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-        if (p == MAP_FAILED) throw std::bad_alloc();
+        void* p = platform::reserve(reserved_bytes_);
+        if (!p) throw std::bad_alloc();
         base_ = static_cast<char*>(p);
         data_ = reinterpret_cast<T*>(base_ + skew_);
     }
     ~Column() {
-        if (base_) munmap(base_, reserved_bytes_);
+        if (base_) platform::unreserve(base_, reserved_bytes_);
     }
     Column(const Column&) = delete;
     Column& operator=(const Column&) = delete;
@@ -66,15 +66,14 @@ public:
         if (bytes < need) bytes = need;
         bytes = round_up(bytes);
         if (bytes > reserved_bytes_) bytes = reserved_bytes_;
-        if (mprotect(base_ + committed_bytes_, bytes - committed_bytes_, PROT_READ | PROT_WRITE) != 0)
-            throw std::bad_alloc();
+        if (!platform::commit(base_ + committed_bytes_, bytes - committed_bytes_)) throw std::bad_alloc();
         committed_bytes_ = bytes;
     }
     // Returns the physical pages beyond the first n elements to the OS. They stay mapped (reads
     // give zeros), so a numpy view made earlier over them can never fault.
     void release_beyond(size_t n) {
         const size_t keep = round_up(skew_ + n * sizeof(T));
-        if (keep < committed_bytes_) madvise(base_ + keep, committed_bytes_ - keep, MADV_DONTNEED);
+        if (keep < committed_bytes_) platform::discard(base_ + keep, committed_bytes_ - keep);
     }
 
     [[noreturn]] void capacity_exceeded() const {
@@ -84,7 +83,7 @@ public:
 
 private:
     static size_t page() {
-        static const size_t p = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+        static const size_t p = platform::page_size();
         return p;
     }
     static size_t round_up(size_t bytes) { return (bytes + page() - 1) / page() * page(); }

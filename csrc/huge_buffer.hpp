@@ -7,21 +7,21 @@
 // contiguous, so a wide layer's products and the compiled steps over it run faster and more
 // evenly (build/cpp/gemm_kernels compares the two).
 //
-// Large buffers are mapped 2 MiB-aligned and marked MADV_HUGEPAGE; where the kernel has no
+// Large buffers are mapped 2 MiB-aligned and marked MADV_HUGEPAGE (platform.hpp); where the OS has no
 // transparent huge pages the mark is refused and they stay ordinary pages. Only touched pages
 // take memory, so the rounding costs nothing without huge pages and at most the rest of one
 // 2 MiB page with them. Small buffers stay on the heap (and, in sanitized builds, all of them).
 // Growing keeps the contents (and, as a std::vector's resize, the new elements start at zero);
 // it never shrinks, so a training loop's steady state allocates nothing.
 #pragma once
-#include <sys/mman.h>
-
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <new>
 #include <type_traits>
 #include <utility>
+
+#include "platform.hpp"
 
 namespace bt {
 
@@ -33,7 +33,7 @@ inline constexpr size_t kHugeBufferFrom = SIZE_MAX;
 #else
 inline constexpr size_t kHugeBufferFrom = size_t(256) << 10;
 #endif
-inline constexpr size_t kHugePage = size_t(2) << 20;
+using platform::kHugePage;
 
 template <typename T>
 class HugeBuffer {
@@ -75,17 +75,9 @@ public:
         size_t mapped = 0;
         if (bytes >= kHugeBufferFrom) {
             mapped = (bytes + kHugePage - 1) / kHugePage * kHugePage;
-            // One extra huge page of address space to align within; the ends are unmapped again.
-            void* p = mmap(nullptr, mapped + kHugePage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-            if (p == MAP_FAILED) throw std::bad_alloc();
-            char* const base = static_cast<char*>(p);
-            char* const aligned =
-                reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(base) + kHugePage - 1) / kHugePage * kHugePage);
-            if (aligned > base) munmap(base, size_t(aligned - base));
-            const size_t tail = size_t(base + mapped + kHugePage - (aligned + mapped));
-            if (tail) munmap(aligned + mapped, tail);
-            madvise(aligned, mapped, MADV_HUGEPAGE);  // refused without THP: ordinary pages then
-            fresh = reinterpret_cast<T*>(aligned);    // zero-filled by the kernel
+            void* p = platform::map_huge(mapped);
+            if (!p) throw std::bad_alloc();
+            fresh = static_cast<T*>(p);  // zero-filled by the OS
         } else {
             fresh = static_cast<T*>(::operator new(bytes, std::align_val_t(64)));
             std::memset(static_cast<void*>(fresh), 0, bytes);
@@ -101,7 +93,7 @@ private:
     void release() {
         if (!data_) return;
         if (mapped_)
-            munmap(static_cast<void*>(data_), mapped_);
+            platform::unmap_huge(static_cast<void*>(data_), mapped_);
         else
             ::operator delete(static_cast<void*>(data_), std::align_val_t(64));
         data_ = nullptr;

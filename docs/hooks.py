@@ -4,7 +4,7 @@
 with the docstrings) next to the compiled file, which in an editable install is a build
 directory, not `src/`. Griffe reads packages from source, so this hook stages `src/burtorch` and
 the installed stubs side by side in a temporary directory and points mkdocstrings there. Nothing
-is imported from burtorch but the location of its extension; no network is used.
+is imported from burtorch (its stubs are found by name); no network is used.
 """
 
 from __future__ import annotations
@@ -23,12 +23,17 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @event_priority(100)  # before mkdocstrings reads its handler options
 def on_config(config):
-    spec = importlib.util.find_spec("burtorch._core")
-    if spec is None or spec.origin is None:
+    # The package's directories (an editable install has two: the build's and src/): the stubs
+    # sit beside the extension's builds (one per ISA level), whose names the package chooses at
+    # import, so they are looked for by the stubs' own name without importing anything.
+    spec = importlib.util.find_spec("burtorch")
+    if spec is None or not spec.submodule_search_locations:
         raise PluginError("burtorch is not installed: pip install . before building the docs")
-    stubs = Path(spec.origin).parent / "_core"
-    if not (stubs / "__init__.pyi").is_file():
-        raise PluginError(f"no type stubs beside {spec.origin} (built with BURTORCH_STUBS=OFF?)")
+    dirs = [Path(d) for d in spec.submodule_search_locations]
+    found = [d / "_core" for d in dirs if (d / "_core" / "__init__.pyi").is_file()]
+    if not found:
+        raise PluginError(f"no type stubs in {list(spec.submodule_search_locations)} (built with BURTORCH_STUBS=OFF?)")
+    stubs = found[0]
     stage = Path(tempfile.mkdtemp(prefix="burtorch-docs-"))
     atexit.register(shutil.rmtree, stage, True)
     shutil.copytree(ROOT / "src" / "burtorch", stage / "burtorch", ignore=shutil.ignore_patterns("__pycache__"))

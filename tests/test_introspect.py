@@ -83,7 +83,9 @@ def test_the_library_imports_neither_the_benchmarks_nor_the_app_nor_heavy_packag
         f"skip = {skip!r}\n"
         "def walk(package):\n"
         "    for m in pkgutil.iter_modules(package.__path__, package.__name__ + '.'):\n"
-        "        if m.name in skip:\n"
+        # the extension's per-ISA builds (_core_generic, ...): each is burtorch._core under
+        # another file name, loaded by burtorch._isa, not importable by its own name
+        "        if m.name in skip or m.name.rpartition('.')[2].startswith('_core_'):\n"
         "            continue\n"
         "        names.append(m.name)\n"
         "        module = importlib.import_module(m.name)\n"

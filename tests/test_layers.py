@@ -78,15 +78,16 @@ def imports_of(name: str, path: Path, modules: set[str]) -> set[str]:
     return found
 
 
-# The native extension: a module of the core with no Python imports.
-NATIVE = "burtorch._core"
+# The native extension and the CPU probe that picks its build: modules of the core with no Python
+# imports.
+NATIVE = ("burtorch._core", "burtorch._cpu")
 
 
 def import_graph(pkg: Path = PKG) -> dict[str, set[str]]:
     files = module_files(pkg)
-    modules = set(files) | {NATIVE}
+    modules = set(files) | set(NATIVE)
     graph = {name: imports_of(name, path, modules) for name, path in files.items()}
-    graph[NATIVE] = set()
+    graph.update({name: set() for name in NATIVE})
     return graph
 
 

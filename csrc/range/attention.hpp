@@ -193,7 +193,9 @@ inline void mha_backward(const Frame<T>& A, const Record& r, const Operands& o) 
     // Each (sequence, head) pair adds only into its own columns of its sequence's rows of gX.
     auto run = [&](size_t t) {
         T* gP = buf + 2 * all + 2 * tt * t;
-        const auto [b, e] = threads::split(units, tasks, t);
+        // plain locals: the lambda below captures them (see range/common.hpp's scatter_first)
+        const std::pair<size_t, size_t> be = threads::split(units, tasks, t);
+        const size_t b = be.first, e = be.second;
         with_head_size(hs, [&](auto w) {
             for (size_t u = b; u < e; ++u) {
                 const uint32_t sq = uint32_t(u / H), h = uint32_t(u % H);

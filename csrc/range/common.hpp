@@ -127,7 +127,10 @@ inline void scatter_first(T* dst, const SpanList& s, const T* src) {
         }
     };
     if (s.n == 0) return;
-    const auto [lo, hi] = slot_range(s);
+    // plain locals, not a structured binding: the lambda below captures them, which clang (16-20)
+    // refuses for bindings under -fopenmp-simd
+    const std::pair<size_t, size_t> range = slot_range(s);
+    const size_t lo = range.first, hi = range.second;
     const size_t tasks = span_tasks(s);
     if (tasks <= 1) return write(lo, hi);
     threads::parallel_tasks(tasks, [&](size_t t) {
@@ -160,7 +163,10 @@ inline void scatter_add(T* dst, const SpanList& s, const T* src, bool first = fa
         }
         return;
     }
-    const auto [lo, hi] = slot_range(s);
+    // plain locals, not a structured binding: the lambda below captures them, which clang (16-20)
+    // refuses for bindings under -fopenmp-simd
+    const std::pair<size_t, size_t> range = slot_range(s);
+    const size_t lo = range.first, hi = range.second;
     threads::parallel_tasks(tasks, [&](size_t t) {
         const auto [b, e] = threads::split(hi - lo, tasks, t, 16);  // ranges a whole number of 16 slots
         const size_t d0 = lo + b, d1 = lo + e;

@@ -6,9 +6,14 @@ nodes and records, ``backward()`` sweeps the records once in reverse, and ``chec
 """
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
+# Importing _isa loads the build of the extension this CPU runs best as burtorch._core.
+from . import _isa  # noqa: F401
+
+# isort: split
 from . import _core
 from ._core import (  # noqa: F401  (re-exported API: the engine, its types and every op)
     AnomalyError,
@@ -123,7 +128,22 @@ _LAZY_NAMES = {"numpy_view": ".views", "load_array": ".views", "memory_report": 
                "grad_oracle": ".oracle", "per_sample_grads": ".oracle_compiled", "record_times": ".record_timer",
                "explain_plan": ".planner",
                **dict.fromkeys(("value_and_grad", "grad", "trace", "Program", "TraceError"), ".program")}
-build_info = getattr(_core, "build_info", "unknown")
+
+
+class _BuildInfo(str):
+    """``bt.build_info``: the build's description as a string (compiler, flags, ISA level);
+    called, ``bt.build_info()`` returns it as a dict, with the ISA level that runs and the levels
+    the CPU supports."""
+
+    def __call__(self) -> dict[str, Any]:
+        from . import _cpu
+
+        return {"isa": _core.isa_level, "simd": _core.simd, "fused_multiply_add": bool(_core.fused_multiply_add),
+                "cpu_levels": list(_cpu.supported_levels()), "forced": os.environ.get(_isa.ENV) or None,
+                "extension": _core.__spec__.origin if _core.__spec__ else None, "build": str(self)}
+
+
+build_info = _BuildInfo(f"{getattr(_core, 'build_info', 'unknown')}; isa: {getattr(_core, 'isa_level', '?')}")
 # Quadruple precision, where the compiler provides __float128 (absent otherwise: test with
 # hasattr(bt, "float128")). A scalar Value type of its own, not an arena dtype (docs: Scalar types).
 if hasattr(_core, "float128"):

@@ -9,6 +9,8 @@ from __future__ import annotations
 import signal
 import threading
 
+from ..platform import STOP_SIGNALS
+
 
 class StopRequests:
     """``with StopRequests() as stop:`` ... ``if stop.signal: break`` (the signal's number).
@@ -17,7 +19,7 @@ class StopRequests:
     the previous ones are restored on exit.
     """
 
-    SIGNALS = ("SIGINT", "SIGTERM")
+    SIGNALS = STOP_SIGNALS  # SIGINT and SIGTERM on POSIX, SIGINT and SIGBREAK on Windows
 
     def __init__(self):
         self.signal = None

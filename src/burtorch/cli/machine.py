@@ -6,6 +6,8 @@ import platform
 import subprocess
 import sys
 
+from ..platform import physical_memory
+
 # The instruction-set flags that matter for these kernels, in the order shown.
 INTERESTING_FLAGS = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw", "avx512vl",
                      "avx512_bf16", "avx512_vnni", "neon", "asimd")
@@ -26,10 +28,7 @@ def _cpuinfo() -> dict:
 
 
 def _memory_bytes() -> int | None:
-    try:
-        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    except (ValueError, OSError, AttributeError):
-        return None
+    return physical_memory()
 
 
 def _compiler() -> str:
@@ -50,7 +49,8 @@ def describe(compiler: bool = True) -> dict:
         compiler: also ask the system C++ compiler for its version (spawns a process).
 
     Returns:
-        ``burtorch``, ``build``, ``cpu``, ``cpu_flags`` (the flags of :data:`INTERESTING_FLAGS`
+        ``burtorch``, ``build``, ``isa`` (the ISA level that runs: bt.build_info()), ``cpu``,
+        ``cpu_flags`` (the flags of :data:`INTERESTING_FLAGS`
         the CPU has), ``virtualized``, ``logical_cpus``, ``memory_gib``, ``os``, ``python``,
         ``python_impl`` and, with ``compiler``, ``compiler``.
     """
@@ -61,7 +61,8 @@ def describe(compiler: bool = True) -> dict:
     mem = _memory_bytes()
     out = {
         "burtorch": burtorch.__version__,
-        "build": burtorch.build_info,
+        "build": str(burtorch.build_info),
+        "isa": burtorch.build_info()["isa"],
         "cpu": info.get("model name") or platform.processor() or platform.machine(),
         "cpu_flags": [f for f in INTERESTING_FLAGS if f in flags],
         "virtualized": "hypervisor" in flags,

@@ -19,6 +19,7 @@ import threading
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
+from ..platform import EXCLUSIVE_CREATE_FLAGS
 from .regular_file import _KINDS, NotRegularFileError
 
 if TYPE_CHECKING:
@@ -28,8 +29,7 @@ SUFFIX = ".burtorch-tmp"
 _ORPHAN = re.compile(r"^\..*\.(\d+)\.[0-9a-f]{12}" + re.escape(SUFFIX) + "$")
 _MAX_NAME_IN_TEMP = 96  # keeps temp names under NAME_MAX whatever the destination's name
 
-_TEMP_FLAGS = (os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0)
-               | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0))
+_TEMP_FLAGS = EXCLUSIVE_CREATE_FLAGS
 _TEMP_MODE = 0o600
 _swept: set[str] = set()
 _swept_lock = threading.Lock()
