@@ -102,13 +102,7 @@ inline void* map_huge(size_t bytes) {
 #endif
 }
 
-inline void unmap_huge(void* p, size_t bytes) {
-#if defined(_WIN32)
-    (void)bytes;
-    VirtualFree(p, 0, MEM_RELEASE);
-#else
-    munmap(p, bytes);
-#endif
-}
+// A huge mapping is given back as a reservation is.
+inline void unmap_huge(void* p, size_t bytes) { unreserve(p, bytes); }
 
 }  // namespace bt::platform
