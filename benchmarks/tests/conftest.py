@@ -15,3 +15,4 @@ _spec.loader.exec_module(_library)
 pytest_collection_modifyitems = _library.pytest_collection_modifyitems
 _own_thread_count = _library._own_thread_count
 shared_data = _library.shared_data
+_arenas_start_reclaimed = _library._arenas_start_reclaimed
