@@ -36,6 +36,8 @@ from ._core import (  # noqa: F401  (re-exported API: the engine, its types and 
     dot,
     embedding,
     exp,
+    bfloat16,
+    float16,
     float32,
     float64,
     get_default_dtype,
