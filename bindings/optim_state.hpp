@@ -10,13 +10,13 @@ namespace btpy {
 
 struct OptimState {
     bt::DType dtype;
-    // nbuf buffers of the parameters' size, one after another; for bfloat16 and float16 parameters
-    // one more at the end: their master copy (see master_step in optim.cpp).
-    std::vector<double> buf;
+    std::vector<double> buf;  // nbuf buffers of the parameters' size, one after another
     uint32_t nbuf;
     uint64_t steps = 0;
+    // bfloat16 and float16 parameters: their float32 master copy (master_step in optim.cpp); it
+    // follows the buffers in state() and load_state().
+    std::vector<float> master;
     static bool has_master(bt::DType d) { return d == bt::DType::bfloat16 || d == bt::DType::float16; }
-    uint32_t buffers() const { return nbuf + (has_master(dtype) ? 1 : 0); }
 };
 
 }  // namespace btpy
