@@ -327,3 +327,16 @@ def test_bad_input_raises(fmt):
         opt = SGD(model.parameters(), lr=0.1)
         with pytest.raises(TypeError, match="float32 and float64"):
             opt.fused_step(model, [([0] * 16, 1)])
+
+
+@pytest.mark.parametrize("fmt", sorted(HALF))
+def test_load_array_rounds_like_the_arena(fmt):
+    np = pytest.importorskip("numpy")
+    from burtorch.views import load_array
+
+    dtype, _ = HALF[fmt]
+    xs = [x for x in _samples(fmt, 300, seed=11) if abs(x) < 1e300]
+    with bt.Arena(dtype), np.errstate(over="ignore"):
+        v = bt.vector([0.0] * len(xs))
+        load_array(v, np.array(xs))
+        assert v.data == [reference_round(x, fmt) for x in xs]
