@@ -340,3 +340,27 @@ def test_load_array_rounds_like_the_arena(fmt):
         v = bt.vector([0.0] * len(xs))
         load_array(v, np.array(xs))
         assert v.data == [reference_round(x, fmt) for x in xs]
+
+
+@pytest.mark.parametrize("fmt", sorted(HALF))
+def test_mlp_sgd_steps_lower_the_loss(fmt):
+    from burtorch.data import default_words  # the embedded word list every clone has
+
+    dtype, _ = HALF[fmt]
+    words = default_words()[:200]
+    chars = ["."] + sorted({c for w in words for c in w})
+    samples = []
+    for w in words:
+        ctx = [0] * 3
+        for c in w + ".":
+            samples.append((list(ctx), chars.index(c)))
+            ctx = ctx[1:] + [chars.index(c)]
+    batch = random.Random(1).sample(samples, 32)
+    with bt.Arena(dtype):
+        model = MakemoreMLP(vocab=len(chars), block=3, emb=8, hidden=32, dtype=dtype)
+        opt = SGD(model.parameters(), lr=0.2)
+        first = bt.grad_oracle(model, batch)
+        for _ in range(20):
+            opt.step()
+            last = bt.grad_oracle(model, batch)
+    assert last < first - 0.5, (first, last)
