@@ -23,15 +23,65 @@ namespace bt {
 // every kernel below them) once, in bindings/range_kernels_{float,double}.cpp, instead of in
 // each one that appends, replays or sweeps records (see the declarations at the end).
 template <typename T>
-void range_backward(const Frame<T>& A, const Record& r, const uint32_t* rargs);
+void range_forward(const Frame<T>& A, const Record& r, const uint32_t* rargs) {
+    const Operands o = decode_operands(rargs);
+    const record_timer::Scope timed(0, record_timer::kind_of(r.op));
+    switch (r.op) {
+        case Op::copy: return copy_forward(A, r, o);
+        case Op::map_unary:
+        case Op::map_imm: return map_unary_forward(A, r, o);
+        case Op::map_binary: return map_binary_forward(A, r, o);
+        case Op::sum_range: return sum_forward(A, r, o);
+        case Op::dot_range: return dot_forward(A, r, o);
+        case Op::linear: return linear_forward(A, r, o);
+        case Op::softmax: return softmax_forward(A, r, o);
+        case Op::cross_entropy: return cross_entropy_forward(A, r, o);
+        case Op::layer_norm: return layer_norm_forward(A, r, o);
+        case Op::attention: return attention_forward(A, r, o);
+        case Op::multi_head_attention: return mha_forward(A, r, o);
+        case Op::gather: return gather_forward(A, r, o);
+        case Op::lookup_linear: return lookup_linear_forward(A, r, o);
+        default: return;
+    }
+}
 
-// A range record of a bfloat16 or float16 arena runs through the float kernels (whose sums and dot
-// products then accumulate in float): the slots it reads and writes are widened into a compact
-// float frame, its spans renumbered into that frame, and what it wrote rounded back to the
-// format once. The SIMD kernels are compiled for float and double only; this costs a copy of the
-// record's operands, small next to its products, and no kernel instantiation per half type.
+template <typename T>
+void range_backward(const Frame<T>& A, const Record& r, const uint32_t* rargs) {
+    const Operands o = decode_operands(rargs);
+    const record_timer::Scope timed(1, record_timer::kind_of(r.op));
+    switch (r.op) {
+        case Op::copy: return copy_backward(A, r, o);
+        case Op::map_unary:
+        case Op::map_imm: return map_unary_backward(A, r, o);
+        case Op::map_binary: return map_binary_backward(A, r, o);
+        case Op::sum_range: return sum_backward(A, r, o);
+        case Op::dot_range: return dot_backward(A, r, o);
+        case Op::linear: return linear_backward(A, r, o);
+        case Op::softmax: return softmax_backward(A, r, o);
+        case Op::cross_entropy: return cross_entropy_backward(A, r, o);
+        case Op::layer_norm: return layer_norm_backward(A, r, o);
+        case Op::attention: return attention_backward(A, r, o);
+        case Op::multi_head_attention: return mha_backward(A, r, o);
+        case Op::gather: return gather_backward(A, r, o);
+        case Op::lookup_linear: return lookup_linear_backward(A, r, o);
+        default: return;
+    }
+}
+
+#ifdef BT_SEPARATE_RANGE_KERNELS
+extern template void range_forward<float>(const Frame<float>&, const Record&, const uint32_t*);
+extern template void range_forward<double>(const Frame<double>&, const Record&, const uint32_t*);
+extern template void range_backward<float>(const Frame<float>&, const Record&, const uint32_t*);
+extern template void range_backward<double>(const Frame<double>&, const Record&, const uint32_t*);
+#endif
+
+// The range records of the 16-bit formats run through the float kernels (whose sums and dot
+// products then accumulate in float): the slots a record reads and writes are widened into a
+// compact float frame, its spans renumbered into that frame, and what it wrote rounded back to
+// the format once. The SIMD kernels are compiled for float and double only; this costs a copy of
+// the record's operands, small next to its products, and no kernel code per half type.
 template <typename T, bool Backward>
-void widened_range(const Frame<T>& A, const Record& r, const uint32_t* rargs) {
+inline void widened_range(const Frame<T>& A, const Record& r, const uint32_t* rargs) {
     static_assert(is_half_v<T>);
     struct Widened {
         std::vector<uint32_t> args;
@@ -97,69 +147,21 @@ void widened_range(const Frame<T>& A, const Record& r, const uint32_t* rargs) {
     }
 }
 
-template <typename T>
-void range_forward(const Frame<T>& A, const Record& r, const uint32_t* rargs) {
-    if constexpr (is_half_v<T>) {
-        return widened_range<T, false>(A, r, rargs);
-    } else {
-        const Operands o = decode_operands(rargs);
-        const record_timer::Scope timed(0, record_timer::kind_of(r.op));
-        switch (r.op) {
-            case Op::copy: return copy_forward(A, r, o);
-            case Op::map_unary:
-            case Op::map_imm: return map_unary_forward(A, r, o);
-            case Op::map_binary: return map_binary_forward(A, r, o);
-            case Op::sum_range: return sum_forward(A, r, o);
-            case Op::dot_range: return dot_forward(A, r, o);
-            case Op::linear: return linear_forward(A, r, o);
-            case Op::softmax: return softmax_forward(A, r, o);
-            case Op::cross_entropy: return cross_entropy_forward(A, r, o);
-            case Op::layer_norm: return layer_norm_forward(A, r, o);
-            case Op::attention: return attention_forward(A, r, o);
-            case Op::multi_head_attention: return mha_forward(A, r, o);
-            case Op::gather: return gather_forward(A, r, o);
-            case Op::lookup_linear: return lookup_linear_forward(A, r, o);
-            default: return;
-        }
-    }
+template <>
+inline void range_forward<bfloat16>(const Frame<bfloat16>& A, const Record& r, const uint32_t* rargs) {
+    widened_range<bfloat16, false>(A, r, rargs);
 }
-
-template <typename T>
-void range_backward(const Frame<T>& A, const Record& r, const uint32_t* rargs) {
-    if constexpr (is_half_v<T>) {
-        return widened_range<T, true>(A, r, rargs);
-    } else {
-        const Operands o = decode_operands(rargs);
-        const record_timer::Scope timed(1, record_timer::kind_of(r.op));
-        switch (r.op) {
-            case Op::copy: return copy_backward(A, r, o);
-            case Op::map_unary:
-            case Op::map_imm: return map_unary_backward(A, r, o);
-            case Op::map_binary: return map_binary_backward(A, r, o);
-            case Op::sum_range: return sum_backward(A, r, o);
-            case Op::dot_range: return dot_backward(A, r, o);
-            case Op::linear: return linear_backward(A, r, o);
-            case Op::softmax: return softmax_backward(A, r, o);
-            case Op::cross_entropy: return cross_entropy_backward(A, r, o);
-            case Op::layer_norm: return layer_norm_backward(A, r, o);
-            case Op::attention: return attention_backward(A, r, o);
-            case Op::multi_head_attention: return mha_backward(A, r, o);
-            case Op::gather: return gather_backward(A, r, o);
-            case Op::lookup_linear: return lookup_linear_backward(A, r, o);
-            default: return;
-        }
-    }
+template <>
+inline void range_forward<float16>(const Frame<float16>& A, const Record& r, const uint32_t* rargs) {
+    widened_range<float16, false>(A, r, rargs);
 }
-
-#ifdef BT_SEPARATE_RANGE_KERNELS
-extern template void range_forward<float>(const Frame<float>&, const Record&, const uint32_t*);
-extern template void range_forward<double>(const Frame<double>&, const Record&, const uint32_t*);
-extern template void range_backward<float>(const Frame<float>&, const Record&, const uint32_t*);
-extern template void range_backward<double>(const Frame<double>&, const Record&, const uint32_t*);
-extern template void range_forward<bfloat16>(const Frame<bfloat16>&, const Record&, const uint32_t*);
-extern template void range_forward<float16>(const Frame<float16>&, const Record&, const uint32_t*);
-extern template void range_backward<bfloat16>(const Frame<bfloat16>&, const Record&, const uint32_t*);
-extern template void range_backward<float16>(const Frame<float16>&, const Record&, const uint32_t*);
-#endif
+template <>
+inline void range_backward<bfloat16>(const Frame<bfloat16>& A, const Record& r, const uint32_t* rargs) {
+    widened_range<bfloat16, true>(A, r, rargs);
+}
+template <>
+inline void range_backward<float16>(const Frame<float16>& A, const Record& r, const uint32_t* rargs) {
+    widened_range<float16, true>(A, r, rargs);
+}
 
 }  // namespace bt
