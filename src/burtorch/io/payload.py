@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import array
 import struct
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ..node_selection import Selection
@@ -64,6 +65,7 @@ def write_payload(t: Selection, payload: ReadableBuffer, what: str, byteorder: i
     parts = [("values", 0), ("grads", block)] if what == "both" else [(what, 0)]
     if t.values is not None:
         for part, offset in parts:
+            numbers: Sequence[float]
             if t.dtype in ("bfloat16", "float16"):
                 numbers = numbers_from_bytes(t.dtype, memoryview(payload)[offset:offset + block], byteorder)
             else:
