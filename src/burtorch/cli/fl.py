@@ -47,6 +47,9 @@ def register(sub) -> None:
                    help="minibatch size (ef21-sgd, vr-marina, page, fedavg)")
     p.add_argument("--p", type=positive_float, default=None,
                    help="MARINA/PAGE full-round probability (default: theory's)")
+    p.add_argument("--wire", default="fp32", choices=("fp32", "fp64"),
+                   help="width of the values clients send: fp32 rounds them to float32 before the server uses "
+                        "them; bits are counted at this width (default fp32)")
     p.add_argument("--local-steps", type=positive_int, default=5, help="FedAvg local steps (default 5)")
     p.add_argument("--executor", default="serial", choices=EXECUTORS)
     p.add_argument("--workers", type=positive_int, default=None, help="worker processes or Ray actors")
@@ -125,14 +128,15 @@ def build_method(args, name: str, compressor_name: str, lr, problem, d: int):
     from ..optim.compressors import make_compressor
     from ..optim.methods import COMPRESSING, make_method
 
-    compressor = make_compressor(compressor_name, d, args.k, args.s) if name in COMPRESSING else None
+    bits = 32 if args.wire == "fp32" else 64
+    compressor = make_compressor(compressor_name, d, args.k, args.s, bits) if name in COMPRESSING else None
     scale = args.lr_scale
     if isinstance(lr, tuple):
         lr, scale = None, lr[1]
         if not 0 < scale < float("inf"):
             raise ValueError(f"--compare {name}: the multiple of the theory step must be finite and > 0")
     method = make_method(name, lr=lr, compressor=compressor, batch=args.batch, p=args.p,
-                         local_steps=args.local_steps)
+                         local_steps=args.local_steps, wire=args.wire)
     method.bind(d, problem.n_clients, args.participation, problem.smoothness(), problem.shard_sizes())
     if lr is None:
         method.lr *= scale

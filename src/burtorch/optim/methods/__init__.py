@@ -3,7 +3,7 @@ runs) and their names, as make_method() and `burtorch fl --method` accept them."
 from __future__ import annotations
 
 from ..compressors import Compressor
-from .base import Method
+from .base import WIRES, Method, wire_bits
 from .diana import DIANA
 from .ef21 import EF21
 from .fedavg import FedAvg
@@ -17,8 +17,21 @@ METHODS = ("gd", "dcgd", "ef21", "ef21-sgd", "ef21-pp", "marina", "vr-marina", "
 
 
 def make_method(name: str, lr: float | None = None, compressor: Compressor | None = None, batch: int | None = None,
-                p: float | None = None, local_steps: int = 5, server_lr: float = 1.0) -> Method:
-    """A method by name, with the options that apply to it (the others must be left at None)."""
+                p: float | None = None, local_steps: int = 5, server_lr: float = 1.0, wire: str = "fp32") -> Method:
+    """A method by name, with the options that apply to it (the others must be left at None).
+    ``wire`` ("fp32" or "fp64") is the width its messages' values travel at; a compressor must
+    have been built for the same width (its ``float_bits``)."""
+    bits = wire_bits(wire)
+    if compressor is not None and compressor.float_bits != bits:
+        raise ValueError(f"the compressor counts {compressor.float_bits}-bit values, the wire is {wire}; "
+                         f"build it with float_bits={bits}")
+    method = _make(name, lr, compressor, batch, p, local_steps, server_lr)
+    method.float_bits = bits
+    return method
+
+
+def _make(name: str, lr: float | None, compressor: Compressor | None, batch: int | None, p: float | None,
+          local_steps: int, server_lr: float) -> Method:
     if name == "gd":
         return GD(lr)
     if name == "dcgd":
@@ -44,4 +57,4 @@ def make_method(name: str, lr: float | None = None, compressor: Compressor | Non
     raise ValueError(f"unknown method {name!r}; choose from {', '.join(METHODS)}")
 
 
-__all__ = ["Method", "GD", "DCGD", "EF21", "MARINA", "PAGE", "DIANA", "FedAvg", "METHODS", "COMPRESSING", "make_method"]
+__all__ = ["WIRES", "Method", "GD", "DCGD", "EF21", "MARINA", "PAGE", "DIANA", "FedAvg", "METHODS", "COMPRESSING", "make_method"]

@@ -27,8 +27,8 @@ class FedAvg(Method):
     partial_participation = True
 
     def __init__(self, lr: float | None = None, local_steps: int = 5, batch: int | None = None,
-                 server_lr: float = 1.0) -> None:
-        super().__init__(lr, None, batch=batch)
+                 server_lr: float = 1.0, float_bits: int = 32) -> None:
+        super().__init__(lr, None, float_bits=float_bits, batch=batch)
         if isinstance(local_steps, bool) or not isinstance(local_steps, int) or local_steps < 1:
             raise ValueError(f"local_steps must be a positive int, got {local_steps!r}")
         self.local_steps = local_steps
