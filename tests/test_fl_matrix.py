@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 
 from burtorch import fl
-from burtorch.cli.main import main
 from burtorch.fl import streams
 from burtorch.fl.logistic import synthetic
 
@@ -89,3 +88,94 @@ def test_fp32_wire_overflow_stops_the_run_as_diverged(problem):
         with pytest.raises(fl.federation.Diverged, match="diverged"):
             fed.run(20)
         assert fed.records and fed.stopped
+
+
+# ---------------------------------------------------------------- client sampling by importance
+
+
+def test_importance_probabilities_follow_L_and_cap_at_one():
+    from burtorch.fl.sampling import importance_probabilities
+
+    p = importance_probabilities([1.0, 2.0, 3.0, 4.0], 2.0)
+    rel_close(p, [0.2, 0.4, 0.6, 0.8])
+    p = importance_probabilities([1.0, 1.0, 1.0, 97.0], 2.0)  # the big one is capped, the rest share one
+    rel_close(p, [1 / 3, 1 / 3, 1 / 3, 1.0])
+    assert importance_probabilities([3.0, 5.0], 2.0) == (1.0, 1.0)
+    for bad_L, tau in (([1.0, 0.0], 1.0), ([1.0, float("nan")], 1.0), ([1.0, 2.0], 0.0), ([1.0, 2.0], 3.0)):
+        with pytest.raises(ValueError):
+            importance_probabilities(bad_L, tau)
+
+
+def test_importance_sampled_gd_is_the_reweighted_estimate_in_numpy(problem):
+    lr, rounds, tau = 0.2, 8, 0.5
+    L_local = np.array(problem.smoothness().L_local)
+    p = tau * N * L_local / L_local.sum()
+    assert np.all(p < 1) and len(set(np.round(p, 6))) > 1   # no capping, unequal probabilities here
+    fed = fl.Federation(problem, fl.make_method("gd", lr), tau, seed=9, sampling="importance")
+    rel_close(fed.probabilities, p)
+    x = fed.x.copy()
+    fed.run(rounds)
+    sizes, g = [], np.zeros(D)
+    for t in range(rounds):
+        if t > 0:
+            x = x - lr * g
+        chosen = [i for i in range(N) if streams.rng(9, streams.PARTICIPANTS, t, i + 1).random() < p[i]]
+        sizes.append(len(chosen))
+        g = sum(f32(grad_np(problem.shards[i], problem.lam, x)) / (N * p[i]) for i in chosen) + np.zeros(D)
+    rel_close(fed.server["g"], g)
+    assert sizes == [r["participants"] for r in fed.records] and len(set(sizes)) > 1
+
+
+def test_importance_sampling_frequencies_and_unbiased_estimate(problem):
+    fed = fl.Federation(problem, fl.make_method("dcgd", 0.1, fl.make_compressor("identity", D)), 0.5, seed=1,
+                        sampling="importance")
+    p = np.array(fed.probabilities)
+    rounds = 4000
+    counts = np.zeros(N)
+    for t in range(1, rounds + 1):
+        counts[fed.participants(t)] += 1
+    sd = np.sqrt(rounds * p * (1 - p))
+    assert np.all(np.abs(counts - rounds * p) < 5 * sd), (counts, rounds * p)
+    # the reweighted mean of fixed messages averages to their plain mean over the draws
+    from burtorch.optim.compressors import full_message
+    from burtorch.optim.methods.base import participant_mean
+    from burtorch.optim.rounds import Reply, Round
+
+    msgs = [np.arange(D, dtype=float) * (i + 1) for i in range(N)]
+    ctx = Round(1, np.zeros(D), None, None, 1, N, tuple(p))
+    acc = np.zeros(D)
+    for t in range(1, rounds + 1):
+        acc += participant_mean([Reply(i, full_message(msgs[i], 64), 0, None) for i in fed.participants(t)], ctx, D)
+    target = sum(msgs) / N
+    assert np.all(np.abs(acc / rounds - target) < 0.05 * np.abs(target).max())
+
+
+def test_importance_lr_is_the_stated_rule(problem):
+    from burtorch.fl.sampling import importance_lr
+
+    sm = problem.smoothness()
+    fed = fl.Federation(problem, fl.make_method("gd", 0.1), 0.5, seed=1, sampling="importance")
+    p = np.array(fed.probabilities)
+    A = max(np.array(sm.L_local) * (1 - p) / (N * p))
+    assert importance_lr(sm.L, sm.L_local, fed.probabilities, 100) == pytest.approx(
+        min(1 / sm.L, 1 / math.sqrt(sm.L * A * 100)), rel=1e-14)
+    assert importance_lr(sm.L, sm.L_local, (1.0,) * N, 100) == 1 / sm.L
+    # EF21-PP's theory step counts on the slowest client: alpha -> min_i p_i alpha
+    from burtorch.optim.methods.ef21 import ef21_lr
+
+    ef = fl.Federation(problem, fl.make_method("ef21-pp", None, fl.make_compressor("topk", D, 2)), 0.5, seed=1,
+                       sampling="importance")
+    assert ef.method.lr == pytest.approx(ef21_lr(sm.L, sm.L_tilde, 2 / D * min(p)), rel=1e-14)
+
+
+def test_partial_participation_refusals_say_why(problem):
+    with pytest.raises(ValueError, match="running sum"):
+        fl.Federation(problem, fl.make_method("marina", 0.1, fl.make_compressor("randk", D, 1)), 0.5)
+    with pytest.raises(ValueError, match="shift"):
+        fl.Federation(problem, fl.make_method("diana", 0.1, fl.make_compressor("randk", D, 1)), 0.5,
+                      sampling="importance")
+    from burtorch.fl.problem import SampleProblem
+
+    no_L = SampleProblem(lambda: None, [[1], [2]])
+    with pytest.raises(ValueError, match="per-client smoothness"):
+        fl.Federation(no_L, fl.make_method("gd", 0.1), 0.5, sampling="importance")

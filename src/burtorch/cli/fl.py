@@ -38,9 +38,10 @@ def register(sub) -> None:
     p.add_argument("--clients", type=positive_int, default=20)
     p.add_argument("--rounds", type=positive_int, default=1000)
     p.add_argument("--participation", type=positive_float, default=1.0, help="fraction of clients per round, in (0, 1]")
-    p.add_argument("--sampling", default="uniform", choices=("uniform", "bernoulli"),
-                   help="with --participation < 1: round(p n) clients uniformly (default), or each with "
-                        "probability p")
+    p.add_argument("--sampling", default="uniform", choices=("uniform", "bernoulli", "importance"),
+                   help="with --participation < 1: round(p n) clients uniformly (default), each with "
+                        "probability p, or each with probability p_i proportional to its smoothness L_i "
+                        "(p n expected; gd, dcgd and fedavg reweight by 1/p_i)")
     p.add_argument("--lr", type=positive_float, default=None, help="step size (default: the method's theory step)")
     p.add_argument("--lr-scale", type=positive_float, default=1.0, help="multiplies the theory step (default 1)")
     p.add_argument("--batch", type=positive_int, default=None,
@@ -137,7 +138,15 @@ def build_method(args, name: str, compressor_name: str, lr, problem, d: int):
             raise ValueError(f"--compare {name}: the multiple of the theory step must be finite and > 0")
     method = make_method(name, lr=lr, compressor=compressor, batch=args.batch, p=args.p,
                          local_steps=args.local_steps, wire=args.wire)
-    method.bind(d, problem.n_clients, args.participation, problem.smoothness(), problem.shard_sizes())
+    participation = args.participation
+    if args.sampling == "importance" and participation < 1.0:  # as Federation binds it: the smallest p_i
+        from ..fl.sampling import importance_probabilities
+
+        sm = problem.smoothness()
+        if sm is None or sm.L_local is None:
+            raise ValueError("--sampling importance: this problem knows no per-client smoothness constants L_i")
+        participation = min(importance_probabilities(sm.L_local, participation * problem.n_clients))
+    method.bind(d, problem.n_clients, participation, problem.smoothness(), problem.shard_sizes())
     if lr is None:
         method.lr *= scale
     return method

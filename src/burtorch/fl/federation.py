@@ -26,6 +26,7 @@ from ..optim.server import Server
 from ..seeding import next_seed
 from .executors import Executor, make_executor
 from .problem import Problem
+from .sampling import importance_probabilities
 
 CHECKPOINT_VERSION = 1
 
@@ -53,8 +54,10 @@ def load_checkpoint(path: str) -> Any:
 
 
 # How a round's clients are drawn when participation < 1: "uniform", round(participation * n) of
-# them without replacement; "bernoulli", each independently with probability participation.
-SAMPLINGS = ("uniform", "bernoulli")
+# them without replacement; "bernoulli", each independently with probability participation;
+# "importance", each independently with probability p_i ∝ L_i (fl/sampling.py), participation * n
+# of them expected, the averaging methods reweighting by 1/p_i.
+SAMPLINGS = ("uniform", "bernoulli", "importance")
 
 
 class Diverged(FloatingPointError):
@@ -89,8 +92,17 @@ class Federation(Server):
             raise ValueError(f"eval_every must be an int >= 0 (0: never), got {eval_every!r}")
         self.eval_every = eval_every
         seed = next_seed() if seed is None else int(seed)
-        super().__init__(method, problem.initial_point(seed), problem.shard_sizes(), self.participation,
-                         problem.smoothness(), seed)
+        smoothness = problem.smoothness()
+        self.probabilities: tuple[float, ...] | None = None
+        bound = self.participation
+        if sampling == "importance":
+            if smoothness is None or smoothness.L_local is None:
+                raise ValueError("client sampling by importance draws client i with probability ∝ L_i, and this "
+                                 "problem knows no per-client smoothness constants")
+            self.probabilities = importance_probabilities(smoothness.L_local, self.participation * problem.n_clients)
+            # the slowest client's rate is what the theory steps (EF21-PP's) may count on
+            bound = min(self.probabilities)
+        super().__init__(method, problem.initial_point(seed), problem.shard_sizes(), bound, smoothness, seed)
         self.executor = make_executor(executor, workers, address) if isinstance(executor, str) else executor
         self.records: list[dict[str, Any]] = []
         self.stopped: str | None = None  # why the run stopped early, if it did
@@ -100,6 +112,9 @@ class Federation(Server):
     def participants(self, t: int) -> list[int]:
         if self.participation == 1.0 or (t == 0 and self.method.full_first_round):
             return list(range(self.n))
+        if self.probabilities is not None:  # importance: client i on a coin of probability p_i
+            ps = self.probabilities
+            return [i for i in range(self.n) if streams.rng(self.seed, streams.PARTICIPANTS, t, i + 1).random() < ps[i]]
         if self.sampling == "bernoulli":  # each client on its own coin: the round's size varies
             p = self.participation
             return [i for i in range(self.n) if streams.rng(self.seed, streams.PARTICIPANTS, t, i + 1).random() < p]
@@ -113,6 +128,8 @@ class Federation(Server):
             raise Diverged(self.stopped)
         ctx = self.open_round()
         chosen = self.participants(ctx.t)
+        if self.probabilities is not None and len(chosen) < self.n:
+            ctx.probabilities = self.probabilities
         if evaluate is None:
             evaluate = self.eval_every > 0 and ctx.t % self.eval_every == 0
         start = time.perf_counter()

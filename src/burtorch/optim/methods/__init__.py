@@ -57,4 +57,5 @@ def _make(name: str, lr: float | None, compressor: Compressor | None, batch: int
     raise ValueError(f"unknown method {name!r}; choose from {', '.join(METHODS)}")
 
 
-__all__ = ["WIRES", "Method", "GD", "DCGD", "EF21", "MARINA", "PAGE", "DIANA", "FedAvg", "METHODS", "COMPRESSING", "make_method"]
+__all__ = ["WIRES", "Method", "GD", "DCGD", "EF21", "MARINA", "PAGE", "DIANA", "FedAvg", "METHODS", "COMPRESSING",
+           "make_method"]

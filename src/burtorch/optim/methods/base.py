@@ -96,10 +96,26 @@ def mean_of(replies: Sequence[Reply], n: int, d: int) -> np.ndarray:
     return acc
 
 
+def participant_mean(replies: Sequence[Reply], ctx: Round, d: int) -> np.ndarray:
+    """The mean message of a round's participants S: (1/|S|) sum_S m_i, or, when clients were
+    drawn by importance with probabilities p_i, the unbiased (1/n) sum_S m_i / p_i (in client
+    order, bitwise reproducible)."""
+    if ctx.probabilities is None:
+        return mean_of(replies, len(replies), d)
+    acc = np.zeros(d)
+    for r in replies:
+        if r.message is None:
+            raise ValueError(f"client {r.client} sent no message")
+        r.message.add_to(acc, 1.0 / ctx.probabilities[r.client])
+    acc /= ctx.n_clients
+    return acc
+
+
 class Method:
     name = "method"
     compressor_kind: str | None = None   # None: sends full vectors; "any", "unbiased", "contractive"
     partial_participation = False        # may run with a fraction of the clients per round
+    refuses_partial = "its update needs every client's message in every round"  # why, when it does
     full_first_round = False              # round 0 initialises every client's state
     uses_previous_point = False           # clients evaluate at the previous point too
     exact = False                         # True: values are not rounded to the wire (nothing is sent)
@@ -132,8 +148,8 @@ class Method:
                 raise ValueError(f"{self.name} needs a contractive compressor (topk, identity, or scaled-NAME for "
                                  f"an unbiased one), got {type(c).__name__}")
         if participation < 1.0 and not self.partial_participation:
-            raise ValueError(f"{self.name} runs with full participation only (participation=1); "
-                             f"ef21-pp, dcgd, gd and fedavg sample clients")
+            raise ValueError(f"{self.name} runs with full participation only (participation=1): "
+                             f"{self.refuses_partial}; ef21-pp, dcgd, gd and fedavg sample clients")
         if self.batch is not None and self.batch > min(shard_sizes):
             raise ValueError(f"batch={self.batch} is larger than the smallest client shard "
                              f"({min(shard_sizes)} samples)")

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .base import Method, check_lr, mean_of
+from .base import Method, check_lr, participant_mean
 
 if TYPE_CHECKING:
     from ..compressors import Message
@@ -46,7 +46,7 @@ class FedAvg(Method):
         return x
 
     def absorb(self, x: np.ndarray, server: dict[str, Any], replies: list[Reply], ctx: Round) -> np.ndarray:
-        return x - self.server_lr * mean_of(replies, len(replies), len(x))
+        return x - self.server_lr * participant_mean(replies, ctx, len(x))
 
     def settings(self) -> dict[str, Any]:
         return {**super().settings(), "local_steps": self.local_steps, "server_lr": self.server_lr}

@@ -41,6 +41,9 @@ class MARINA(Method):
     name = "marina"
     compressor_kind = "unbiased"
     full_first_round = True
+    refuses_partial = ("g is a running sum of every client's gradient differences, and a client that skips "
+                       "a round loses its difference for good (the paper's PP-MARINA, which samples clients "
+                       "in the compressed rounds only, is not implemented)")
 
     def __init__(self, lr: float | None = None, compressor: Compressor | None = None, p: float | None = None,
                  batch: int | None = None) -> None:
