@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from burtorch import fl
+from burtorch.cli.main import main
 from burtorch.fl import streams
 from burtorch.fl.logistic import synthetic
 
@@ -179,3 +180,62 @@ def test_partial_participation_refusals_say_why(problem):
     no_L = SampleProblem(lambda: None, [[1], [2]])
     with pytest.raises(ValueError, match="per-client smoothness"):
         fl.Federation(no_L, fl.make_method("gd", 0.1), 0.5, sampling="importance")
+
+
+# ---------------------------------------------------------------- bidirectional compression
+
+
+def test_ef21_bc_against_numpy_with_bits_both_ways(problem):
+    lr, k, kd, rounds = 0.1, 2, 3, 7
+    method = fl.make_method("ef21-bc", lr, fl.make_compressor("topk", D, k), downlink=fl.make_compressor("topk", D, kd))
+    fed = fl.Federation(problem, method, seed=4)
+    x = fed.x.copy()
+    fed.run(rounds)
+    gi = [f32(grad_np(B, problem.lam, x)) for B in problem.shards]
+    g = sum(gi) / N
+    b = f32(g)                                   # round 0: b = g, sent whole
+    for _ in range(1, rounds):
+        x = x - lr * b
+        cs = []
+        for i, B in enumerate(problem.shards):
+            c = f32(topk_np(grad_np(B, problem.lam, x) - gi[i], k))
+            gi[i] = gi[i] + c
+            cs.append(c)
+        g = g + sum(cs) / N
+        b = b + f32(topk_np(g - b, kd))
+    rel_close(fed.server["g"], g)
+    rel_close(fed.server["b"], b)
+    rel_close(fed.x - lr * fed.server["b"], x - lr * b)
+    up = N * (D * 32 + (rounds - 1) * k * (32 + 3))
+    down = N * (D * 32 + (rounds - 1) * kd * (32 + 3))
+    assert fed.total_bits == up and fed.total_bits_down == down
+    assert fed.records[-1]["bits_down_per_client"] == down / N
+    # a downlink that sends everything on an fp64 wire is EF21 (b = g up to b + (g - b) rounding)
+    same = fl.Federation(problem, fl.make_method("ef21-bc", lr, fl.make_compressor("topk", D, k, float_bits=64),
+                                                 downlink=fl.make_compressor("identity", D, float_bits=64),
+                                                 wire="fp64"), seed=4)
+    plain = fl.Federation(problem, fl.make_method("ef21", lr, fl.make_compressor("topk", D, k, float_bits=64),
+                                                  wire="fp64"), seed=4)
+    same.run(rounds)
+    plain.run(rounds)
+    rel_close(same.x, plain.x, 1e-13)
+    assert same.total_bits == plain.total_bits
+    assert plain.total_bits_down == N * rounds * 64 * D    # the default downlink: x at fp64
+
+
+def test_ef21_bc_errors(problem):
+    topk = fl.make_compressor("topk", D, 1)
+    with pytest.raises(ValueError, match="downlink compressor"):
+        fl.Federation(problem, fl.make_method("ef21-bc", 0.1, topk))
+    with pytest.raises(ValueError, match="contractive"):
+        fl.Federation(problem, fl.make_method("ef21-bc", 0.1, topk, downlink=fl.make_compressor("randk", D, 1)))
+    with pytest.raises(ValueError, match="d=3"):
+        fl.Federation(problem, fl.make_method("ef21-bc", 0.1, topk, downlink=fl.make_compressor("topk", 3, 1)))
+    with pytest.raises(ValueError, match="needs lr"):
+        fl.Federation(problem, fl.make_method("ef21-bc", None, topk, downlink=topk))
+    with pytest.raises(ValueError, match="downlink message"):
+        fl.Federation(problem, fl.make_method("ef21-bc", 0.1, topk, downlink=topk), 0.5)
+    with pytest.raises(ValueError, match="for ef21-bc"):
+        fl.make_method("ef21", 0.1, topk, downlink=topk)
+    assert main(["fl", "--samples", "100", "--clients", "4", "--rounds", "3", "--quiet", "--method", "ef21-bc",
+                 "--downlink", "randk", "--lr", "0.1", "--seed", "1"]) == 2

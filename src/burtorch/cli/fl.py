@@ -48,6 +48,11 @@ def register(sub) -> None:
                    help="minibatch size (ef21-sgd, vr-marina, page, fedavg)")
     p.add_argument("--p", type=positive_float, default=None,
                    help="MARINA/PAGE full-round probability (default: theory's)")
+    p.add_argument("--downlink", default="topk",
+                   help="ef21-bc: the server's contractive compressor of its broadcast (topk, identity, "
+                        "scaled-NAME; default topk)")
+    p.add_argument("--downlink-k", type=positive_int, default=None,
+                   help="coordinates the downlink compressor keeps (default --k)")
     p.add_argument("--wire", default="fp32", choices=("fp32", "fp64"),
                    help="width of the values clients send: fp32 rounds them to float32 before the server uses "
                         "them; bits are counted at this width (default fp32)")
@@ -131,13 +136,15 @@ def build_method(args, name: str, compressor_name: str, lr, problem, d: int):
 
     bits = 32 if args.wire == "fp32" else 64
     compressor = make_compressor(compressor_name, d, args.k, args.s, bits) if name in COMPRESSING else None
+    downlink = (make_compressor(args.downlink, d, args.downlink_k or args.k, args.s, bits) if name == "ef21-bc"
+                else None)
     scale = args.lr_scale
     if isinstance(lr, tuple):
         lr, scale = None, lr[1]
         if not 0 < scale < float("inf"):
             raise ValueError(f"--compare {name}: the multiple of the theory step must be finite and > 0")
     method = make_method(name, lr=lr, compressor=compressor, batch=args.batch, p=args.p,
-                         local_steps=args.local_steps, wire=args.wire)
+                         local_steps=args.local_steps, wire=args.wire, downlink=downlink)
     participation = args.participation
     if args.sampling == "importance" and participation < 1.0:  # as Federation binds it: the smallest p_i
         from ..fl.sampling import importance_probabilities
@@ -179,8 +186,9 @@ def check_names(args) -> None:
     for _, name, comp, _ in parse_specs(args):
         if name not in METHODS:
             raise ValueError(f"unknown method {name!r}; choose from {', '.join(METHODS)}")
-        if comp.removeprefix("scaled-") not in COMPRESSORS:
-            raise ValueError(f"unknown compressor {comp!r}; choose from {', '.join(COMPRESSORS)} or scaled-NAME")
+        for c in (comp, args.downlink):
+            if c.removeprefix("scaled-") not in COMPRESSORS:
+                raise ValueError(f"unknown compressor {c!r}; choose from {', '.join(COMPRESSORS)} or scaled-NAME")
 
 
 def main(args) -> int:
@@ -281,7 +289,8 @@ def main(args) -> int:
             last = results[-1]["records"][-1]
             metrics = (f"loss {last['loss']:.6g}  grad norm {last['grad_norm']:.3e}" if "loss" in last
                        else "loss not evaluated")
-            line = f"{label}: round {last['round']}  {metrics}  bits/client {last['bits_per_client']:.4g}"
+            line = (f"{label}: round {last['round']}  {metrics}  bits/client {last['bits_per_client']:.4g}"
+                    f"  down {last.get('bits_down_per_client', 0):.4g}")
             if args.target is not None:
                 hit = next((r for r in results[-1]["records"] if r.get("grad_norm", float("inf")) <= args.target), None)
                 line += (f"  | grad norm <= {args.target:g} at round {hit['round']} after "

@@ -28,7 +28,7 @@ from .executors import Executor, make_executor
 from .problem import Problem
 from .sampling import importance_probabilities
 
-CHECKPOINT_VERSION = 1
+CHECKPOINT_VERSION = 2  # 2: downlink bits among the totals
 
 
 def save_checkpoint(path: str, payload: Any) -> None:
@@ -184,7 +184,7 @@ class Federation(Server):
         round, client), so nothing else is needed to continue bitwise."""
         return {"version": CHECKPOINT_VERSION, "settings": self.run_settings(), "t": self.t, "x": self.x,
                 "x_prev": self.x_prev, "server": self.server,
-                "totals": (self.total_bits, self.total_floats, self.total_samples),
+                "totals": (self.total_bits, self.total_floats, self.total_samples, self.total_bits_down),
                 "records": self.records, "stopped": self.stopped, "clients": self.executor.client_states()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -200,7 +200,7 @@ class Federation(Server):
             raise ValueError(f"the checkpoint is of another run ({shown})")
         self.executor.load_client_states(state["clients"])
         self.t, self.x, self.x_prev, self.server = state["t"], state["x"], state["x_prev"], state["server"]
-        self.total_bits, self.total_floats, self.total_samples = state["totals"]
+        self.total_bits, self.total_floats, self.total_samples, self.total_bits_down = state["totals"]
         self.records, self.stopped = list(state["records"]), state["stopped"]
 
     def save(self, path: str) -> None:

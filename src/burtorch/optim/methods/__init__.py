@@ -6,26 +6,34 @@ from ..compressors import Compressor
 from .base import WIRES, Method, wire_bits
 from .diana import DIANA
 from .ef21 import EF21
+from .ef21bc import EF21BC
 from .fedavg import FedAvg
 from .gd import DCGD, GD
 from .marina import MARINA, PAGE
 
 # The names make_method() and the command line accept.
 # Those of them that take a compressor.
-COMPRESSING = ("dcgd", "ef21", "ef21-sgd", "ef21-pp", "marina", "vr-marina", "diana")
-METHODS = ("gd", "dcgd", "ef21", "ef21-sgd", "ef21-pp", "marina", "vr-marina", "page", "diana", "fedavg")
+COMPRESSING = ("dcgd", "ef21", "ef21-sgd", "ef21-pp", "ef21-bc", "marina", "vr-marina", "diana")
+METHODS = ("gd", "dcgd", "ef21", "ef21-sgd", "ef21-pp", "ef21-bc", "marina", "vr-marina", "page", "diana", "fedavg")
 
 
 def make_method(name: str, lr: float | None = None, compressor: Compressor | None = None, batch: int | None = None,
-                p: float | None = None, local_steps: int = 5, server_lr: float = 1.0, wire: str = "fp32") -> Method:
+                p: float | None = None, local_steps: int = 5, server_lr: float = 1.0, wire: str = "fp32",
+                downlink: Compressor | None = None) -> Method:
     """A method by name, with the options that apply to it (the others must be left at None).
     ``wire`` ("fp32" or "fp64") is the width its messages' values travel at; a compressor must
     have been built for the same width (its ``float_bits``)."""
     bits = wire_bits(wire)
-    if compressor is not None and compressor.float_bits != bits:
-        raise ValueError(f"the compressor counts {compressor.float_bits}-bit values, the wire is {wire}; "
-                         f"build it with float_bits={bits}")
-    method = _make(name, lr, compressor, batch, p, local_steps, server_lr)
+    for c in (compressor, downlink):
+        if c is not None and c.float_bits != bits:
+            raise ValueError(f"the compressor counts {c.float_bits}-bit values, the wire is {wire}; "
+                             f"build it with float_bits={bits}")
+    if name == "ef21-bc":
+        method: Method = EF21BC(lr, compressor, downlink)
+    elif downlink is not None:
+        raise ValueError(f"{name} sends the point uncompressed; a downlink compressor is for ef21-bc")
+    else:
+        method = _make(name, lr, compressor, batch, p, local_steps, server_lr)
     method.float_bits = bits
     return method
 
@@ -57,5 +65,5 @@ def _make(name: str, lr: float | None, compressor: Compressor | None, batch: int
     raise ValueError(f"unknown method {name!r}; choose from {', '.join(METHODS)}")
 
 
-__all__ = ["WIRES", "Method", "GD", "DCGD", "EF21", "MARINA", "PAGE", "DIANA", "FedAvg", "METHODS", "COMPRESSING",
-           "make_method"]
+__all__ = ["WIRES", "Method", "GD", "DCGD", "EF21", "EF21BC", "MARINA", "PAGE", "DIANA", "FedAvg", "METHODS",
+           "COMPRESSING", "make_method"]

@@ -198,6 +198,12 @@ class Method:
     def draw_coin(self, seed: int, t: int) -> bool | None:
         return None
 
+    def downlink_bits(self, d: int, server: dict[str, Any]) -> int:
+        """Bits the server sends each participant of the round just absorbed. By default the point
+        itself, at fp64 (the clients evaluate at the server's exact x): 64 d. Methods that compress
+        the broadcast (EF21-BC) count their message."""
+        return 64 * d
+
     def advance(self, x: np.ndarray, server: dict[str, Any]) -> np.ndarray:
         """The point of the next round: x - lr * g."""
         return x if server["g"] is None else x - self.lr * server["g"]
