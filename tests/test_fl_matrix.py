@@ -239,3 +239,79 @@ def test_ef21_bc_errors(problem):
         fl.make_method("ef21", 0.1, topk, downlink=topk)
     assert main(["fl", "--samples", "100", "--clients", "4", "--rounds", "3", "--quiet", "--method", "ef21-bc",
                  "--downlink", "randk", "--lr", "0.1", "--seed", "1"]) == 2
+
+
+# ---------------------------------------------------------------- FedAvg: local optimizers, schedules
+
+
+def _schedule(kind, lr, t, period, decay=0.5):
+    if kind == "constant":
+        return lr
+    if kind == "step":
+        return lr * decay ** (t // period)
+    return lr * (1 + math.cos(math.pi * min(t, period) / period)) / 2
+
+
+@pytest.mark.parametrize("opt,schedule", [("adam", "cosine"), ("sgd", "step"), ("adam", "constant")])
+def test_fedavg_local_optimizer_and_schedule_against_numpy(problem, opt, schedule):
+    lr, K, b, slr, rounds, period = 0.05, 3, 4, 0.7, 5, 4
+    method = fl.make_method("fedavg", lr, batch=b, local_steps=K, server_lr=slr, local_optimizer=opt,
+                            schedule=schedule, period=period, decay=0.3)
+    fed = fl.Federation(problem, method, 0.5, seed=6)
+    x = fed.x.copy()
+    fed.run(rounds)
+    b1, b2, eps = 0.9, 0.999, 1e-8
+    for t in range(rounds):
+        chosen = sorted(streams.rng(6, streams.PARTICIPANTS, t).sample(range(N), 2))
+        step = _schedule(schedule, lr, t, period, 0.3)
+        deltas = []
+        for i in chosen:
+            y, m, v = x.copy(), np.zeros(D), np.zeros(D)
+            for k in range(K):
+                idx = sorted(streams.rng(6, streams.MINIBATCH, i, t, k).sample(range(12), b))
+                g = grad_np(problem.shards[i], problem.lam, y, idx)
+                if opt == "adam":
+                    m = b1 * m + (1 - b1) * g
+                    v = b2 * v + (1 - b2) * g * g
+                    y = y - step * (m / (1 - b1 ** (k + 1))) / (np.sqrt(v / (1 - b2 ** (k + 1))) + eps)
+                else:
+                    y = y - step * g
+            deltas.append(f32(x - y))
+        x = x - slr * sum(deltas) / len(chosen)
+    rel_close(fed.x, x)
+    assert fed.method.round_lr(rounds) == pytest.approx(_schedule(schedule, lr, rounds, period, 0.3), rel=1e-15)
+
+
+def test_fedavg_importance_sampled_is_reweighted(problem):
+    lr, rounds = 0.1, 4
+    fed = fl.Federation(problem, fl.make_method("fedavg", lr, local_steps=2), 0.5, seed=2, sampling="importance")
+    p = np.array(fed.probabilities)
+    x = fed.x.copy()
+    fed.run(rounds)
+    for t in range(rounds):
+        chosen = [i for i in range(N) if streams.rng(2, streams.PARTICIPANTS, t, i + 1).random() < p[i]]
+        acc = np.zeros(D)
+        for i in chosen:
+            y = x.copy()
+            for _ in range(2):
+                y = y - lr * grad_np(problem.shards[i], problem.lam, y)
+            acc = acc + f32(x - y) / (N * p[i])
+        x = x - acc
+    rel_close(fed.x, x)
+
+
+def test_fedavg_option_errors(problem):
+    with pytest.raises(ValueError, match="local optimizer"):
+        fl.make_method("fedavg", 0.1, local_optimizer="lbfgs")
+    with pytest.raises(ValueError, match="schedule"):
+        fl.make_method("fedavg", 0.1, schedule="linear")
+    with pytest.raises(ValueError, match="period"):
+        fl.make_method("fedavg", 0.1, schedule="cosine")
+    with pytest.raises(ValueError, match="decay"):
+        fl.make_method("fedavg", 0.1, schedule="step", period=3, decay=2.0)
+    with pytest.raises(ValueError, match="fedavg's"):
+        fl.make_method("gd", 0.1, local_optimizer="adam")
+    base = ["fl", "--samples", "100", "--clients", "4", "--rounds", "6", "--quiet", "--method", "fedavg", "--lr", "0.1",
+            "--seed", "1"]
+    assert main(base + ["--local-optimizer", "adam", "--schedule", "cosine", "--server-lr", "0.5"]) == 0
+    assert main(base + ["--schedule", "step", "--lr-decay", "3"]) == 2

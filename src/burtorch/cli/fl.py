@@ -57,6 +57,15 @@ def register(sub) -> None:
                    help="width of the values clients send: fp32 rounds them to float32 before the server uses "
                         "them; bits are counted at this width (default fp32)")
     p.add_argument("--local-steps", type=positive_int, default=5, help="FedAvg local steps (default 5)")
+    p.add_argument("--local-optimizer", default="sgd", choices=("sgd", "adam"),
+                   help="FedAvg: the clients' optimizer of their local steps (Adam starts afresh each round)")
+    p.add_argument("--schedule", default="constant", choices=("constant", "step", "cosine"),
+                   help="FedAvg: the local step by round: constant, step (x --lr-decay every --schedule-period "
+                        "rounds) or cosine (to 0 over --schedule-period, default --rounds)")
+    p.add_argument("--schedule-period", type=positive_int, default=None,
+                   help="rounds of the schedule's period (default: --rounds for cosine, --rounds/3 for step)")
+    p.add_argument("--lr-decay", type=positive_float, default=0.5, help="factor of the step schedule (default 0.5)")
+    p.add_argument("--server-lr", type=positive_float, default=1.0, help="FedAvg: the server's step (default 1)")
     p.add_argument("--executor", default="serial", choices=EXECUTORS)
     p.add_argument("--workers", type=positive_int, default=None, help="worker processes or Ray actors")
     p.add_argument("--address", default=None, help="HOST:PORT of a running Ray cluster (--executor ray)")
@@ -144,7 +153,8 @@ def build_method(args, name: str, compressor_name: str, lr, problem, d: int):
         if not 0 < scale < float("inf"):
             raise ValueError(f"--compare {name}: the multiple of the theory step must be finite and > 0")
     method = make_method(name, lr=lr, compressor=compressor, batch=args.batch, p=args.p,
-                         local_steps=args.local_steps, wire=args.wire, downlink=downlink)
+                         local_steps=args.local_steps, wire=args.wire, downlink=downlink,
+                         **_fedavg_options(args, name))
     participation = args.participation
     if args.sampling == "importance" and participation < 1.0:  # as Federation binds it: the smallest p_i
         from ..fl.sampling import importance_probabilities
@@ -157,6 +167,17 @@ def build_method(args, name: str, compressor_name: str, lr, problem, d: int):
     if lr is None:
         method.lr *= scale
     return method
+
+
+def _fedavg_options(args, name: str) -> dict[str, Any]:
+    """FedAvg's options from the command line (the other methods take none)."""
+    if name != "fedavg":
+        return {}
+    period = args.schedule_period
+    if period is None and args.schedule != "constant":
+        period = args.rounds if args.schedule == "cosine" else max(1, args.rounds // 3)
+    return {"server_lr": args.server_lr, "local_optimizer": args.local_optimizer, "schedule": args.schedule,
+            "period": period, "decay": args.lr_decay}
 
 
 # Bounds on the sizes a command line may ask for (the problem's matrices are dense, a round keeps

@@ -19,7 +19,8 @@ METHODS = ("gd", "dcgd", "ef21", "ef21-sgd", "ef21-pp", "ef21-bc", "marina", "vr
 
 def make_method(name: str, lr: float | None = None, compressor: Compressor | None = None, batch: int | None = None,
                 p: float | None = None, local_steps: int = 5, server_lr: float = 1.0, wire: str = "fp32",
-                downlink: Compressor | None = None) -> Method:
+                downlink: Compressor | None = None, local_optimizer: str = "sgd", schedule: str = "constant",
+                period: int | None = None, decay: float = 0.5) -> Method:
     """A method by name, with the options that apply to it (the others must be left at None).
     ``wire`` ("fp32" or "fp64") is the width its messages' values travel at; a compressor must
     have been built for the same width (its ``float_bits``)."""
@@ -30,16 +31,20 @@ def make_method(name: str, lr: float | None = None, compressor: Compressor | Non
                              f"build it with float_bits={bits}")
     if name == "ef21-bc":
         method: Method = EF21BC(lr, compressor, downlink)
+    elif name == "fedavg":
+        method = FedAvg(lr, local_steps=local_steps, batch=batch, server_lr=server_lr,
+                        local_optimizer=local_optimizer, schedule=schedule, period=period, decay=decay)
+    elif (local_optimizer, schedule) != ("sgd", "constant"):
+        raise ValueError(f"{name} takes no local optimizer or schedule (they are fedavg's)")
     elif downlink is not None:
         raise ValueError(f"{name} sends the point uncompressed; a downlink compressor is for ef21-bc")
     else:
-        method = _make(name, lr, compressor, batch, p, local_steps, server_lr)
+        method = _make(name, lr, compressor, batch, p)
     method.float_bits = bits
     return method
 
 
-def _make(name: str, lr: float | None, compressor: Compressor | None, batch: int | None, p: float | None,
-          local_steps: int, server_lr: float) -> Method:
+def _make(name: str, lr: float | None, compressor: Compressor | None, batch: int | None, p: float | None) -> Method:
     if name == "gd":
         return GD(lr)
     if name == "dcgd":
@@ -60,8 +65,6 @@ def _make(name: str, lr: float | None, compressor: Compressor | None, batch: int
         return PAGE(lr, batch=batch, p=p)
     if name == "diana":
         return DIANA(lr, compressor)
-    if name == "fedavg":
-        return FedAvg(lr, local_steps=local_steps, batch=batch, server_lr=server_lr)
     raise ValueError(f"unknown method {name!r}; choose from {', '.join(METHODS)}")
 
 
