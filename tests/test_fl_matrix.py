@@ -1,7 +1,7 @@
 """The method matrix of burtorch.fl: the width values travel at (--wire), client sampling by
 importance, bidirectional compression (EF21-BC), FedAvg with local optimizers and schedules. Each
-rule is checked against an update written here in numpy over a few rounds, and each runs bitwise
-alike on the serial and processes executors (Ray: tests/test_fl_executors.py)."""
+rule is checked against an update written here in numpy over a few rounds (each runs bitwise alike
+on the serial, processes and Ray executors: tests/test_fl_executors.py)."""
 import math
 
 import numpy as np
