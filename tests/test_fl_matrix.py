@@ -315,3 +315,30 @@ def test_fedavg_option_errors(problem):
             "--seed", "1"]
     assert main(base + ["--local-optimizer", "adam", "--schedule", "cosine", "--server-lr", "0.5"]) == 0
     assert main(base + ["--schedule", "step", "--lr-decay", "3"]) == 2
+
+
+# ---------------------------------------------------------------- the command line
+
+
+def test_command_line_options_of_the_matrix(tmp_path, capsys):
+    import json
+
+    base = ["fl", "--samples", "120", "--clients", "4", "--dim", "6", "--rounds", "5", "--seed", "3", "--quiet",
+            "--k", "1"]
+    runs = {}
+    for wire in ("fp32", "fp64"):
+        out = tmp_path / f"{wire}.json"
+        assert main(base + ["--method", "ef21", "--lr", "0.1", "--wire", wire, "--json", str(out)]) == 0
+        runs[wire] = json.loads(out.read_text())["runs"][0]
+    b32, b64 = (runs[w]["records"][-1]["bits_per_client"] for w in ("fp32", "fp64"))
+    assert b32 == 6 * 32 + 4 * (32 + 3) and b64 == 6 * 64 + 4 * (64 + 3)
+    assert runs["fp64"]["settings"]["wire"] == "fp64"
+    out = tmp_path / "imp.json"
+    assert main(base + ["--method", "gd", "--lr", "0.2", "--participation", "0.5", "--sampling", "importance",
+                        "--json", str(out)]) == 0
+    recs = json.loads(out.read_text())["runs"][0]["records"]
+    assert all(r["bits_down"] == r["participants"] * 64 * 6 for r in recs)
+    assert main(base + ["--method", "ef21-bc", "--lr", "0.2", "--downlink", "topk", "--downlink-k", "2"]) == 0
+    assert "down" in capsys.readouterr().out
+    assert main(base + ["--method", "marina", "--compressor", "randk", "--participation", "0.5"]) == 2
+    assert "running sum" in capsys.readouterr().err
