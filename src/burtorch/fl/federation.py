@@ -2,11 +2,13 @@
 run's record.
 
 A round is the method's (burtorch.optim.server); the federation adds where clients run (an
-executor), which clients take part (a seeded sample of round(participation * n) clients; all of
+executor), which clients take part (a seeded sample: uniform, Bernoulli or by importance; all of
 them in round 0 for methods that initialise state), and evaluation. On evaluation rounds every
 client also reports its full local loss and gradient at x, and the record holds
-f(x) = (1/n) sum_i f_i(x) and ||grad f(x)||. Bits are the messages' own counts;
-``bits_per_client`` is the run's cumulative total divided by n.
+f(x) = (1/n) sum_i f_i(x) and ||grad f(x)||. Bits are the messages' own counts at the wire's width
+(fp32 or fp64, the method's); ``bits_per_client`` is the run's cumulative uplink total divided by
+n, ``bits_down_per_client`` the same for what the server sent (the method's downlink_bits per
+participant).
 """
 from __future__ import annotations
 
