@@ -338,6 +338,16 @@ def test_command_line_options_of_the_matrix(tmp_path, capsys):
                         "--json", str(out)]) == 0
     recs = json.loads(out.read_text())["runs"][0]["records"]
     assert all(r["bits_down"] == r["participants"] * 64 * 6 for r in recs)
+    # without --lr, importance-sampled GD takes the stated rule's step for --rounds rounds
+    from burtorch.fl.logistic import synthetic as make
+    from burtorch.fl.sampling import importance_lr, importance_probabilities
+
+    out = tmp_path / "imp-theory.json"
+    assert main(base + ["--method", "gd", "--participation", "0.5", "--sampling", "importance", "--json",
+                        str(out)]) == 0
+    sm = make(4, 120, 6, seed=3).smoothness()
+    expected = importance_lr(sm.L, sm.L_local, importance_probabilities(sm.L_local, 2.0), 5)
+    assert json.loads(out.read_text())["runs"][0]["settings"]["lr"] == pytest.approx(expected, rel=1e-14)
     assert main(base + ["--method", "ef21-bc", "--lr", "0.2", "--downlink", "topk", "--downlink-k", "2"]) == 0
     assert "down" in capsys.readouterr().out
     assert main(base + ["--method", "marina", "--compressor", "randk", "--participation", "0.5"]) == 2

@@ -157,12 +157,15 @@ def build_method(args, name: str, compressor_name: str, lr, problem, d: int):
                          **_fedavg_options(args, name))
     participation = args.participation
     if args.sampling == "importance" and participation < 1.0:  # as Federation binds it: the smallest p_i
-        from ..fl.sampling import importance_probabilities
+        from ..fl.sampling import importance_lr, importance_probabilities
 
         sm = problem.smoothness()
         if sm is None or sm.L_local is None:
             raise ValueError("--sampling importance: this problem knows no per-client smoothness constants L_i")
-        participation = min(importance_probabilities(sm.L_local, participation * problem.n_clients))
+        probabilities = importance_probabilities(sm.L_local, participation * problem.n_clients)
+        participation = min(probabilities)
+        if name == "gd" and method.lr is None:  # the theory's step of the reweighted GD for --rounds rounds
+            method.lr = importance_lr(sm.L, sm.L_local, probabilities, args.rounds)
     method.bind(d, problem.n_clients, participation, problem.smoothness(), problem.shard_sizes())
     if lr is None:
         method.lr *= scale
