@@ -127,6 +127,21 @@ def test_importance_sampled_gd_is_the_reweighted_estimate_in_numpy(problem):
     assert sizes == [r["participants"] for r in fed.records] and len(set(sizes)) > 1
 
 
+def test_importance_rounds_that_draw_everybody_are_reweighted_too(problem):
+    # with p_i near 1 many rounds draw all four clients; the estimate still divides by n p_i
+    for seed in range(100):  # a run whose round 0 drew everybody
+        fed = fl.Federation(problem, fl.make_method("gd", 0.2), 0.7, seed=seed, sampling="importance")
+        if len(fed.participants(0)) == N:
+            break
+    p = np.array(fed.probabilities)
+    x = fed.x.copy()
+    fed.round()
+    chosen = fed.participants(0)
+    assert len(chosen) == N and np.all(p < 1)
+    g = sum(f32(grad_np(problem.shards[i], problem.lam, x)) / (N * p[i]) for i in chosen)
+    rel_close(fed.server["g"], g)
+
+
 def test_importance_sampling_frequencies_and_unbiased_estimate(problem):
     fed = fl.Federation(problem, fl.make_method("dcgd", 0.1, fl.make_compressor("identity", D)), 0.5, seed=1,
                         sampling="importance")

@@ -111,8 +111,12 @@ class Federation(Server):
         self.executor.start(problem, method)
 
     # ---- one round ----
+    def _drawn(self, t: int) -> bool:
+        """Whether round t's participants are a random draw (not everybody by rule)."""
+        return not (self.participation == 1.0 or (t == 0 and self.method.full_first_round))
+
     def participants(self, t: int) -> list[int]:
-        if self.participation == 1.0 or (t == 0 and self.method.full_first_round):
+        if not self._drawn(t):
             return list(range(self.n))
         if self.probabilities is not None:  # importance: client i on a coin of probability p_i
             ps = self.probabilities
@@ -130,7 +134,8 @@ class Federation(Server):
             raise Diverged(self.stopped)
         ctx = self.open_round()
         chosen = self.participants(ctx.t)
-        if self.probabilities is not None and len(chosen) < self.n:
+        if self.probabilities is not None and self._drawn(ctx.t):
+            # every drawn round is reweighted, a round that happened to draw everybody too
             ctx.probabilities = self.probabilities
         if evaluate is None:
             evaluate = self.eval_every > 0 and ctx.t % self.eval_every == 0
