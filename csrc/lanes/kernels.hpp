@@ -61,6 +61,37 @@ struct LaneScratch {
     }
 };
 
+// mean_and_mean_squares' forward keeps x * x and its addition apart, as the one-sample kernel
+// is compiled on every ISA level (its loop adds two sums; the compiler leaves that one unfused),
+// so the lanes must not contract them into one multiply-add either.
+#if defined(__clang__)
+#define BT_LANES_NO_CONTRACT
+#elif defined(__GNUC__)
+#define BT_LANES_NO_CONTRACT __attribute__((optimize("fp-contract=off")))
+#else
+#define BT_LANES_NO_CONTRACT
+#endif
+template <size_t B, typename T>
+BT_LANES_NO_CONTRACT void mean_and_mean_squares_lanes(const T* v, const uint32_t* idx, size_t n, T* y, T* s) {
+#if defined(__clang__)
+#pragma clang fp contract(off)
+#endif
+    alignas(64) T q[B];
+    BT_LANES_SIMD for (size_t l = 0; l < B; ++l) q[l] = T(0);
+    for (size_t i = 0; i < n; ++i) {
+        const T* xi = v + size_t(idx[i]) * B;
+        BT_LANES_SIMD for (size_t l = 0; l < B; ++l) {
+            s[l] += xi[l];
+            q[l] += xi[l] * xi[l];
+        }
+    }
+    T* BT_LANES_RESTRICT y1 = y + B;
+    BT_LANES_SIMD for (size_t l = 0; l < B; ++l) {
+        y[l] = s[l] / T(n);
+        y1[l] = q[l] / T(n);
+    }
+}
+
 template <size_t B, typename T>
 inline void nary_forward_lanes(Op op, T* v, const uint32_t* idx, size_t n, uint32_t out) {
     T* BT_LANES_RESTRICT y = v + size_t(out) * B;
@@ -150,23 +181,7 @@ inline void nary_forward_lanes(Op op, T* v, const uint32_t* idx, size_t n, uint3
             BT_LANES_SIMD for (size_t l = 0; l < B; ++l) y[l] = ss[l] / d;
             return;
         }
-        case Op::mean_and_mean_squares: {
-            alignas(64) T q[B];
-            BT_LANES_SIMD for (size_t l = 0; l < B; ++l) q[l] = T(0);
-            for (size_t i = 0; i < n; ++i) {
-                const T* xi = x(i);
-                BT_LANES_SIMD for (size_t l = 0; l < B; ++l) {
-                    s[l] += xi[l];
-                    q[l] += xi[l] * xi[l];
-                }
-            }
-            T* BT_LANES_RESTRICT y1 = y + B;
-            BT_LANES_SIMD for (size_t l = 0; l < B; ++l) {
-                y[l] = s[l] / T(n);
-                y1[l] = q[l] / T(n);
-            }
-            return;
-        }
+        case Op::mean_and_mean_squares: mean_and_mean_squares_lanes<B>(v, idx, n, y, s); return;
         default: return;
     }
 }
