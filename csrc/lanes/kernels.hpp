@@ -312,9 +312,54 @@ inline void nary_backward_lanes(Op op, const T* v, T* gr, const uint32_t* idx, s
     }
 }
 
+// pow_imm's branches on the exponent c (ops.hpp), taken once for the block instead of once per
+// lane: f receives the branch's expression, the same one pow_imm evaluates, so the bits agree
+// and the lane loop has no branch to keep it from vectorizing.
+template <typename T, typename F>
+[[gnu::always_inline]] inline void with_pow_imm(T c, F&& f) {
+    if (c == T(2))
+        f([](T x) { return x * x; });
+    else if (c == T(3))
+        f([](T x) { return x * x * x; });
+    else if (c == T(1))
+        f([](T x) { return x; });
+    else if (c == T(0))
+        f([](T) { return T(1); });
+    else if (c == T(-1))
+        f([](T x) { return T(1) / x; });
+    else if (c == T(0.5))
+        f([](T x) { return std::sqrt(x); });
+    else
+        f([c](T x) { return std::pow(x, c); });
+}
+
+template <size_t B, typename T>
+inline void pow_const_forward_lanes(T* v, const Record& r) {
+    const T* BT_LANES_RESTRICT xs = v + size_t(r.a) * B;
+    T* BT_LANES_RESTRICT ys = v + size_t(r.out) * B;
+    with_pow_imm(static_cast<T>(r.imm), [&](auto p) { BT_LANES_SIMD for (size_t l = 0; l < B; ++l) ys[l] = p(xs[l]); });
+}
+
+// dpow_imm(x, c) = c == 0 ? 0 : c * pow_imm(x, c - 1), its branches likewise taken per block.
+template <size_t B, typename T>
+inline void pow_const_backward_lanes(const T* v, T* g, const Record& r) {
+    const T* xs = v + size_t(r.a) * B;
+    const T* BT_LANES_RESTRICT go = g + size_t(r.out) * B;
+    T* BT_LANES_RESTRICT ga = g + size_t(r.a) * B;
+    const T c = static_cast<T>(r.imm);
+    if (c == T(0)) {
+        BT_LANES_SIMD for (size_t l = 0; l < B; ++l) ga[l] = go[l] != T(0) ? ga[l] + go[l] * T(0) : ga[l];
+        return;
+    }
+    with_pow_imm(c - T(1), [&](auto p) {
+        BT_LANES_SIMD for (size_t l = 0; l < B; ++l) ga[l] = go[l] != T(0) ? ga[l] + go[l] * (c * p(xs[l])) : ga[l];
+    });
+}
+
 // The forward of record r across the B lanes (r is a lane_op).
 template <size_t B, typename T>
 [[gnu::always_inline]] inline void forward_lanes(T* v, const Record& r, const uint32_t* args) {
+    if (r.op == Op::pow_const) return pow_const_forward_lanes<B>(v, r);
     switch (r.op) {
 #define BT_LFWD_U(name, fwd, ...)                            \
     case Op::name: {                                         \
@@ -368,6 +413,7 @@ template <size_t B, typename T>
 template <size_t B, typename T>
 [[gnu::always_inline]] inline void backward_lanes(const T* v, T* g, const Record& r, const uint32_t* args,
                                                   LaneScratch<T>& scratch) {
+    if (r.op == Op::pow_const) return pow_const_backward_lanes<B>(v, g, r);
     switch (r.op) {
 #define BT_LBWD_U(name, fwd, dfdx)                                  \
     case Op::name: {                                                \

@@ -93,6 +93,9 @@ void replay_blocks(const Program<T>& P, LaneWorkspace<T>& L, const T* arena_valu
     const uint32_t* args = P.args.data();
     const size_t k = P.inputs.size(), nw = P.num_wrt;
     std::vector<char> bad(B);
+    std::vector<const T*> gw;  // each wrt node's lane grads, in the order of a row
+    for (const Span& sp : P.wrt)
+        for (uint32_t t = 0; t < sp.second; ++t) gw.push_back(g + size_t(sp.first + t) * B);
     for (size_t s0 = 0; s0 < in.n; s0 += B) {
         const size_t m = std::min(B, in.n - s0);  // real lanes; the rest repeat sample s0 + m - 1
         for (size_t i = 0; i < k; ++i) {
@@ -122,7 +125,9 @@ void replay_blocks(const Program<T>& P, LaneWorkspace<T>& L, const T* arena_valu
             for (size_t l = 0; l < m; ++l)
                 if (bad[l]) res.failed.push_back(s0 + l);
         const T* y = v + size_t(P.root) * B;
-        if (values)
+        if (values && !any_bad)
+            for (size_t l = 0; l < m; ++l) values[s0 + l] = double(y[l]);
+        else if (values)
             for (size_t l = 0; l < m; ++l)
                 if (!bad[l]) values[s0 + l] = double(y[l]);
         if (reduce == Reduce::values) continue;
@@ -134,7 +139,11 @@ void replay_blocks(const Program<T>& P, LaneWorkspace<T>& L, const T* arena_valu
         T* gr = g + size_t(P.root) * B;
         BT_LANES_SIMD for (size_t l = 0; l < B; ++l) gr[l] += seed;
         for (size_t i = P.sweep.size(); i-- > 0;) backward_lanes<B>(v, g, P.recs[P.sweep[i]], args, L.scratch);
-        if (reduce == Reduce::rows) {
+        if (reduce == Reduce::rows && !any_bad) {  // sample after sample, each row in turn
+            T* out = rows + s0 * nw;
+            for (size_t l = 0; l < m; ++l, out += nw)
+                for (size_t j = 0; j < nw; ++j) out[j] = gw[j][l];
+        } else if (reduce == Reduce::rows) {
             size_t j = 0;
             for (const Span& sp : P.wrt)
                 for (uint32_t t = 0; t < sp.second; ++t, ++j) {

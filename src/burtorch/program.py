@@ -33,6 +33,28 @@ from . import _core
 TraceError = _core.TraceError
 Program = _core.Program
 
+
+
+def lane_width(dtype=None) -> int:
+    """Samples one vector register of this build holds for dtype (default: the default dtype):
+    replays over many samples run them in blocks of such lanes (8 FP64 / 16 FP32 on AVX-512,
+    4 / 8 on AVX2, 2 / 4 on SSE2 and NEON)."""
+    return _core.lane_width(_core.get_default_dtype() if dtype is None else dtype)
+
+
+def lanes_enabled() -> bool:
+    """Whether replays over many samples run them in SIMD lanes (the default)."""
+    return _core.lanes_enabled()
+
+
+def set_lanes_enabled(on: bool) -> None:
+    """Lets replays over many samples run them in SIMD lanes (True, the default) or one sample at
+    a time (False): the same numbers either way, bit for bit; the switch is for comparisons."""
+    if not isinstance(on, bool):
+        raise TypeError(f"set_lanes_enabled(): on must be a bool, got {type(on).__name__}")
+    _core.set_lanes_enabled(on)
+
+
 # Variants kept per signature: each failed guard adds one; past this, the oldest is dropped.
 MAX_VARIANTS = 16
 # Signatures kept per compiled function (least recently used dropped first).
@@ -352,7 +374,7 @@ class Compiled:
             if not a.flags.writeable:
                 raise ValueError(f"out: {name} is read-only")
             checked.append(a)
-        if checked[0] is not None and checked[1] is not None and np.shares_memory(checked[0], checked[1]):
+        if checked[0] is not None and checked[1] is not None and np.may_share_memory(checked[0], checked[1]):
             raise ValueError("out: values and grads overlap")
         return checked
 
