@@ -76,6 +76,45 @@ bool usable(const Program<T>& P, LaneWorkspace<T>& L) {
 
 namespace detail {
 
+// Sample rows in and out of the lanes: row l of a (rows x K) row-major array is lane l of K
+// slots. K known at compile time (the common 1-4 columns) lets the compiler unroll the columns
+// and vectorize over the lanes; other widths take the generic loop.
+template <size_t K, typename T>
+void rows_to_lanes(T* const* dst, const double* x, size_t m, size_t k) {
+    const size_t kk = K ? K : k;
+    for (size_t l = 0; l < m; ++l)
+        for (size_t i = 0; i < kk; ++i) dst[i][l] = static_cast<T>(x[l * kk + i]);
+}
+
+template <size_t K, typename T>
+void lanes_to_rows(const T* const* src, T* out, size_t m, size_t k) {
+    const size_t kk = K ? K : k;
+    for (size_t l = 0; l < m; ++l)
+        for (size_t j = 0; j < kk; ++j) out[l * kk + j] = src[j][l];
+}
+
+template <typename T>
+void load_rows(T* const* dst, const double* x, size_t m, size_t k) {
+    switch (k) {
+        case 1: return rows_to_lanes<1>(dst, x, m, k);
+        case 2: return rows_to_lanes<2>(dst, x, m, k);
+        case 3: return rows_to_lanes<3>(dst, x, m, k);
+        case 4: return rows_to_lanes<4>(dst, x, m, k);
+        default: return rows_to_lanes<0>(dst, x, m, k);
+    }
+}
+
+template <typename T>
+void store_rows(const T* const* src, T* out, size_t m, size_t k) {
+    switch (k) {
+        case 1: return lanes_to_rows<1>(src, out, m, k);
+        case 2: return lanes_to_rows<2>(src, out, m, k);
+        case 3: return lanes_to_rows<3>(src, out, m, k);
+        case 4: return lanes_to_rows<4>(src, out, m, k);
+        default: return lanes_to_rows<0>(src, out, m, k);
+    }
+}
+
 template <size_t B, typename T>
 void replay_blocks(const Program<T>& P, LaneWorkspace<T>& L, const T* arena_values, const Samples& in, Reduce reduce,
                    T seed, double* values, T* rows, double* sum, ReplayResult& res) {
@@ -93,17 +132,16 @@ void replay_blocks(const Program<T>& P, LaneWorkspace<T>& L, const T* arena_valu
     const uint32_t* args = P.args.data();
     const size_t k = P.inputs.size(), nw = P.num_wrt;
     std::vector<char> bad(B);
+    std::vector<T*> xin;  // each input's lanes, in the order of a row of X
+    for (uint32_t in_slot : P.inputs) xin.push_back(v + size_t(in_slot) * B);
     std::vector<const T*> gw;  // each wrt node's lane grads, in the order of a row
     for (const Span& sp : P.wrt)
         for (uint32_t t = 0; t < sp.second; ++t) gw.push_back(g + size_t(sp.first + t) * B);
     for (size_t s0 = 0; s0 < in.n; s0 += B) {
         const size_t m = std::min(B, in.n - s0);  // real lanes; the rest repeat sample s0 + m - 1
-        for (size_t i = 0; i < k; ++i) {
-            T* dst = v + size_t(P.inputs[i]) * B;
-            const double* x = in.x + s0 * k + i;
-            for (size_t l = 0; l < m; ++l) dst[l] = static_cast<T>(x[l * k]);
-            for (size_t l = m; l < B; ++l) dst[l] = dst[m - 1];
-        }
+        if (k) load_rows(xin.data(), in.x + s0 * k, m, k);
+        for (size_t i = 0; i < k; ++i)
+            for (size_t l = m; l < B; ++l) xin[i][l] = xin[i][m - 1];
         for (const Record& r : P.recs) forward_lanes<B>(v, r, args);
         bool any_bad = false;
         std::fill(bad.begin(), bad.end(), char(0));
@@ -140,9 +178,7 @@ void replay_blocks(const Program<T>& P, LaneWorkspace<T>& L, const T* arena_valu
         BT_LANES_SIMD for (size_t l = 0; l < B; ++l) gr[l] += seed;
         for (size_t i = P.sweep.size(); i-- > 0;) backward_lanes<B>(v, g, P.recs[P.sweep[i]], args, L.scratch);
         if (reduce == Reduce::rows && !any_bad) {  // sample after sample, each row in turn
-            T* out = rows + s0 * nw;
-            for (size_t l = 0; l < m; ++l, out += nw)
-                for (size_t j = 0; j < nw; ++j) out[j] = gw[j][l];
+            if (nw) store_rows(gw.data(), rows + s0 * nw, m, nw);
         } else if (reduce == Reduce::rows) {
             size_t j = 0;
             for (const Span& sp : P.wrt)
