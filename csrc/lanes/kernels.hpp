@@ -342,17 +342,23 @@ inline void pow_const_forward_lanes(T* v, const Record& r) {
 
 // dpow_imm(x, c) = c == 0 ? 0 : c * pow_imm(x, c - 1), its branches likewise taken per block.
 template <size_t B, typename T>
-inline void pow_const_backward_lanes(const T* v, T* g, const Record& r) {
+inline void pow_const_backward_lanes(const T* v, T* g, const Record& r, bool wa) {
     const T* xs = v + size_t(r.a) * B;
     const T* BT_LANES_RESTRICT go = g + size_t(r.out) * B;
     T* BT_LANES_RESTRICT ga = g + size_t(r.a) * B;
     const T c = static_cast<T>(r.imm);
     if (c == T(0)) {
-        BT_LANES_SIMD for (size_t l = 0; l < B; ++l) ga[l] = go[l] != T(0) ? ga[l] + go[l] * T(0) : ga[l];
+        BT_LANES_SIMD for (size_t l = 0; l < B; ++l) {
+            const T base = wa ? T(0) : ga[l];
+            ga[l] = go[l] != T(0) ? base + go[l] * T(0) : base;
+        }
         return;
     }
     with_pow_imm(c - T(1), [&](auto p) {
-        BT_LANES_SIMD for (size_t l = 0; l < B; ++l) ga[l] = go[l] != T(0) ? ga[l] + go[l] * (c * p(xs[l])) : ga[l];
+        BT_LANES_SIMD for (size_t l = 0; l < B; ++l) {
+            const T base = wa ? T(0) : ga[l];
+            ga[l] = go[l] != T(0) ? base + go[l] * (c * p(xs[l])) : base;
+        }
     });
 }
 
@@ -410,42 +416,49 @@ template <size_t B, typename T>
 
 // The reverse step of record r across the B lanes: each lane whose output grad is nonzero adds
 // the record's contribution to its arguments' grads, as the one-sample sweep does.
+// first (scalar records only): bit 0, this record is the sweep's first to reach a's grad, bit 1
+// b's; it then writes 0 + its contribution there (what adding into the zeroed grad gives, bit for
+// bit), or 0 in a lane it does not reach, so those grads need no zeroing before the sweep.
 template <size_t B, typename T>
 [[gnu::always_inline]] inline void backward_lanes(const T* v, T* g, const Record& r, const uint32_t* args,
-                                                  LaneScratch<T>& scratch) {
-    if (r.op == Op::pow_const) return pow_const_backward_lanes<B>(v, g, r);
+                                                  LaneScratch<T>& scratch, uint8_t first = 0) {
+    const bool wa = (first & 1) != 0, wb = (first & 2) != 0;
+    (void)wb;
+    if (r.op == Op::pow_const) return pow_const_backward_lanes<B>(v, g, r, wa);
     switch (r.op) {
-#define BT_LBWD_U(name, fwd, dfdx)                                  \
-    case Op::name: {                                                \
-        const T* xs = v + size_t(r.a) * B;                          \
-        const T* ys = v + size_t(r.out) * B;                        \
-        const T* BT_LANES_RESTRICT go = g + size_t(r.out) * B;      \
-        T* BT_LANES_RESTRICT ga = g + size_t(r.a) * B;              \
-        BT_LANES_SIMD for (size_t l = 0; l < B; ++l) {              \
-            const T x = xs[l], y = ys[l];                           \
-            (void)x;                                                \
-            (void)y;                                                \
-            ga[l] = go[l] != T(0) ? ga[l] + go[l] * (dfdx) : ga[l]; \
-        }                                                           \
-        return;                                                     \
+#define BT_LBWD_U(name, fwd, dfdx)                                \
+    case Op::name: {                                              \
+        const T* xs = v + size_t(r.a) * B;                        \
+        const T* ys = v + size_t(r.out) * B;                      \
+        const T* BT_LANES_RESTRICT go = g + size_t(r.out) * B;    \
+        T* BT_LANES_RESTRICT ga = g + size_t(r.a) * B;            \
+        BT_LANES_SIMD for (size_t l = 0; l < B; ++l) {            \
+            const T x = xs[l], y = ys[l];                         \
+            (void)x;                                              \
+            (void)y;                                              \
+            const T base = wa ? T(0) : ga[l];                     \
+            ga[l] = go[l] != T(0) ? base + go[l] * (dfdx) : base; \
+        }                                                         \
+        return;                                                   \
     }
         BT_UNARY_OPS(BT_LBWD_U)
 #undef BT_LBWD_U
-#define BT_LBWD_UI(name, fwd, dfdx)                                 \
-    case Op::name: {                                                \
-        const T* xs = v + size_t(r.a) * B;                          \
-        const T* ys = v + size_t(r.out) * B;                        \
-        const T* BT_LANES_RESTRICT go = g + size_t(r.out) * B;      \
-        T* BT_LANES_RESTRICT ga = g + size_t(r.a) * B;              \
-        const T c = static_cast<T>(r.imm);                          \
-        (void)c;                                                    \
-        BT_LANES_SIMD for (size_t l = 0; l < B; ++l) {              \
-            const T x = xs[l], y = ys[l];                           \
-            (void)x;                                                \
-            (void)y;                                                \
-            ga[l] = go[l] != T(0) ? ga[l] + go[l] * (dfdx) : ga[l]; \
-        }                                                           \
-        return;                                                     \
+#define BT_LBWD_UI(name, fwd, dfdx)                               \
+    case Op::name: {                                              \
+        const T* xs = v + size_t(r.a) * B;                        \
+        const T* ys = v + size_t(r.out) * B;                      \
+        const T* BT_LANES_RESTRICT go = g + size_t(r.out) * B;    \
+        T* BT_LANES_RESTRICT ga = g + size_t(r.a) * B;            \
+        const T c = static_cast<T>(r.imm);                        \
+        (void)c;                                                  \
+        BT_LANES_SIMD for (size_t l = 0; l < B; ++l) {            \
+            const T x = xs[l], y = ys[l];                         \
+            (void)x;                                              \
+            (void)y;                                              \
+            const T base = wa ? T(0) : ga[l];                     \
+            ga[l] = go[l] != T(0) ? base + go[l] * (dfdx) : base; \
+        }                                                         \
+        return;                                                   \
     }
         BT_UNARY_IMM_OPS(BT_LBWD_UI)
 #undef BT_LBWD_UI
@@ -463,7 +476,7 @@ template <size_t B, typename T>
                 (void)a;                                             \
                 (void)b;                                             \
                 (void)y;                                             \
-                T t = ga[l];                                         \
+                T t = wa ? T(0) : ga[l];                             \
                 t = gg != T(0) ? t + gg * (dfda) : t;                \
                 t = gg != T(0) ? t + gg * (dfdb) : t;                \
                 ga[l] = t;                                           \
@@ -476,8 +489,10 @@ template <size_t B, typename T>
                 (void)a;                                             \
                 (void)b;                                             \
                 (void)y;                                             \
-                ga[l] = gg != T(0) ? ga[l] + gg * (dfda) : ga[l];    \
-                gb[l] = gg != T(0) ? gb[l] + gg * (dfdb) : gb[l];    \
+                const T ba = wa ? T(0) : ga[l];                      \
+                const T bb = wb ? T(0) : gb[l];                      \
+                ga[l] = gg != T(0) ? ba + gg * (dfda) : ba;          \
+                gb[l] = gg != T(0) ? bb + gg * (dfdb) : bb;          \
             }                                                        \
         }                                                            \
         return;                                                      \

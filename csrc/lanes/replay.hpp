@@ -62,7 +62,47 @@ struct LaneWorkspace {
     const Program<T>* laid_out_for = nullptr;
     size_t B = 0;
     int eligible = -1;  // -1: not yet known for laid_out_for
+    // Per entry of P.sweep: backward_lanes' `first` bits; and the grad spans a block zeroes before
+    // its sweep: Program::sweep_grads but the slots a first writer writes.
+    std::vector<uint8_t> first;
+    std::vector<Span> zero;
 };
+
+// Which scalar records of P's sweep reach an argument's grad first (in the sweep's order, the
+// seed at the root before them all), and so the grads left to zero. Var-arity records add into
+// every argument, so theirs are zeroed.
+template <typename T>
+void plan_first_writes(const Program<T>& P, LaneWorkspace<T>& L) {
+    const size_t fs = P.frame_size();
+    std::vector<char> reached(fs, 0), written(fs, 0);
+    reached[P.root] = 1;
+    L.first.assign(P.sweep.size(), 0);
+    for (size_t i = P.sweep.size(); i-- > 0;) {
+        const Record& r = P.recs[P.sweep[i]];
+        const OpKind k = op_info(r.op).kind;
+        if (k == OpKind::unary || k == OpKind::unary_imm || k == OpKind::binary) {
+            if (!reached[r.a] && r.a >= P.n_ext) L.first[i] |= 1, written[r.a] = 1;
+            reached[r.a] = 1;
+            if (k == OpKind::binary && r.b != r.a) {
+                if (!reached[r.b] && r.b >= P.n_ext) L.first[i] |= 2, written[r.b] = 1;
+                reached[r.b] = 1;
+            }
+        } else {
+            for_each_arg_span(r, P.args.data() + r.a, [&](uint32_t f, uint32_t len) {
+                std::fill(reached.begin() + f, reached.begin() + f + len, char(1));
+            });
+        }
+    }
+    L.zero.clear();
+    for (const Span& sp : P.sweep_grads)
+        for (uint32_t j = sp.first; j < sp.first + sp.second; ++j) {
+            if (written[j]) continue;
+            if (!L.zero.empty() && L.zero.back().first + L.zero.back().second == j)
+                ++L.zero.back().second;
+            else
+                L.zero.emplace_back(j, 1u);
+        }
+}
 
 template <typename T>
 bool usable(const Program<T>& P, LaneWorkspace<T>& L) {
@@ -70,6 +110,7 @@ bool usable(const Program<T>& P, LaneWorkspace<T>& L) {
         L.laid_out_for = &P;
         L.eligible = eligible(P) ? 1 : 0;
         L.B = 0;
+        if (L.eligible) plan_first_writes(P, L);
     }
     return L.eligible == 1;
 }
@@ -172,11 +213,12 @@ void replay_blocks(const Program<T>& P, LaneWorkspace<T>& L, const T* arena_valu
         // The grads a one-sample sweep starts from: its local ones zeroed, the wrt ones taken
         // (zeroed) after the previous sample; every external grad is zeroed here (the others are
         // never read out).
-        for (const Span& sp : P.sweep_grads) std::fill_n(g + size_t(sp.first) * B, size_t(sp.second) * B, T(0));
+        for (const Span& sp : L.zero) std::fill_n(g + size_t(sp.first) * B, size_t(sp.second) * B, T(0));
         std::fill_n(g, size_t(P.n_ext) * B, T(0));
         T* gr = g + size_t(P.root) * B;
         BT_LANES_SIMD for (size_t l = 0; l < B; ++l) gr[l] += seed;
-        for (size_t i = P.sweep.size(); i-- > 0;) backward_lanes<B>(v, g, P.recs[P.sweep[i]], args, L.scratch);
+        for (size_t i = P.sweep.size(); i-- > 0;)
+            backward_lanes<B>(v, g, P.recs[P.sweep[i]], args, L.scratch, L.first[i]);
         if (reduce == Reduce::rows && !any_bad) {  // sample after sample, each row in turn
             if (nw) store_rows(gw.data(), rows + s0 * nw, m, nw);
         } else if (reduce == Reduce::rows) {
