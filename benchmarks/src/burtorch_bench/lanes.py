@@ -9,7 +9,8 @@ Rows per graph: burtorch .map allocating its outputs (as JAX does), .map(out=...
 arrays the caller passes and reuses, the one-sample replay, JAX, and the traffic floor: one pass
 that reads the inputs (N x 2 doubles) and writes as many bytes as the outputs (values N, grads
 N x 2), i.e. numpy copying X into the grads array and filling the values. Each repetition runs
-every row once, in turn, so all rows see the same load; medians of --reps after a warm-up. The
+every row once, in turn (the order rotating from one repetition to the next), so all rows see the
+same load; medians of --reps after a warm-up. The
 ratios are what to read: on a shared host the single figures move with the load.
 """
 from __future__ import annotations
@@ -106,8 +107,10 @@ def bench(name, expr, jax_expr, n, reps, seed=0):
             np.testing.assert_allclose(out[0], ref_v, rtol=1e-9, atol=1e-9, err_msg=label)
             np.testing.assert_allclose(out[1], ref_g, rtol=1e-9, atol=1e-9, err_msg=label)
     times = {label: [] for label, _ in rows}
-    for _ in range(reps):
-        for label, fn in rows:
+    for rep in range(reps):
+        # the order rotates per repetition: whichever row runs first in a round ran faster
+        # on the shared host, whatever it was
+        for label, fn in rows[rep % len(rows):] + rows[:rep % len(rows)]:
             t = time.perf_counter()
             fn()
             times[label].append(time.perf_counter() - t)
