@@ -171,7 +171,7 @@ static int s_grad(PyObject* self, PyObject* val, void*) { return set_number(self
 static PyObject* g_index(PyObject* self, void*) {
     return PyLong_FromUnsignedLong(reinterpret_cast<PyValue*>(self)->idx);
 }
-extern PyObject* g_dtype_objects[2];
+extern PyObject* g_dtype_objects[kDTypes];
 static PyObject* g_dtype(PyObject* self, void*) {
     PyObject* d = g_dtype_objects[static_cast<int>(reinterpret_cast<PyValue*>(self)->arena->dtype())];
     Py_INCREF(d);
