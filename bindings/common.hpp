@@ -271,6 +271,7 @@ void init_batch(nb::module_& m);
 void init_program(nb::module_& m);
 void init_threads(nb::module_& m);
 void init_quad(nb::module_& m);
+void init_lanes(nb::module_& m);
 
 // ---------------------------------------------------------------- tracing (trace.cpp)
 extern PyObject* TraceError;
