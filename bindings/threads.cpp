@@ -1,7 +1,5 @@
 // The process's thread count: bt.set_num_threads / bt.get_num_threads over csrc/threads.hpp.
 #include <nanobind/stl/string.h>
-#include <pthread.h>
-#include <sched.h>
 
 #include <algorithm>
 #include <atomic>
@@ -38,14 +36,11 @@ static double line_round_trip_ns(int cpu_a, int cpu_b, int rounds) {
     // (one CPU for both would hand the line over once per time slice: milliseconds, not a transfer)
     if (cpu_a == cpu_b) throw nb::value_error("the two CPUs must differ");
     for (int c : {cpu_a, cpu_b})
-        if (c < 0 || c >= CPU_SETSIZE) throw nb::value_error("no such CPU");
+        if (c < 0 || c >= bt::platform::kMaxCpu) throw nb::value_error("no such CPU");
     alignas(64) std::atomic<long> ball{0};
     std::atomic<bool> failed{false};
     auto pin = [&](std::thread& t, int cpu) {
-        cpu_set_t set;
-        CPU_ZERO(&set);
-        CPU_SET(cpu, &set);
-        if (pthread_setaffinity_np(t.native_handle(), sizeof(set), &set) != 0) failed = true;
+        if (!bt::platform::pin_thread(t, cpu)) failed = true;
     };
     std::vector<double> batches;
     batches.reserve(9);  // thread a appends without allocating

@@ -1,10 +1,12 @@
-// The OS layer of the core: address-space reservation, committing and discarding pages, and
-// large buffers in huge pages. Everything OS-specific in csrc/ goes through here, with a POSIX
-// implementation (Linux, macOS) and a Windows one (VirtualAlloc), so the rest of the core is
-// plain C++ that compiles with MSVC as with g++ and clang++.
+// The OS layer of the core: address-space reservation, committing and discarding pages, large
+// buffers in huge pages, and the threads' side (the cores a process may use, pinning a thread,
+// a hook for the child of fork()). Everything OS-specific in csrc/ goes through here, with a
+// POSIX implementation (Linux, macOS) and a Windows one (VirtualAlloc), so the rest of the core
+// is plain C++ that compiles with MSVC as with g++ and clang++.
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <thread>
 
 #if defined(_WIN32)
 #ifndef NOMINMAX
@@ -15,8 +17,12 @@
 #endif
 #include <windows.h>
 #else
+#include <pthread.h>
 #include <sys/mman.h>
 #include <unistd.h>
+#endif
+#if defined(__linux__)
+#include <sched.h>
 #endif
 
 namespace bt::platform {
@@ -104,5 +110,60 @@ inline void* map_huge(size_t bytes) {
 
 // A huge mapping is given back as a reservation is.
 inline void unmap_huge(void* p, size_t bytes) { unreserve(p, bytes); }
+
+// The cores this process may run on now, at least 1: its affinity mask on Linux and Windows
+// (what os.sched_getaffinity reports on Linux), the machine's count elsewhere (macOS has no
+// affinity masks).
+inline int allowed_cores() {
+    const unsigned hc = std::thread::hardware_concurrency();
+    const int fallback = hc ? int(hc) : 1;
+#if defined(__linux__)
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof(set), &set) != 0) return fallback;
+    return CPU_COUNT(&set) > 0 ? CPU_COUNT(&set) : 1;
+#elif defined(_WIN32)
+    DWORD_PTR process = 0, system = 0;
+    if (!GetProcessAffinityMask(GetCurrentProcess(), &process, &system) || process == 0) return fallback;
+    int n = 0;
+    for (; process; process &= process - 1) ++n;
+    return n;
+#else
+    return fallback;
+#endif
+}
+
+// CPUs pin_thread() can name: 0 .. kMaxCpu - 1.
+#if defined(__linux__)
+inline constexpr int kMaxCpu = CPU_SETSIZE;
+#else
+inline constexpr int kMaxCpu = 64;
+#endif
+
+// Pins thread `t` to CPU `cpu`; false where the OS refuses or has no such call (macOS).
+inline bool pin_thread(std::thread& t, int cpu) {
+    if (cpu < 0 || cpu >= kMaxCpu) return false;
+#if defined(__linux__)
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    CPU_SET(cpu, &set);
+    return pthread_setaffinity_np(t.native_handle(), sizeof(set), &set) == 0;
+#elif defined(_WIN32) && defined(_MSC_VER)
+    return SetThreadAffinityMask(t.native_handle(), DWORD_PTR(1) << cpu) != 0;
+#else
+    // (MinGW's std::thread is a winpthreads thread, macOS has no affinity: not pinned)
+    (void)t;
+    return false;
+#endif
+}
+
+// Runs `child` in the child process after every fork() (POSIX); Windows has no fork().
+inline void at_fork_child(void (*child)()) {
+#if defined(_WIN32)
+    (void)child;
+#else
+    pthread_atfork(nullptr, nullptr, child);
+#endif
+}
 
 }  // namespace bt::platform

@@ -11,9 +11,6 @@
 // already parallel over samples) runs serially on that thread, as does work submitted while
 // another thread holds the pool.
 #pragma once
-#include <pthread.h>
-#include <sched.h>
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -26,6 +23,8 @@
 #include <thread>
 #include <vector>
 
+#include "platform.hpp"
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #define BT_CPU_RELAX() _mm_pause()
@@ -36,15 +35,7 @@
 namespace bt::threads {
 
 // The cores this process may run on now (its affinity mask), at least 1.
-inline int allowed_cores() {
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    if (sched_getaffinity(0, sizeof(set), &set) != 0) {
-        const unsigned hc = std::thread::hardware_concurrency();
-        return hc ? int(hc) : 1;
-    }
-    return std::max(1, CPU_COUNT(&set));
-}
+inline int allowed_cores() { return platform::allowed_cores(); }
 
 namespace detail {
 // 0: not chosen yet (the first query takes allowed_cores(), so a process pinned after import
@@ -116,7 +107,7 @@ public:
     // from a new pool (the old one is left as it is).
     static Pool& instance() {
         static const bool once = [] {
-            pthread_atfork(nullptr, nullptr, [] { current() = new Pool; });
+            platform::at_fork_child([] { current() = new Pool; });
             return true;
         }();
         (void)once;

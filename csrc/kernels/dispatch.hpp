@@ -28,7 +28,8 @@ inline std::vector<std::string> supported_levels() {
     if (v3) out.emplace_back("avx2");
     if (v4) out.emplace_back("avx512");
 #else
-    // Elsewhere (aarch64, MSVC, ...) one portable build: NEON is part of aarch64's baseline.
+    // Elsewhere (aarch64, MSVC, ...) one build: on aarch64 it has the NEON kernels (NEON is part
+    // of its baseline, kernels/simd.hpp).
     out.emplace_back("generic");
 #endif
     return out;

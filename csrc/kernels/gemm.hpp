@@ -47,11 +47,11 @@ inline bool forward_by_dots(size_t rows, size_t in, size_t out) {
     return rows < 2 || (in >= 64 && (rows < 8 || out < 8));
 }
 
-// Register tile: MR rows of accumulators times NV vectors. 32 registers on AVX-512 hold
-// 8 x 2 accumulators with room for loads; 16 on AVX2 hold 6 x 2.
-#if defined(__AVX512F__)
+// Register tile: MR rows of accumulators times NV vectors. 32 registers on AVX-512 and on
+// aarch64's NEON hold 8 x 2 accumulators with room for loads; 16 on AVX2 hold 6 x 2.
+#if defined(BT_SIMD_AVX512) || defined(BT_SIMD_NEON)
 inline constexpr int kMR = 8;
-#elif defined(__AVX2__) && defined(__FMA__)
+#elif defined(BT_SIMD_AVX2)
 inline constexpr int kMR = 6;
 #else
 inline constexpr int kMR = 4;
@@ -177,7 +177,7 @@ inline void pack_panels(const T* b, size_t ldb, size_t K, size_t N, T* dst) {
 // registers instead of element by element (a scalar transpose is a large part of a narrow
 // layer's forward, and it runs on every chunk's forward). Only the rows x cols block is read and written. Moving values
 // changes no bit.
-#if defined(__AVX512F__)
+#if defined(BT_SIMD_AVX512)
 #define BT_REGISTER_TRANSPOSE 1
 inline constexpr int kTransposeBlock = 16;
 BT_ALWAYS_INLINE void transpose_block(const float* src, size_t lds, int rows, int cols, float* dst, size_t ldd) {
@@ -222,7 +222,7 @@ BT_ALWAYS_INLINE void transpose_block(const float* src, size_t lds, int rows, in
     }
     for (int c = 0; c < cols; ++c) S::store(dst + c * ldd, r[c], rows);
 }
-#elif defined(__AVX2__) && defined(__FMA__)
+#elif defined(BT_SIMD_AVX2)
 #define BT_REGISTER_TRANSPOSE 1
 inline constexpr int kTransposeBlock = 8;
 BT_ALWAYS_INLINE void transpose_block(const float* src, size_t lds, int rows, int cols, float* dst, size_t ldd) {

@@ -1,6 +1,8 @@
 // One SIMD register of T, chosen at build time from the compiler's target macros (the extension
-// builds with -march=native): AVX-512, else AVX2 + FMA, else a portable array of lanes that the
-// compiler may vectorize. The GEMM kernels are written once against this interface.
+// builds once per ISA level, CMakeLists.txt): AVX-512, else AVX2 + FMA, else NEON on aarch64, else
+// a portable array of lanes that the compiler may vectorize. The GEMM kernels are written once
+// against this interface. BT_PORTABLE_SIMD forces the portable lanes (the reference the SIMD
+// levels are checked against, scripts/aarch64_check.sh).
 //
 // Every multiply-add goes through madd(), which is one fused operation on the SIMD targets, so
 // a kernel's result is a chain of fused multiply-adds whose order the kernel alone fixes.
@@ -8,8 +10,22 @@
 #include <cmath>
 #include <cstddef>
 
-#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+#if defined(BT_PORTABLE_SIMD)
+#define BT_SIMD_PORTABLE 1
+#elif defined(__AVX512F__)
+#define BT_SIMD_AVX512 1
+#elif defined(__AVX2__) && defined(__FMA__)
+#define BT_SIMD_AVX2 1
+#elif defined(__aarch64__) && defined(__ARM_NEON)
+#define BT_SIMD_NEON 1
+#else
+#define BT_SIMD_PORTABLE 1
+#endif
+
+#if defined(BT_SIMD_AVX512) || defined(BT_SIMD_AVX2)
 #include <immintrin.h>
+#elif defined(BT_SIMD_NEON)
+#include <arm_neon.h>
 #endif
 
 #if defined(__GNUC__) || defined(__clang__)
@@ -30,7 +46,7 @@ namespace bt::simd {
 template <typename T>
 struct Simd;
 
-#if defined(__AVX512F__)
+#if defined(BT_SIMD_AVX512)
 inline constexpr const char* isa = "avx512";
 
 template <>
@@ -65,7 +81,7 @@ struct Simd<double> {
     static BT_ALWAYS_INLINE V add(V a, V b) { return _mm512_add_pd(a, b); }
 };
 
-#elif defined(__AVX2__) && defined(__FMA__)
+#elif defined(BT_SIMD_AVX2)
 inline constexpr const char* isa = "avx2";
 
 template <>
@@ -103,6 +119,58 @@ struct Simd<double> {
     static BT_ALWAYS_INLINE void stream(double* p, V v) { _mm256_stream_pd(p, v); }
     static BT_ALWAYS_INLINE V madd(V a, V b, V c) { return _mm256_fmadd_pd(a, b, c); }
     static BT_ALWAYS_INLINE V add(V a, V b) { return _mm256_add_pd(a, b); }
+};
+
+#elif defined(BT_SIMD_NEON)
+inline constexpr const char* isa = "neon";
+
+// NEON has no masked loads or stores: a partial register goes through a small buffer on the
+// stack, which reads and writes exactly the first n elements (nothing past the end).
+template <>
+struct Simd<float> {
+    using V = float32x4_t;
+    static constexpr int W = 4;
+    static BT_ALWAYS_INLINE V zero() { return vdupq_n_f32(0.0f); }
+    static BT_ALWAYS_INLINE V set1(float a) { return vdupq_n_f32(a); }
+    static BT_ALWAYS_INLINE V load(const float* p) { return vld1q_f32(p); }
+    static BT_ALWAYS_INLINE V load(const float* p, int n) {
+        float t[W] = {0.0f, 0.0f, 0.0f, 0.0f};
+        for (int i = 0; i < n && i < W; ++i) t[i] = p[i];
+        return vld1q_f32(t);
+    }
+    static BT_ALWAYS_INLINE void store(float* p, V v) { vst1q_f32(p, v); }
+    static BT_ALWAYS_INLINE void store(float* p, V v, int n) {
+        float t[W];
+        vst1q_f32(t, v);
+        for (int i = 0; i < n && i < W; ++i) p[i] = t[i];
+    }
+    // A plain store: the non-temporal pair store (STNP) has no portable intrinsic.
+    static BT_ALWAYS_INLINE void stream(float* p, V v) { vst1q_f32(p, v); }
+    static BT_ALWAYS_INLINE V madd(V a, V b, V c) { return vfmaq_f32(c, a, b); }
+    static BT_ALWAYS_INLINE V add(V a, V b) { return vaddq_f32(a, b); }
+};
+
+template <>
+struct Simd<double> {
+    using V = float64x2_t;
+    static constexpr int W = 2;
+    static BT_ALWAYS_INLINE V zero() { return vdupq_n_f64(0.0); }
+    static BT_ALWAYS_INLINE V set1(double a) { return vdupq_n_f64(a); }
+    static BT_ALWAYS_INLINE V load(const double* p) { return vld1q_f64(p); }
+    static BT_ALWAYS_INLINE V load(const double* p, int n) {
+        double t[W] = {0.0, 0.0};
+        for (int i = 0; i < n && i < W; ++i) t[i] = p[i];
+        return vld1q_f64(t);
+    }
+    static BT_ALWAYS_INLINE void store(double* p, V v) { vst1q_f64(p, v); }
+    static BT_ALWAYS_INLINE void store(double* p, V v, int n) {
+        double t[W];
+        vst1q_f64(t, v);
+        for (int i = 0; i < n && i < W; ++i) p[i] = t[i];
+    }
+    static BT_ALWAYS_INLINE void stream(double* p, V v) { vst1q_f64(p, v); }
+    static BT_ALWAYS_INLINE V madd(V a, V b, V c) { return vfmaq_f64(c, a, b); }
+    static BT_ALWAYS_INLINE V add(V a, V b) { return vaddq_f64(a, b); }
 };
 
 #else
@@ -156,14 +224,15 @@ struct Simd {
 // non-temporal store where the target has one: the line goes to memory without first being
 // fetched for ownership. stream_fence() orders those stores before anything that follows (a
 // thread that finishes a task after them, another that reads the values then).
-#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+#if defined(BT_SIMD_AVX512) || defined(BT_SIMD_AVX2)
 inline void stream_fence() { _mm_sfence(); }
 #else
 inline void stream_fence() {}
 #endif
 
 // Whether this build's multiply-add rounds once (fused), as PyTorch's CPU kernels do with FMA.
-#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__)) || (defined(FP_FAST_FMA) && defined(FP_FAST_FMAF))
+#if defined(BT_SIMD_AVX512) || defined(BT_SIMD_AVX2) || defined(BT_SIMD_NEON) || \
+    (defined(FP_FAST_FMA) && defined(FP_FAST_FMAF))
 inline constexpr bool kFusedMadd = true;
 #else
 inline constexpr bool kFusedMadd = false;
@@ -173,7 +242,7 @@ inline constexpr bool kFusedMadd = false;
 // where the build has FMA), for scalar code that must match vector code to the bit.
 template <typename T>
 BT_ALWAYS_INLINE T madd(T a, T b, T c) {
-#if defined(__AVX512F__) || (defined(__AVX2__) && defined(__FMA__))
+#if defined(BT_SIMD_AVX512) || defined(BT_SIMD_AVX2) || defined(BT_SIMD_NEON)
     return std::fma(a, b, c);
 #else
     return Simd<T>::madd1(a, b, c);
