@@ -70,8 +70,7 @@ void check_unbounded_growth(bt::ArenaBase* a) {
     // keeps the graphs alive, and then names it.
     if (a->growth_warned || a->sweeps_since_rewind() < 16 || a->slots_since_rewind() < (size_t(1) << 21)) return;
     a->growth_warned = true;
-    std::string why = describe_pin(*a);
-    if (*a->compaction_refused()) why += std::string("; compaction refused: ") + a->compaction_refused();
+    const std::string why = describe_pin(*a);
     if (PyErr_WarnFormat(PyExc_RuntimeWarning, 1,
                          "burtorch: %zu nodes and %llu backward passes since this arena last gave nodes back: "
                          "every step's graph stays in memory. The highest live node is %s (a list of losses "

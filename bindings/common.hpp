@@ -58,10 +58,6 @@ inline bool is_value(PyObject* o) { return Py_TYPE(o) == &ValueType; }
 void release_pin(bt::ArenaBase* arena, uint32_t idx, uint64_t gen);
 // The same for a pin a compaction cannot retarget (a Vector's, a checkpoint's).
 void release_fixed_pin(bt::ArenaBase* arena, uint32_t idx, uint64_t gen, bt::ArenaBase::Holder h);
-// A safe point (no raw slot index held): closes a hole left below the arena's top by a graph whose
-// last handle went, sliding what lies above it down (arena.hpp). Called where a sweep starts;
-// a no-op from another thread than the arena's reclaiming one and while the arena is traced.
-void compact_at_safe_point(bt::ArenaBase* arena);
 
 // A pin on one slot held for the lifetime of a C++ object (a Vector's highest slot, a checkpoint's
 // position): each copy pins again, a move hands the pin over. These holders keep raw positions,
@@ -131,6 +127,10 @@ inline bool value_alive(PyValue* v) {
     resolve(v);
     return v->arena->alive(v->idx, v->gen);
 }
+// A safe point (no raw slot index held) before a sweep from `root`: closes a hole left right below
+// root's graph by a graph whose last handle went, sliding what lies above it down (arena.hpp). A
+// no-op from another thread than the arena's reclaiming one and while the arena is traced.
+void compact_at_safe_point(PyValue* root);
 inline PyValue* as_pyvalue(PyObject* o) { return reinterpret_cast<PyValue*>(o); }
 
 template <typename T>

@@ -56,10 +56,12 @@ void release_fixed_pin(bt::ArenaBase* arena, uint32_t idx, uint64_t gen, bt::Are
     if (may_reclaim(arena)) arena->reclaim_top();
 }
 
-void compact_at_safe_point(bt::ArenaBase* arena) {
+void compact_at_safe_point(PyValue* root) {
+    bt::ArenaBase* arena = root->arena;
     if (!arena->wants_compaction()) [[likely]]
         return;
-    if (may_reclaim(arena)) arena->maybe_compact();
+    if (!may_reclaim(arena) || !value_alive(root)) return;
+    arena->maybe_compact(root->idx);
 }
 
 static void value_dealloc(PyObject* o) {

@@ -62,7 +62,7 @@ static PyObject* m_backward(PyObject* self, PyObject* const* args, Py_ssize_t na
         if (PySequence_Fast_GET_SIZE(fast) == 0) return PyErr_Format(PyExc_ValueError, "backward(): wrt is empty");
     }
     // 2. check (a sweep's start is a safe point to close a hole left by the previous step's graph)
-    compact_at_safe_point(v->arena);
+    compact_at_safe_point(v);
     if (!check_alive(v)) return nullptr;
     if (!refuse_while_tracing(v->arena, "backward()")) return nullptr;
     uint32_t stop = 0;

@@ -186,17 +186,13 @@ public:
     void pin(uint32_t idx) { ++pins_[idx]; }
     // Drops a pin taken on (idx, gen). True when that was the top slot's last pin: the caller may
     // then reclaim_top(). A handle made stale by a rewind holds no pin (its slot was reissued).
-    // The last pin of a slot below the top that a record wrote may leave a hole: the latest such
-    // slot is remembered for the next safe point (maybe_compact). The latest, not the lowest: in
-    // the loops this is for, rebinding the loss variable is the last release before backward().
+    // The last pin of a slot below the top may leave a hole: that is remembered (one store) for
+    // the next safe point (maybe_compact).
     bool unpin(uint32_t idx, uint64_t gen) {
         if (!alive(idx, gen)) return false;
         if (--pins_[idx] != 0) return false;
         if (size_t(idx) + 1 == nslots_) return true;
-        if (lo_[idx] != kNoRecord) {
-            hole_root_ = idx;
-            hole_gen_ = gen;
-        }
+        hole_maybe_ = true;
         return false;
     }
     // What holds a pin that a compaction cannot retarget (pin_fixed/unpin_fixed).
@@ -296,28 +292,41 @@ public:
         return moved;
     }
     uint64_t compactions() const { return compactions_; }
-    bool wants_compaction() const { return hole_root_ != kNoHole; }
+    bool wants_compaction() const { return hole_maybe_; }
     // Why the last attempt to compact refused ("" if it compacted or none was made).
     const char* compaction_refused() const { return refused_; }
-    // At a safe point (no raw slot index held by any caller): closes the hole left below the top
-    // by the latest slot whose last pin went since the previous safe point, if that is worth it.
-    // Returns the slots reclaimed. Costs nothing when no such slot was released.
-    size_t maybe_compact() {
-        if (hole_root_ == kNoHole) [[likely]]
+    // At a safe point (no raw slot index held by any caller), about to sweep from `root`: if a
+    // handle's last pin went below the top since the previous safe point, looks for a hole right
+    // below root's graph and closes it if that is worth it. Returns the slots reclaimed.
+    //
+    // The hole's top is the highest record-written slot below the first record root depends on,
+    // past the unpinned leaves just below that record (the graph's inputs, made before it): in a
+    // loop that rebinds its loss, the previous step's last node. Nothing root's graph computes
+    // from lies between, so only the leaves it reads need checking (reads_between, in compact_hole).
+    size_t maybe_compact(uint32_t root) {
+        if (!hole_maybe_) [[likely]]
             return 0;
-        const uint32_t root = hole_root_;
-        const uint64_t gen = hole_gen_;
-        hole_root_ = kNoHole;
+        hole_maybe_ = false;
         if (backoff_left_) {  // recent attempts refused for structural reasons: try less often
             --backoff_left_;
             return 0;
         }
-        const size_t got = compact_hole(root, gen);
+        if (root >= nslots_ || lo_[root] == kNoRecord) return 0;
+        uint32_t i = recs_[lo_[root]].out;
+        size_t budget = std::max<size_t>(kMinHole, size_t(root) + 1 - i);
+        while (i > 0 && pins_[i - 1] == 0 && lo_[i - 1] == kNoRecord && budget) {
+            --i;
+            --budget;
+        }
+        if (i == 0 || pins_[i - 1] != 0 || lo_[i - 1] == kNoRecord) return 0;
+        const size_t got = compact_hole(i - 1);
         if (got)
             backoff_ = 0;
         else if (refused_structural_) {
             backoff_ = std::min<uint32_t>(backoff_ ? 2 * backoff_ : 1, 64);
             backoff_left_ = backoff_;
+        } else if (refused_fixed_) {
+            hole_maybe_ = true;  // the view or checkpoint may go before the next sweep: retry then
         }
         return got;
     }
@@ -330,18 +339,16 @@ public:
     // thread must not pull from under it.
     unsigned long reclaim_thread = 0;  // set by the bindings once they warned about a loop that never rewinds
 
-    // Slides everything above the hole ending at `root` (a slot, unpinned, of generation `gen`,
-    // whose record-written graph lies below it) down over that hole. Returns the slots reclaimed,
-    // 0 if it refused (compaction_refused() says why).
-    size_t compact_hole(uint32_t root, uint64_t gen) {
-        refused_structural_ = false;
+    // Slides everything above the hole ending at `root` (an unpinned slot a record wrote) down over
+    // that hole. Returns the slots reclaimed, 0 if it refused (compaction_refused() says why).
+    size_t compact_hole(uint32_t root) {
+        refused_structural_ = refused_fixed_ = false;
         auto refuse = [&](const char* why, bool structural) -> size_t {
             refused_ = why;
             refused_structural_ = structural;
             return 0;
         };
-        if (!alive(root, gen) || pins_[root] != 0 || size_t(root) + 1 >= nslots_ || lo_[root] == kNoRecord)
-            return refuse("", false);
+        if (pins_[root] != 0 || size_t(root) + 1 >= nslots_ || lo_[root] == kNoRecord) return 0;
         const size_t n = nslots_;
         const uint32_t g1 = root + 1;
         const size_t moved = n - g1;
@@ -351,8 +358,10 @@ public:
         const uint32_t base = recs_[lo_[root]].out;
         const size_t span = size_t(g1) - base;
         if (span < kMinHole || 2 * span < moved) return refuse("the hole is small against what lies above it", false);
-        if (!fixed_.empty() && fixed_.lower_bound(g1) != fixed_.end())
-            return refuse("a Vector, a numpy view or a checkpoint shows nodes above the hole", true);
+        if (!fixed_.empty() && fixed_.lower_bound(g1) != fixed_.end()) {
+            refused_fixed_ = true;
+            return refuse("a Vector, a numpy view or a checkpoint shows nodes above the hole", false);
+        }
         const size_t r1 = first_record_at_or_above(g1);
         if (r1 > 0 && size_t(recs_[r1 - 1].out) + recs_[r1 - 1].nout > g1)
             return refuse("a record's outputs straddle the hole's end", true);
@@ -550,7 +559,6 @@ public:
     }
 
 protected:
-    static constexpr uint32_t kNoHole = UINT32_MAX;
     // Holes smaller than this stay: moving a graph costs a pass over it, worth it for a step's graph.
     static constexpr size_t kMinHole = 64;
     // True if a record from r on reads a slot in [lo, hi).
@@ -629,12 +637,11 @@ protected:
     // Pins held by Vectors (and numpy views) [0] and checkpoints [1], by slot: these holders keep
     // raw positions, so a compaction must not move what they show.
     std::map<uint32_t, std::array<uint32_t, 2>> fixed_;
-    uint32_t hole_root_ = kNoHole;
-    uint64_t hole_gen_ = 0;
+    bool hole_maybe_ = false;
     std::vector<Relocation> relocs_;
     uint64_t compactions_ = 0;
     const char* refused_ = "";
-    bool refused_structural_ = false;
+    bool refused_structural_ = false, refused_fixed_ = false;
     uint32_t backoff_ = 0, backoff_left_ = 0;
 };
 
