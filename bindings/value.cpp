@@ -60,7 +60,7 @@ void compact_at_safe_point(PyValue* root) {
     bt::ArenaBase* arena = root->arena;
     if (!arena->wants_compaction()) [[likely]]
         return;
-    if (!may_reclaim(arena) || !value_alive(root)) return;
+    if (!value_alive(root) || !arena->hole_possible_below(root->idx) || !may_reclaim(arena)) return;
     arena->maybe_compact(root->idx);
 }
 

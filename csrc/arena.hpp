@@ -186,13 +186,13 @@ public:
     void pin(uint32_t idx) { ++pins_[idx]; }
     // Drops a pin taken on (idx, gen). True when that was the top slot's last pin: the caller may
     // then reclaim_top(). A handle made stale by a rewind holds no pin (its slot was reissued).
-    // The last pin of a slot below the top may leave a hole: that is remembered (one store) for
-    // the next safe point (maybe_compact).
+    // The last pin of a record-written slot below the top may leave a hole: the lowest such slot
+    // since the previous safe point is remembered for the next one (maybe_compact).
     bool unpin(uint32_t idx, uint64_t gen) {
         if (!alive(idx, gen)) return false;
         if (--pins_[idx] != 0) return false;
         if (size_t(idx) + 1 == nslots_) return true;
-        hole_maybe_ = true;
+        if (idx < hole_low_ && lo_[idx] != kNoRecord) hole_low_ = idx;
         return false;
     }
     // What holds a pin that a compaction cannot retarget (pin_fixed/unpin_fixed).
@@ -292,7 +292,15 @@ public:
         return moved;
     }
     uint64_t compactions() const { return compactions_; }
-    bool wants_compaction() const { return hole_maybe_; }
+    bool wants_compaction() const { return hole_low_ != kNoHole; }
+    // False (and forgets the releases) unless a release since the previous safe point lies below
+    // the first record root depends on: releases inside root's own graph (the temporaries of a
+    // loop that rewinds) cannot have left a hole below it. Three loads.
+    bool hole_possible_below(uint32_t root) {
+        if (root < nslots_ && lo_[root] != kNoRecord && hole_low_ < recs_[lo_[root]].out) return true;
+        hole_low_ = kNoHole;
+        return false;
+    }
     // Why the last attempt to compact refused ("" if it compacted or none was made).
     const char* compaction_refused() const { return refused_; }
     // At a safe point (no raw slot index held by any caller), about to sweep from `root`: if a
@@ -300,13 +308,15 @@ public:
     // below root's graph and closes it if that is worth it. Returns the slots reclaimed.
     //
     // The hole's top is the highest record-written slot below the first record root depends on,
-    // past the unpinned leaves just below that record (the graph's inputs, made before it): in a
-    // loop that rebinds its loss, the previous step's last node. Nothing root's graph computes
-    // from lies between, so only the leaves it reads need checking (reads_between, in compact_hole).
+    // past the leaves just below that record (the graph's inputs, made before it, bound or not:
+    // they move with the graph): in a loop that rebinds its loss, the previous step's last node.
+    // Nothing root's graph computes from lies between, so only the leaves it reads need checking
+    // (reads_between, in compact_hole).
     size_t maybe_compact(uint32_t root) {
-        if (!hole_maybe_) [[likely]]
+        if (!hole_possible_below(root)) [[likely]]
             return 0;
-        hole_maybe_ = false;
+        const uint32_t low = hole_low_;
+        hole_low_ = kNoHole;
         if (backoff_left_) {  // recent attempts refused for structural reasons: try less often
             --backoff_left_;
             return 0;
@@ -314,7 +324,7 @@ public:
         if (root >= nslots_ || lo_[root] == kNoRecord) return 0;
         uint32_t i = recs_[lo_[root]].out;
         size_t budget = std::max<size_t>(kMinHole, size_t(root) + 1 - i);
-        while (i > 0 && pins_[i - 1] == 0 && lo_[i - 1] == kNoRecord && budget) {
+        while (i > 0 && lo_[i - 1] == kNoRecord && budget) {
             --i;
             --budget;
         }
@@ -326,7 +336,7 @@ public:
             backoff_ = std::min<uint32_t>(backoff_ ? 2 * backoff_ : 1, 64);
             backoff_left_ = backoff_;
         } else if (refused_fixed_) {
-            hole_maybe_ = true;  // the view or checkpoint may go before the next sweep: retry then
+            hole_low_ = low;  // the view or checkpoint may go before the next sweep: retry then
         }
         return got;
     }
@@ -559,6 +569,7 @@ public:
     }
 
 protected:
+    static constexpr uint32_t kNoHole = UINT32_MAX;
     // Holes smaller than this stay: moving a graph costs a pass over it, worth it for a step's graph.
     static constexpr size_t kMinHole = 64;
     // True if a record from r on reads a slot in [lo, hi).
@@ -637,7 +648,7 @@ protected:
     // Pins held by Vectors (and numpy views) [0] and checkpoints [1], by slot: these holders keep
     // raw positions, so a compaction must not move what they show.
     std::map<uint32_t, std::array<uint32_t, 2>> fixed_;
-    bool hole_maybe_ = false;
+    uint32_t hole_low_ = kNoHole;
     std::vector<Relocation> relocs_;
     uint64_t compactions_ = 0;
     const char* refused_ = "";

@@ -2,6 +2,7 @@
 
     python -m burtorch_bench.reclaim_loops demo [--steps 100] [--repeats 3]
     python -m burtorch_bench.reclaim_loops torch [--steps 2000] [--models mlp,gpt]
+    python -m burtorch_bench.reclaim_loops paths --against OTHER/bin/python [--rounds 7] [--steps 40]
 
 ``demo``: micrograd 0.1.0's demo (moons, MLP 2-16-16-1, SVM loss with L2, full batch, lr
 1 - 0.9 k/steps), run three ways, each in a fresh process, alternated across repeats:
@@ -11,6 +12,11 @@ explicit ``bt.rewind`` after each step (the reference). The two burtorch runs mu
 losses bit for bit (asserted). Against micrograd they agree to rounding only: micrograd orders its
 backward pass through a topological sort over Python sets, so gradients accumulate in another order.
 Peak RSS is the process's high-water mark.
+
+``paths``: the rewind-managed paths (W1 eager with ``bt.rewind``, ``grad_oracle`` + SGD on the W4
+and W5 models) timed in this install (A) and under ``--against PYTHON`` (B: another build, e.g. main
+before a change), alternated round by round in fresh processes; prints the median A/B ratio. The
+times are the process's CPU time, which a shared host's other work disturbs far less than wall time.
 
 ``torch``: a PyTorch-style loop (forward on a batch of 32 samples, ``loss.backward()``,
 ``opt.step()``, ``opt.zero_grad()``, no rewind) on ``MakemoreMLP.paper(64)`` and
@@ -120,9 +126,58 @@ print(json.dumps({"rss": [rss[100], rss[steps]], "nodes": [nodes[100], nodes[ste
 """
 
 
-def _child(code: str, *args: str) -> dict:
-    out = subprocess.run([sys.executable, "-c", code, *args], check=True, capture_output=True, text=True)
+_PATHS = r"""
+import json, random, statistics, sys, time
+import burtorch as bt
+from burtorch.nn import MakemoreMLP, MiniGPT
+from burtorch.optim import SGD
+from burtorch.paper_graphs import w1_graph
+out = {}
+# W1 eager: Figure 1's graph from fresh leaves, backward, rewind, 100,000 times
+cp = bt.checkpoint()
+t = time.process_time()
+for _ in range(100_000):
+    a, b, g = w1_graph(bt.Value)
+    g.backward()
+    bt.rewind(cp)
+out["W1 eager (100,000 graphs)"] = time.process_time() - t
+del a, b, g
+r = random.Random(0)
+for name, model, batch in (
+        ("W4 grad_oracle, MakemoreMLP.paper(64), b=64", MakemoreMLP.paper(64),
+         lambda: [([r.randrange(27) for _ in range(16)], r.randrange(27)) for _ in range(64)]),
+        ("W5 grad_oracle, MiniGPT.paper(), b=16", MiniGPT.paper(),
+         lambda: [([r.randrange(65) for _ in range(8)], [r.randrange(65) for _ in range(8)]) for _ in range(16)])):
+    opt = SGD(model.parameters(), lr=0.01)
+    times = []
+    for k in range(int(sys.argv[1])):
+        b = batch()
+        t = time.process_time()
+        bt.grad_oracle(model, b)
+        opt.step()
+        times.append(time.process_time() - t)
+    out[name] = statistics.median(times[3:])  # the first steps warm up
+print(json.dumps(out))
+"""
+
+
+def _child(code: str, *args: str, python: str | None = None) -> dict:
+    out = subprocess.run([python or sys.executable, "-c", code, *args], check=True, capture_output=True, text=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def paths(against: str, rounds: int, steps: int) -> None:
+    """The rewind-managed paths in this install (A) and under another interpreter (B, another
+    build), alternated round by round in fresh processes; the median of the per-round ratios."""
+    ratios: dict[str, list[float]] = {}
+    for _ in range(rounds):
+        a = _child(_PATHS, str(steps))
+        b = _child(_PATHS, str(steps), python=against)
+        for k in a:
+            ratios.setdefault(k, []).append(a[k] / b[k])
+    for k, rs in ratios.items():
+        print(f"{k:<48} A/B median {statistics.median(rs):.3f}   (min {min(rs):.3f}, max {max(rs):.3f}, "
+              f"{len(rs)} rounds)")
 
 
 def run(engine: str, steps: int) -> dict:
@@ -166,13 +221,19 @@ def torch_style(steps: int, models: list[str]) -> bool:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m burtorch_bench.reclaim_loops", description=__doc__.splitlines()[0])
-    ap.add_argument("loop", nargs="?", choices=("demo", "torch"), default="demo")
+    ap.add_argument("loop", nargs="?", choices=("demo", "torch", "paths"), default="demo")
+    ap.add_argument("--against", help="paths: the python of another install to compare with (B)")
+    ap.add_argument("--rounds", type=int, default=7, help="paths: A/B rounds")
     ap.add_argument("--steps", type=int, help="demo: 100, torch: 2000")
     ap.add_argument("--repeats", type=int, default=3, help="demo: runs of each engine, alternated")
     ap.add_argument("--models", default="mlp,gpt", help="torch: comma-separated among mlp, gpt")
     args = ap.parse_args(argv)
     if args.loop == "demo":
         demo(args.steps or 100, args.repeats)
+    elif args.loop == "paths":
+        if not args.against:
+            ap.error("paths: --against PYTHON is required")
+        paths(args.against, args.rounds, args.steps or 40)
     else:
         steps = args.steps or 2000
         if steps < 200:
