@@ -130,7 +130,11 @@ inline bool value_alive(PyValue* v) {
 // A safe point (no raw slot index held) before a sweep from `root`: closes a hole left right below
 // root's graph by a graph whose last handle went, sliding what lies above it down (arena.hpp). A
 // no-op from another thread than the arena's reclaiming one and while the arena is traced.
-void compact_at_safe_point(PyValue* root);
+void compact_below(PyValue* root);  // value.cpp: the part past the first check
+inline void compact_at_safe_point(PyValue* root) {
+    if (root->arena->wants_compaction()) [[unlikely]]
+        compact_below(root);
+}
 inline PyValue* as_pyvalue(PyObject* o) { return reinterpret_cast<PyValue*>(o); }
 
 template <typename T>

@@ -56,18 +56,21 @@ void release_fixed_pin(bt::ArenaBase* arena, uint32_t idx, uint64_t gen, bt::Are
     if (may_reclaim(arena)) arena->reclaim_top();
 }
 
-void compact_at_safe_point(PyValue* root) {
+void compact_below(PyValue* root) {
     bt::ArenaBase* arena = root->arena;
-    if (!arena->wants_compaction()) [[likely]]
-        return;
     if (!value_alive(root) || !arena->hole_possible_below(root->idx) || !may_reclaim(arena)) return;
     arena->maybe_compact(root->idx);
 }
 
 static void value_dealloc(PyObject* o) {
     PyValue* v = reinterpret_cast<PyValue*>(o);
-    resolve(v);                             // a moved handle's pin moved with its node
-    release_pin(v->arena, v->idx, v->gen);  // before the owner goes: it keeps the arena alive
+    bt::ArenaBase* a = v->arena;
+    // Before the owner goes: it keeps the arena alive. A moved handle's pin moved with its node.
+    if (a->alive(v->idx, v->gen) || (a->has_relocations() && a->relocate(v->idx, v->gen) && a->alive(v->idx, v->gen)))
+        [[likely]] {
+        if (a->unpin_alive(v->idx)) [[unlikely]]
+            if (may_reclaim(a)) a->reclaim_top();
+    }
     Py_DECREF(v->owner);
     if (g_nfree < kFreeMax)
         g_free[g_nfree++] = v;

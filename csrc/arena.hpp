@@ -168,7 +168,7 @@ public:
         nargs_ = m.args;
         if (dirty_ > m.records) dirty_ = m.records;
         if (!labels_.empty()) labels_.erase(labels_.lower_bound(m.slots), labels_.end());
-        if (!fixed_.empty()) fixed_.erase(fixed_.lower_bound(m.slots), fixed_.end());
+        drop_fixed_from(m.slots);
         ++epoch_;
         ++rewinds_;
         sweeps_since_rewind_ = 0;
@@ -190,6 +190,10 @@ public:
     // since the previous safe point is remembered for the next one (maybe_compact).
     bool unpin(uint32_t idx, uint64_t gen) {
         if (!alive(idx, gen)) return false;
+        return unpin_alive(idx);
+    }
+    // unpin() of a handle already known to be alive.
+    bool unpin_alive(uint32_t idx) {
         if (--pins_[idx] != 0) return false;
         if (size_t(idx) + 1 == nslots_) return true;
         if (idx < hole_low_ && lo_[idx] != kNoRecord) hole_low_ = idx;
@@ -242,7 +246,7 @@ public:
         nargs_ = args;
         if (dirty_ > r) dirty_ = r;
         if (!labels_.empty()) labels_.erase(labels_.lower_bound(static_cast<uint32_t>(t)), labels_.end());
-        if (!fixed_.empty()) fixed_.erase(fixed_.lower_bound(static_cast<uint32_t>(t)), fixed_.end());
+        drop_fixed_from(static_cast<uint32_t>(t));
         ++epoch_;
         ++reclaims_;
         reclaimed_slots_ += freed;
@@ -368,6 +372,10 @@ public:
         const uint32_t base = recs_[lo_[root]].out;
         const size_t span = size_t(g1) - base;
         if (span < kMinHole || 2 * span < moved) return refuse("the hole is small against what lies above it", false);
+        if (relocs_.size() >= kMaxRelocations) {
+            refused_fixed_ = true;  // retried at the next sweep: the handles may have been used by then
+            return refuse("too many moved handles have not been used since they moved", false);
+        }
         if (!fixed_.empty() && fixed_.lower_bound(g1) != fixed_.end()) {
             refused_fixed_ = true;
             return refuse("a Vector, a numpy view or a checkpoint shows nodes above the hole", false);
@@ -569,9 +577,16 @@ public:
     }
 
 protected:
+    // Forgets the fixed pins from slot `first` up (a rewind or reclamation discarded those slots).
+    // The common case, pins only below (a loop's checkpoint), costs one look at the last entry.
+    void drop_fixed_from(uint32_t first) {
+        if (!fixed_.empty() && fixed_.rbegin()->first >= first) fixed_.erase(fixed_.lower_bound(first), fixed_.end());
+    }
     static constexpr uint32_t kNoHole = UINT32_MAX;
     // Holes smaller than this stay: moving a graph costs a pass over it, worth it for a step's graph.
     static constexpr size_t kMinHole = 64;
+    // Moves whose handles have not all retargeted yet: a stale-looking handle reads through them all.
+    static constexpr size_t kMaxRelocations = 32;
     // True if a record from r on reads a slot in [lo, hi).
     bool reads_between(size_t r, uint32_t lo, uint32_t hi) const {
         bool hit = false;

@@ -535,3 +535,23 @@ def test_no_growth_warning_where_compaction_keeps_memory_flat():
             loss = (bt.vector(x) * 2.0).sum()
             loss.backward()
         assert arena.num_nodes <= 2 * ((1 << 17) + 1)
+
+
+def test_moved_handles_never_used_again_bound_the_relocation_log():
+    arena = bt.Arena(bt.float64)
+    with arena:
+        w = bt.Value(1.0)
+        kept, loss = [], None
+        for k in range(45):
+            x = chain(w, 100)
+            kept.append(x)  # moved with its step's graph, then never used: its move stays logged
+            loss = chain(x, 100, float(k))
+            loss.backward()
+        s = arena.stats()
+        assert s["relocations_pending"] == 32 and s["compaction_refused"].startswith("too many moved handles")
+        assert [h.data for h in kept] == [101.0] * 45  # using them retargets them
+        assert arena.stats()["relocations_pending"] == 0
+        before = arena.stats()["compactions"]
+        loss = chain(w, 150)  # the previous loss's 100 nodes are a hole below it: worth closing again
+        loss.backward()
+        assert arena.stats()["compactions"] == before + 1
