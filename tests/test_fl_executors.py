@@ -93,3 +93,43 @@ def test_unpicklable_problem_is_refused_for_other_processes():
 def test_blocks_cover_every_client_once():
     assert fl.executors.blocks(7, 3) == [[0, 1, 2], [3, 4], [5, 6]]
     assert fl.executors.blocks(2, 5) == [[0], [1]]
+
+
+# The method matrix's new options (tests/test_fl_matrix.py checks their rules against numpy).
+
+def _matrix_configs():
+    d = 8
+    topk = fl.make_compressor("topk", d, 2)
+    return [
+        ("importance-gd", fl.make_method("gd", 0.3), 0.5, "importance"),
+        ("ef21-bc", fl.make_method("ef21-bc", 0.3, topk, downlink=fl.make_compressor("topk", d, 3)), 1.0, "uniform"),
+        ("fedavg-adam-cosine", fl.make_method("fedavg", 0.05, batch=5, local_steps=3, local_optimizer="adam",
+                                              schedule="cosine", period=6), 0.5, "uniform"),
+        ("ef21-pp-importance-fp64", fl.make_method("ef21-pp", 0.3, fl.make_compressor("topk", d, 2, float_bits=64),
+                                                   wire="fp64"), 0.6, "importance"),
+    ]
+
+
+def _matrix_runs(executor, workers=None):
+    problem = synthetic(6, 120, 8, split="label", seed=7)
+    out = {}
+    for label, method, participation, sampling in _matrix_configs():
+        with fl.Federation(problem, method, participation, executor, workers, seed=13, sampling=sampling) as fed:
+            fed.run(6)
+            out[label] = (fed.x.copy(), [(r["bits"], r["bits_down"], r["participants"], r["loss"])
+                                         for r in fed.records])
+    return out
+
+
+def test_new_configs_agree_bitwise_serial_processes_and_ray():
+    serial = _matrix_runs("serial")
+    pooled = _matrix_runs("processes", 2)
+    for label, (x, recs) in serial.items():
+        assert np.array_equal(x, pooled[label][0]) and recs == pooled[label][1], label
+    pytest.importorskip("ray")
+    from burtorch.fl.ray_executor import session
+
+    with session(2):  # one Ray instance for the four runs
+        on_ray = _matrix_runs("ray", 2)
+    for label, (x, recs) in serial.items():
+        assert np.array_equal(x, on_ray[label][0]) and recs == on_ray[label][1], label

@@ -91,7 +91,7 @@ def test_client_gradients_match_pytorch(problem):
 
 def test_gd_is_gd_with_the_theory_step(problem):
     L = problem.smoothness().L
-    fed, xs = run(problem, fl.GD(), 8)
+    fed, xs = run(problem, fl.GD(float_bits=64), 8)
     assert fed.method.lr == pytest.approx(1 / L)
     close(fed_points(fed), gd_points(problem, xs[0], 1 / L, 8))
 
@@ -126,7 +126,7 @@ def record_points(monkeypatch):
 
 def test_ef21_topk_two_rounds_by_hand(problem):
     lr = 0.05
-    fed, _ = run(problem, fl.EF21(lr, fl.TopK(D, 2)), 3)
+    fed, _ = run(problem, fl.EF21(lr, fl.TopK(D, 2, float_bits=64)), 3)
     x0 = fed_points(fed)[0]
     gi = grads(problem, x0)                       # round 0: full gradients
     g = sum(gi) / N
@@ -144,12 +144,12 @@ def test_ef21_topk_two_rounds_by_hand(problem):
             cs.append(c)
         g = g + sum(cs) / N
     close(fed.server["g"], g)
-    assert fed.total_bits == N * (D * 32 + 2 * 2 * (32 + 3))
+    assert fed.total_bits == N * (D * 64 + 2 * 2 * (64 + 3))
 
 
 def test_ef21_pp_updates_only_the_sampled_clients(problem):
     lr = 0.05
-    fed, _ = run(problem, fl.EF21(lr, fl.TopK(D, 1)), 3, participation=0.5)
+    fed, _ = run(problem, fl.EF21(lr, fl.TopK(D, 1, float_bits=64)), 3, participation=0.5)
     x0 = fed_points(fed)[0]
     gi = grads(problem, x0)
     g = sum(gi) / N
@@ -173,7 +173,7 @@ def test_ef21_pp_updates_only_the_sampled_clients(problem):
 
 def test_marina_compressed_round_by_hand(problem):
     lr, k = 0.05, 2
-    fed, _ = run(problem, fl.MARINA(lr, fl.RandK(D, k), p=0.3), 4, seed=21)
+    fed, _ = run(problem, fl.MARINA(lr, fl.RandK(D, k, float_bits=64), p=0.3), 4, seed=21)
     x0 = fed_points(fed)[0]
     g = sum(grads(problem, x0)) / N
     x_prev, x = x0, x0
@@ -193,7 +193,7 @@ def test_marina_compressed_round_by_hand(problem):
 
 def test_vr_marina_uses_one_minibatch_at_both_points(problem):
     lr, b = 0.05, 3
-    fed, _ = run(problem, fl.MARINA(lr, fl.RandK(D, 2), p=1e-9, batch=b), 2, seed=4)
+    fed, _ = run(problem, fl.MARINA(lr, fl.RandK(D, 2, float_bits=64), p=1e-9, batch=b), 2, seed=4)
     x0, x1 = fed_points(fed)
     g0 = sum(grads(problem, x0)) / N
     acc = np.zeros(D)
@@ -207,7 +207,7 @@ def test_vr_marina_uses_one_minibatch_at_both_points(problem):
 
 def test_diana_by_hand(problem):
     lr, k = 0.1, 3
-    fed, _ = run(problem, fl.DIANA(lr, fl.RandK(D, k)), 3, seed=8)
+    fed, _ = run(problem, fl.DIANA(lr, fl.RandK(D, k, float_bits=64)), 3, seed=8)
     a = 1 / (D / k)
     assert fed.method.shift_lr == pytest.approx(a)
     h = [np.zeros(D) for _ in range(N)]
@@ -230,7 +230,8 @@ def test_diana_by_hand(problem):
 
 def test_fedavg_local_steps_by_hand(problem):
     lr, K, b = 0.1, 3, 4
-    fed, _ = run(problem, fl.FedAvg(lr, local_steps=K, batch=b, server_lr=0.5), 2, participation=0.5, seed=2)
+    fed, _ = run(problem, fl.FedAvg(lr, local_steps=K, batch=b, server_lr=0.5, float_bits=64), 2,
+                 participation=0.5, seed=2)
     x = fed_points(fed)[0]
     for t in range(2):
         chosen = fed.participants(t)
@@ -248,13 +249,13 @@ def test_fedavg_local_steps_by_hand(problem):
 # ---------------------------------------------------------------- the uncompressed limits are GD
 
 @pytest.mark.parametrize("make", [
-    lambda: fl.EF21(0.3, fl.Identity(D)),
-    lambda: fl.MARINA(0.3, fl.RandK(D, 1), p=1.0),
-    lambda: fl.MARINA(0.3, fl.Identity(D)),
-    lambda: fl.PAGE(0.3, batch=2, p=1.0),
-    lambda: fl.DCGD(0.3, fl.Identity(D)),
-    lambda: fl.DIANA(0.3, fl.Identity(D)),
-    lambda: fl.FedAvg(0.3, local_steps=1),
+    lambda: fl.EF21(0.3, fl.Identity(D, float_bits=64)),
+    lambda: fl.MARINA(0.3, fl.RandK(D, 1, float_bits=64), p=1.0),
+    lambda: fl.MARINA(0.3, fl.Identity(D, float_bits=64)),
+    lambda: fl.PAGE(0.3, batch=2, p=1.0, float_bits=64),
+    lambda: fl.DCGD(0.3, fl.Identity(D, float_bits=64)),
+    lambda: fl.DIANA(0.3, fl.Identity(D, float_bits=64)),
+    lambda: fl.FedAvg(0.3, local_steps=1, float_bits=64),
 ])
 def test_uncompressed_limit_is_gd(problem, make):
     fed, _ = run(problem, make(), 10)
@@ -271,10 +272,10 @@ def test_theory_step_sizes(problem):
     beta = (1 - alpha) / theta
     assert ef21_lr(sm.L, sm.L_tilde, alpha) == pytest.approx(1 / (sm.L + sm.L_tilde * math.sqrt(beta / theta)))
     assert ef21_lr(sm.L, sm.L_tilde, 1.0) == 1 / sm.L
-    m = fl.EF21(None, fl.TopK(D, 2))
+    m = fl.EF21(None, fl.TopK(D, 2, float_bits=64))
     m.bind(D, N, 0.5, sm, problem.shard_sizes())
     assert m.lr == pytest.approx(ef21_lr(sm.L, sm.L_tilde, alpha * 0.5))
-    m = fl.MARINA(None, fl.RandK(D, 2), p=0.25)
+    m = fl.MARINA(None, fl.RandK(D, 2, float_bits=64), p=0.25)
     m.bind(D, N, 1.0, sm, problem.shard_sizes())
     assert m.lr == pytest.approx(1 / (sm.L + sm.L_tilde * math.sqrt(0.75 * 2 / (0.25 * N))))
     page = fl.PAGE(None, batch=3)
@@ -283,7 +284,7 @@ def test_theory_step_sizes(problem):
     q = page.p
     assert page.lr == pytest.approx(1 / (sm.L + math.sqrt((1 - q) / q * sm.L_max ** 2 / 3)))
     with pytest.raises(ValueError, match="needs lr"):
-        fl.DCGD(None, fl.TopK(D, 1)).bind(D, N, 1.0, sm, problem.shard_sizes())
+        fl.DCGD(None, fl.TopK(D, 1, float_bits=64)).bind(D, N, 1.0, sm, problem.shard_sizes())
 
 
 # ---------------------------------------------------------------- convergence

@@ -34,7 +34,8 @@ workloads:
 
 other actions:
   burtorch-bench fl                 federated scale: 64 clients (makemore MLP), EF21 + TopK, rounds/s
-                                    serially, on local processes and on Ray (1 and 2 workers); its
+                                    serially, on 2 local processes and on 2 Ray workers, medians of 5
+                                    interleaved passes beside the load average (~1 min idle); its
                                     knobs: python -m burtorch_bench.fl_scale --help
   burtorch-bench report RESULTS.json [--markdown PAGE.md] [--plots] [--summary-json OUT.json]
                                     tables of a run, its performance page, PNG charts next to

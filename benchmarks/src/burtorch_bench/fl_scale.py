@@ -1,12 +1,15 @@
-"""Federated runs at scale: rounds per second of the serial, processes and Ray executors on the
-makemore MLP per client, the Ray executor's per-round overhead on a tiny model, and the peak
-memory of 1,000 clients of the default problem.
+"""Federated runs at scale: rounds per second of the serial, processes x2 and Ray x2 executors on
+the makemore MLP per client, the executors' per-round overhead on a tiny model, and the peak
+memory of 1,000 clients of the default problem. About two minutes on an idle 2-core host.
 
-    python -m burtorch_bench.fl_scale [--clients 64] [--rounds 20] [--repeats 3] [--json out.json]
+    python -m burtorch_bench.fl_scale [--clients 64] [--rounds 10] [--repeats 5] [--ray-1] [--json out.json]
 
-Each configuration runs ``repeats`` times (a fresh federation each time, start-up excluded) and
-the median is printed; start-up (spawning workers, starting Ray) is reported on its own. Memory
-is measured from the OS in a child process (peak RSS), next to the same child doing nothing.
+Every configuration's federation starts once (start-up, spawning workers or starting Ray, is
+reported on its own; Ray starts once for all its rows); then the repeats go round the
+configurations in turn, ``rounds`` rounds each, so that a change of the host's load falls on every
+row alike, and the median over the repeats is printed with the 1-minute load average before and
+after. Speed-ups mean something on an idle host only. Memory is measured from the OS in a child
+process (peak RSS), next to the same child doing nothing.
 """
 from __future__ import annotations
 
@@ -31,25 +34,38 @@ def _names_problem(clients: int, hidden: int, max_samples: int, data=None):
                         source=str(path) if path else "embedded words")
 
 
-def time_rounds(problem, make_method, executor: str, workers, rounds: int, repeats: int) -> dict:
+def time_interleaved(problem, make_method, configs, rounds: int, repeats: int) -> list[dict]:
+    """Each (executor, workers) federation started once; then ``repeats`` passes, each running
+    ``rounds`` rounds on every configuration in turn. Medians over the passes."""
+    import contextlib
+
     from burtorch.fl import Federation
 
-    per_round, startup, finals = [], [], []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fed = Federation(problem, make_method(), executor=executor, workers=workers, seed=1, eval_every=0)
-        t1 = time.perf_counter()
-        try:
-            fed.run(rounds)
-            t2 = time.perf_counter()
-            finals.append(fed.x.tobytes())
-        finally:
-            fed.close()
-        startup.append(t1 - t0)
-        per_round.append((t2 - t1) / rounds)
-    return {"executor": executor, "workers": workers, "s_per_round": statistics.median(per_round),
-            "rounds_per_s": 1.0 / statistics.median(per_round), "startup_s": statistics.median(startup),
-            "all_s_per_round": per_round, "same_iterates": len(set(finals)) == 1, "final": finals[0]}
+    with contextlib.ExitStack() as stack:
+        if any(ex == "ray" for ex, _ in configs):
+            from burtorch.fl.ray_executor import session
+
+            stack.enter_context(session(max(w or 1 for ex, w in configs if ex == "ray")))
+        feds, startup = [], []
+        for executor, workers in configs:
+            t0 = time.perf_counter()
+            fed = stack.enter_context(Federation(problem, make_method(), executor=executor, workers=workers, seed=1,
+                                                 eval_every=0))
+            startup.append(time.perf_counter() - t0)
+            feds.append(fed)
+        per_round: list[list[float]] = [[] for _ in configs]
+        for _ in range(repeats):
+            for i, fed in enumerate(feds):
+                t0 = time.perf_counter()
+                fed.run(rounds)
+                per_round[i].append((time.perf_counter() - t0) / rounds)
+        finals = [fed.x.tobytes() for fed in feds]
+    rows = []
+    for (executor, workers), times, up, final in zip(configs, per_round, startup, finals):
+        med = statistics.median(times)
+        rows.append({"executor": executor, "workers": workers, "s_per_round": med, "rounds_per_s": 1.0 / med,
+                     "startup_s": up, "all_s_per_round": times, "final": final})
+    return rows
 
 
 def peak_rss_mb(code: str) -> float:
@@ -74,11 +90,12 @@ MEMORY_BASE = "import numpy, burtorch, burtorch.fl, burtorch.fl.logistic"
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m burtorch_bench.fl_scale", description=__doc__.splitlines()[0])
     ap.add_argument("--clients", type=int, default=64)
-    ap.add_argument("--rounds", type=int, default=20)
+    ap.add_argument("--rounds", type=int, default=10, help="rounds per configuration per repeat")
     ap.add_argument("--hidden", type=int, default=64, help="hidden width e of the makemore MLP")
     ap.add_argument("--max-samples", type=int, default=256, help="samples per client")
     ap.add_argument("--k", type=int, default=100, help="TopK's k")
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--ray-1", action="store_true", help="also a Ray row with one worker")
     ap.add_argument("--memory-clients", type=int, default=1000)
     ap.add_argument("--no-ray", action="store_true", help="skip the Ray rows")
     ap.add_argument("--json", default=None)
@@ -106,12 +123,10 @@ def main(argv=None) -> int:
     try:
         import ray  # noqa: F401
         if not args.no_ray:
-            configs += [("ray", 1), ("ray", 2)]
+            configs += [("ray", 1)] * args.ray_1 + [("ray", 2)]
     except ImportError:
         print("  (ray not installed: pip install \"burtorch[fl]\" for the Ray rows)")
-    for executor, workers in configs:
-        row = time_rounds(problem, make, executor, workers, args.rounds, args.repeats)
-        results["mlp"].append(row)
+    results["mlp"] = time_interleaved(problem, make, configs, args.rounds, args.repeats)
     serial = results["mlp"][0]
     for row in results["mlp"]:
         same = row["final"] == serial["final"]
@@ -119,16 +134,15 @@ def main(argv=None) -> int:
               f"({row['s_per_round'] * 1e3:8.1f} ms/round, {serial['s_per_round'] / row['s_per_round']:4.2f}x serial, "
               f"start-up {row['startup_s']:.2f} s, iterates {'equal to' if same else 'DIFFERENT from'} serial)")
     results["load_average"]["after"] = os.getloadavg()[0]
-    print(f"  load average after the rows: {results['load_average']['after']:.2f}")
+    print(f"  load average after the rows: {results['load_average']['after']:.2f} (speed-ups mean something on "
+          "an idle host only)")
 
     from burtorch.fl.logistic import synthetic
 
     tiny = synthetic(args.clients, args.clients * 10, 5, seed=0)
     make_tiny = lambda: EF21(0.1, TopK(5, 1))  # noqa: E731
     print(f"tiny model (d=5, {args.clients} clients x 10 samples), {args.rounds * 5} rounds: the executors' own cost")
-    for executor, workers in configs:
-        row = time_rounds(tiny, make_tiny, executor, workers, args.rounds * 5, args.repeats)
-        results["tiny"].append(row)
+    results["tiny"] = time_interleaved(tiny, make_tiny, configs, args.rounds * 5, args.repeats)
     base = results["tiny"][0]["s_per_round"]
     for row in results["tiny"]:
         print(f"  {row['executor']:>9} x{row['workers'] or 1}: {row['s_per_round'] * 1e3:7.2f} ms/round "

@@ -3,6 +3,11 @@ from the OS) of a child process that builds a synthetic data set of the chosen s
 splits it among the clients and runs EF21 + Top-k.
 
     python -m burtorch_bench.fl_sparse [--shape news20|rcv1] [--clients 20] [--rounds 100] [--k 1]
+    python -m burtorch_bench.fl_sparse --shape rcv1 --write-libsvm rcv1-shaped.txt
+
+With ``--write-libsvm PATH`` the generated set is written as a LibSVM file (labels +1/-1, 1-based
+feature indices) and nothing is run: a stand-in of the real file's shape for the reproduction in
+docs/guides/reproduce-ef21.md.
 
 Shapes: news20.binary (19,996 x 1,355,191, 0.034 % of entries stored) and rcv1.binary
 (20,242 x 47,236, 0.16 %). The data is generated, not read: the point is the memory of storage,
@@ -46,6 +51,20 @@ def synthetic_csr(rows: int, dim: int, density: float, seed: int = 0):
     return A, y
 
 
+def write_libsvm(path: str, A, y) -> None:
+    """A CSR matrix and its labels as a LibSVM file, written a block of rows at a time."""
+    import numpy as np
+
+    with open(path, "w") as f:
+        for start in range(0, len(y), 2048):
+            lines = []
+            for r in range(start, min(start + 2048, len(y))):
+                lo, hi = A.indptr[r], A.indptr[r + 1]
+                feats = " ".join(f"{c + 1}:{v:.6g}" for c, v in zip(A.indices[lo:hi].tolist(), A.data[lo:hi].tolist()))
+                lines.append(f"{int(np.sign(y[r])):+d} {feats}\n")
+            f.writelines(lines)
+
+
 def child(shape: str, clients: int, rounds: int, k: int) -> dict:
     from burtorch.fl import Federation, make_compressor, make_method
     from burtorch.fl.logistic import SparseLogisticProblem
@@ -75,8 +94,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=100)
     p.add_argument("--k", type=int, default=1)
     p.add_argument("--json", default=None)
+    p.add_argument("--write-libsvm", metavar="PATH", default=None,
+                   help="write the generated data set of --shape as a LibSVM file and stop")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
+    if args.write_libsvm:
+        A, y = synthetic_csr(*SHAPES[args.shape])
+        write_libsvm(args.write_libsvm, A, y)
+        print(f"{args.write_libsvm}: {A.shape[0]:,} x {A.shape[1]:,}, nnz {A.nnz:,} ({args.shape}-shaped, generated)")
+        return 0
     if args.child:
         print(json.dumps(child(args.shape, args.clients, args.rounds, args.k)))
         return 0

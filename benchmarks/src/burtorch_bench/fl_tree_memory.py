@@ -1,10 +1,14 @@
 """Memory of a federated run's whole process tree: the driver and every process it started
-(worker processes, or Ray's daemons and actors when Ray is started here), summed resident sets
-read from /proc while the run is live, after its rounds. Linux only.
+(worker processes, or Ray's daemons and actors when Ray is started here), read from /proc while
+the run is live, after its rounds. Linux only.
 
     python -m burtorch_bench.fl_tree_memory [--executor processes|ray] [--clients 1000] [--workers 2]
+                                            [--by-process]
 
-Shared pages are counted once per process (RSS, not PSS): an upper bound of what the tree holds.
+Two sums: RSS counts a page shared by several processes (the Python interpreter, numpy, Ray's
+core library, the object store's mapping) once in every process that maps it, an upper bound;
+PSS (/proc/PID/smaps_rollup) charges each process its share of such a page, so the sum counts
+every page once: what the tree takes from the machine. PSS is the figure compared with a budget.
 """
 from __future__ import annotations
 
@@ -38,15 +42,43 @@ def _rss_kb(pid: int) -> int:
     return 0
 
 
-def tree_rss_mb(root: int | None = None) -> tuple[float, int]:
-    """(summed RSS in MB, number of processes) of ``root`` (default: this process) and its descendants."""
+def _pss_kb(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def _name(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            args = f.read().decode(errors="replace").split("\0")
+    except OSError:
+        return "?"
+    # a Python daemon is named by its script, a Ray actor by its title, a binary by its path
+    script = next((a for a in args[1:3] if a.endswith(".py")), None)
+    return os.path.basename(script or args[0]) or "?"
+
+
+def tree(root: int | None = None) -> list[tuple[int, str, float, float]]:
+    """(pid, name, RSS MB, PSS MB) of ``root`` (default: this process) and its descendants."""
     kids = _children()
     todo, seen = [root or os.getpid()], []
     while todo:
         pid = todo.pop()
         seen.append(pid)
         todo.extend(kids.get(pid, []))
-    return sum(_rss_kb(p) for p in seen) / 1024, len(seen)
+    return [(p, _name(p), _rss_kb(p) / 1024, _pss_kb(p) / 1024) for p in seen]
+
+
+def tree_rss_mb(root: int | None = None) -> tuple[float, int]:
+    """(summed RSS in MB, number of processes) of ``root`` (default: this process) and its descendants."""
+    rows = tree(root)
+    return sum(r[2] for r in rows), len(rows)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -55,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--clients", type=int, default=1000)
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--by-process", action="store_true", help="also print each process's RSS and PSS")
     args = p.parse_args(argv)
     if not os.path.isdir("/proc"):
         print("needs Linux's /proc", file=sys.stderr)
@@ -67,10 +100,14 @@ def main(argv: list[str] | None = None) -> int:
     before, _ = tree_rss_mb()
     with Federation(problem, method, executor=args.executor, workers=args.workers, seed=0, eval_every=0) as fed:
         fed.run(args.rounds)
-        total, count = tree_rss_mb()
+        rows = tree()
+    rss, pss = sum(r[2] for r in rows), sum(r[3] for r in rows)
     print(f"{args.clients:,} clients (EF21 + Top-1, d = 30, 20 samples each) on {args.executor} x{args.workers}: "
-          f"process tree {total:.0f} MB over {count} processes (driver alone before: {before:.0f} MB; "
-          f"load average {os.getloadavg()[0]:.2f})")
+          f"process tree PSS {pss:.0f} MB, RSS {rss:.0f} MB over {len(rows)} processes (driver alone before: "
+          f"{before:.0f} MB RSS; load average {os.getloadavg()[0]:.2f})")
+    if args.by_process:
+        for pid, name, r, q in sorted(rows, key=lambda row: -row[3]):
+            print(f"  {pid:>8}  PSS {q:6.1f} MB  RSS {r:6.1f} MB  {name}")
     return 0
 
 

@@ -38,16 +38,34 @@ def register(sub) -> None:
     p.add_argument("--clients", type=positive_int, default=20)
     p.add_argument("--rounds", type=positive_int, default=1000)
     p.add_argument("--participation", type=positive_float, default=1.0, help="fraction of clients per round, in (0, 1]")
-    p.add_argument("--sampling", default="uniform", choices=("uniform", "bernoulli"),
-                   help="with --participation < 1: round(p n) clients uniformly (default), or each with "
-                        "probability p")
+    p.add_argument("--sampling", default="uniform", choices=("uniform", "bernoulli", "importance"),
+                   help="with --participation < 1: round(p n) clients uniformly (default), each with "
+                        "probability p, or each with probability p_i proportional to its smoothness L_i "
+                        "(p n expected; gd, dcgd and fedavg reweight by 1/p_i)")
     p.add_argument("--lr", type=positive_float, default=None, help="step size (default: the method's theory step)")
     p.add_argument("--lr-scale", type=positive_float, default=1.0, help="multiplies the theory step (default 1)")
     p.add_argument("--batch", type=positive_int, default=None,
                    help="minibatch size (ef21-sgd, vr-marina, page, fedavg)")
     p.add_argument("--p", type=positive_float, default=None,
                    help="MARINA/PAGE full-round probability (default: theory's)")
+    p.add_argument("--downlink", default="topk",
+                   help="ef21-bc: the server's contractive compressor of its broadcast (topk, identity, "
+                        "scaled-NAME; default topk)")
+    p.add_argument("--downlink-k", type=positive_int, default=None,
+                   help="coordinates the downlink compressor keeps (default --k)")
+    p.add_argument("--wire", default="fp32", choices=("fp32", "fp64"),
+                   help="width of the values clients send: fp32 rounds them to float32 before the server uses "
+                        "them; bits are counted at this width (default fp32)")
     p.add_argument("--local-steps", type=positive_int, default=5, help="FedAvg local steps (default 5)")
+    p.add_argument("--local-optimizer", default="sgd", choices=("sgd", "adam"),
+                   help="FedAvg: the clients' optimizer of their local steps (Adam starts afresh each round)")
+    p.add_argument("--schedule", default="constant", choices=("constant", "step", "cosine"),
+                   help="FedAvg: the local step by round: constant, step (x --lr-decay every --schedule-period "
+                        "rounds) or cosine (to 0 over --schedule-period, default --rounds)")
+    p.add_argument("--schedule-period", type=positive_int, default=None,
+                   help="rounds of the schedule's period (default: --rounds for cosine, --rounds/3 for step)")
+    p.add_argument("--lr-decay", type=positive_float, default=0.5, help="factor of the step schedule (default 0.5)")
+    p.add_argument("--server-lr", type=positive_float, default=1.0, help="FedAvg: the server's step (default 1)")
     p.add_argument("--executor", default="serial", choices=EXECUTORS)
     p.add_argument("--workers", type=positive_int, default=None, help="worker processes or Ray actors")
     p.add_argument("--address", default=None, help="HOST:PORT of a running Ray cluster (--executor ray)")
@@ -125,18 +143,44 @@ def build_method(args, name: str, compressor_name: str, lr, problem, d: int):
     from ..optim.compressors import make_compressor
     from ..optim.methods import COMPRESSING, make_method
 
-    compressor = make_compressor(compressor_name, d, args.k, args.s) if name in COMPRESSING else None
+    bits = 32 if args.wire == "fp32" else 64
+    compressor = make_compressor(compressor_name, d, args.k, args.s, bits) if name in COMPRESSING else None
+    downlink = (make_compressor(args.downlink, d, args.downlink_k or args.k, args.s, bits) if name == "ef21-bc"
+                else None)
     scale = args.lr_scale
     if isinstance(lr, tuple):
         lr, scale = None, lr[1]
         if not 0 < scale < float("inf"):
             raise ValueError(f"--compare {name}: the multiple of the theory step must be finite and > 0")
     method = make_method(name, lr=lr, compressor=compressor, batch=args.batch, p=args.p,
-                         local_steps=args.local_steps)
-    method.bind(d, problem.n_clients, args.participation, problem.smoothness(), problem.shard_sizes())
+                         local_steps=args.local_steps, wire=args.wire, downlink=downlink,
+                         **_fedavg_options(args, name))
+    participation = args.participation
+    if args.sampling == "importance" and participation < 1.0:  # as Federation binds it: the smallest p_i
+        from ..fl.sampling import importance_lr, importance_probabilities
+
+        sm = problem.smoothness()
+        if sm is None or sm.L_local is None:
+            raise ValueError("--sampling importance: this problem knows no per-client smoothness constants L_i")
+        probabilities = importance_probabilities(sm.L_local, participation * problem.n_clients)
+        participation = min(probabilities)
+        if name == "gd" and method.lr is None:  # the theory's step of the reweighted GD for --rounds rounds
+            method.lr = importance_lr(sm.L, sm.L_local, probabilities, args.rounds)
+    method.bind(d, problem.n_clients, participation, problem.smoothness(), problem.shard_sizes())
     if lr is None:
         method.lr *= scale
     return method
+
+
+def _fedavg_options(args, name: str) -> dict[str, Any]:
+    """FedAvg's options from the command line (the other methods take none)."""
+    if name != "fedavg":
+        return {}
+    period = args.schedule_period
+    if period is None and args.schedule != "constant":
+        period = args.rounds if args.schedule == "cosine" else max(1, args.rounds // 3)
+    return {"server_lr": args.server_lr, "local_optimizer": args.local_optimizer, "schedule": args.schedule,
+            "period": period, "decay": args.lr_decay}
 
 
 # Bounds on the sizes a command line may ask for (the problem's matrices are dense, a round keeps
@@ -166,8 +210,9 @@ def check_names(args) -> None:
     for _, name, comp, _ in parse_specs(args):
         if name not in METHODS:
             raise ValueError(f"unknown method {name!r}; choose from {', '.join(METHODS)}")
-        if comp.removeprefix("scaled-") not in COMPRESSORS:
-            raise ValueError(f"unknown compressor {comp!r}; choose from {', '.join(COMPRESSORS)} or scaled-NAME")
+        for c in (comp, args.downlink):
+            if c.removeprefix("scaled-") not in COMPRESSORS:
+                raise ValueError(f"unknown compressor {c!r}; choose from {', '.join(COMPRESSORS)} or scaled-NAME")
 
 
 def main(args) -> int:
@@ -268,7 +313,8 @@ def main(args) -> int:
             last = results[-1]["records"][-1]
             metrics = (f"loss {last['loss']:.6g}  grad norm {last['grad_norm']:.3e}" if "loss" in last
                        else "loss not evaluated")
-            line = f"{label}: round {last['round']}  {metrics}  bits/client {last['bits_per_client']:.4g}"
+            line = (f"{label}: round {last['round']}  {metrics}  bits/client {last['bits_per_client']:.4g}"
+                    f"  down {last.get('bits_down_per_client', 0):.4g}")
             if args.target is not None:
                 hit = next((r for r in results[-1]["records"] if r.get("grad_norm", float("inf")) <= args.target), None)
                 line += (f"  | grad norm <= {args.target:g} at round {hit['round']} after "

@@ -22,6 +22,7 @@ if TYPE_CHECKING:  # what __getattr__ below loads, as type checkers should see i
         plots,
         problem,
         ray_executor,
+        sampling,
         sparse,
         splits,
     )
@@ -39,20 +40,32 @@ if TYPE_CHECKING:  # what __getattr__ below loads, as type checkers should see i
         make_compressor,
     )
     from .federation import Federation  # noqa: F401
-    from .methods import DCGD, DIANA, EF21, GD, MARINA, METHODS, PAGE, FedAvg, Method, make_method  # noqa: F401
+    from .methods import (  # noqa: F401
+        DCGD,
+        DIANA,
+        EF21,
+        EF21BC,
+        GD,
+        MARINA,
+        METHODS,
+        PAGE,
+        FedAvg,
+        Method,
+        make_method,
+    )
     from .problem import ModelProblem, Problem, SampleProblem, Smoothness  # noqa: F401
 
 _HOME = {
     "Federation": "federation",
     "Problem": "problem", "SampleProblem": "problem", "ModelProblem": "problem", "Smoothness": "problem",
-    **{name: "methods" for name in ("Method", "GD", "DCGD", "EF21", "MARINA", "PAGE", "DIANA", "FedAvg",
+    **{name: "methods" for name in ("Method", "GD", "DCGD", "EF21", "EF21BC", "MARINA", "PAGE", "DIANA", "FedAvg",
                                     "METHODS", "make_method")},
     **{name: "compressors" for name in ("Compressor", "Message", "Identity", "RandK", "TopK", "RandSeqK", "Natural",
                                         "RandomDithering", "Scaled", "COMPRESSORS", "make_compressor")},
 }
 __all__ = sorted(_HOME)
 _SUBMODULES = ("client", "compressors", "executor_base", "executors", "federation", "libsvm", "logistic", "methods",
-               "names", "plots", "problem", "ray_executor", "sparse", "splits")
+               "names", "plots", "problem", "ray_executor", "sampling", "sparse", "splits")
 _MOVED = {"streams": "burtorch.optim.streams"}  # modules of fl's public path that live one layer below
 
 

@@ -2,11 +2,13 @@
 run's record.
 
 A round is the method's (burtorch.optim.server); the federation adds where clients run (an
-executor), which clients take part (a seeded sample of round(participation * n) clients; all of
+executor), which clients take part (a seeded sample: uniform, Bernoulli or by importance; all of
 them in round 0 for methods that initialise state), and evaluation. On evaluation rounds every
 client also reports its full local loss and gradient at x, and the record holds
-f(x) = (1/n) sum_i f_i(x) and ||grad f(x)||. Bits are the messages' own counts;
-``bits_per_client`` is the run's cumulative total divided by n.
+f(x) = (1/n) sum_i f_i(x) and ||grad f(x)||. Bits are the messages' own counts at the wire's width
+(fp32 or fp64, the method's); ``bits_per_client`` is the run's cumulative uplink total divided by
+n, ``bits_down_per_client`` the same for what the server sent (the method's downlink_bits per
+participant).
 """
 from __future__ import annotations
 
@@ -26,8 +28,9 @@ from ..optim.server import Server
 from ..seeding import next_seed
 from .executors import Executor, make_executor
 from .problem import Problem
+from .sampling import importance_probabilities
 
-CHECKPOINT_VERSION = 1
+CHECKPOINT_VERSION = 2  # 2: downlink bits among the totals
 
 
 def save_checkpoint(path: str, payload: Any) -> None:
@@ -53,8 +56,10 @@ def load_checkpoint(path: str) -> Any:
 
 
 # How a round's clients are drawn when participation < 1: "uniform", round(participation * n) of
-# them without replacement; "bernoulli", each independently with probability participation.
-SAMPLINGS = ("uniform", "bernoulli")
+# them without replacement; "bernoulli", each independently with probability participation;
+# "importance", each independently with probability p_i ∝ L_i (fl/sampling.py), participation * n
+# of them expected, the averaging methods reweighting by 1/p_i.
+SAMPLINGS = ("uniform", "bernoulli", "importance")
 
 
 class Diverged(FloatingPointError):
@@ -89,17 +94,33 @@ class Federation(Server):
             raise ValueError(f"eval_every must be an int >= 0 (0: never), got {eval_every!r}")
         self.eval_every = eval_every
         seed = next_seed() if seed is None else int(seed)
-        super().__init__(method, problem.initial_point(seed), problem.shard_sizes(), self.participation,
-                         problem.smoothness(), seed)
+        smoothness = problem.smoothness()
+        self.probabilities: tuple[float, ...] | None = None
+        bound = self.participation
+        if sampling == "importance":
+            if smoothness is None or smoothness.L_local is None:
+                raise ValueError("client sampling by importance draws client i with probability ∝ L_i, and this "
+                                 "problem knows no per-client smoothness constants")
+            self.probabilities = importance_probabilities(smoothness.L_local, self.participation * problem.n_clients)
+            # the slowest client's rate is what the theory steps (EF21-PP's) may count on
+            bound = min(self.probabilities)
+        super().__init__(method, problem.initial_point(seed), problem.shard_sizes(), bound, smoothness, seed)
         self.executor = make_executor(executor, workers, address) if isinstance(executor, str) else executor
         self.records: list[dict[str, Any]] = []
         self.stopped: str | None = None  # why the run stopped early, if it did
         self.executor.start(problem, method)
 
     # ---- one round ----
+    def _drawn(self, t: int) -> bool:
+        """Whether round t's participants are a random draw (not everybody by rule)."""
+        return not (self.participation == 1.0 or (t == 0 and self.method.full_first_round))
+
     def participants(self, t: int) -> list[int]:
-        if self.participation == 1.0 or (t == 0 and self.method.full_first_round):
+        if not self._drawn(t):
             return list(range(self.n))
+        if self.probabilities is not None:  # importance: client i on a coin of probability p_i
+            ps = self.probabilities
+            return [i for i in range(self.n) if streams.rng(self.seed, streams.PARTICIPANTS, t, i + 1).random() < ps[i]]
         if self.sampling == "bernoulli":  # each client on its own coin: the round's size varies
             p = self.participation
             return [i for i in range(self.n) if streams.rng(self.seed, streams.PARTICIPANTS, t, i + 1).random() < p]
@@ -113,6 +134,9 @@ class Federation(Server):
             raise Diverged(self.stopped)
         ctx = self.open_round()
         chosen = self.participants(ctx.t)
+        if self.probabilities is not None and self._drawn(ctx.t):
+            # every drawn round is reweighted, a round that happened to draw everybody too
+            ctx.probabilities = self.probabilities
         if evaluate is None:
             evaluate = self.eval_every > 0 and ctx.t % self.eval_every == 0
         start = time.perf_counter()
@@ -167,7 +191,7 @@ class Federation(Server):
         round, client), so nothing else is needed to continue bitwise."""
         return {"version": CHECKPOINT_VERSION, "settings": self.run_settings(), "t": self.t, "x": self.x,
                 "x_prev": self.x_prev, "server": self.server,
-                "totals": (self.total_bits, self.total_floats, self.total_samples),
+                "totals": (self.total_bits, self.total_floats, self.total_samples, self.total_bits_down),
                 "records": self.records, "stopped": self.stopped, "clients": self.executor.client_states()}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -183,7 +207,7 @@ class Federation(Server):
             raise ValueError(f"the checkpoint is of another run ({shown})")
         self.executor.load_client_states(state["clients"])
         self.t, self.x, self.x_prev, self.server = state["t"], state["x"], state["x_prev"], state["server"]
-        self.total_bits, self.total_floats, self.total_samples = state["totals"]
+        self.total_bits, self.total_floats, self.total_samples, self.total_bits_down = state["totals"]
         self.records, self.stopped = list(state["records"]), state["stopped"]
 
     def save(self, path: str) -> None:

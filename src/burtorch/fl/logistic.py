@@ -92,7 +92,7 @@ class LogisticProblem(Problem):
             # the theory steps would be 0 or nan: no progress, without a word
             raise ValueError(f"the smoothness constants overflow (L={L}, L_tilde={L_tilde}, L_max={L_max}): "
                              "lam or the data are too large")
-        return Smoothness(float(L), L_tilde, L_max)
+        return Smoothness(float(L), L_tilde, L_max, tuple(float(v) for v in local))
 
     def settings(self) -> dict[str, Any]:
         return {**super().settings(), "dim": self.dim, "lam": self.lam, "split": self.split, "data": self.source}
@@ -146,7 +146,8 @@ class SparseLogisticProblem(LogisticProblem):
         local = [gram_top_eigenvalue([B], self.seed) / 4.0 + reg for B in self.shards]
         L = gram_top_eigenvalue(self.shards, self.seed) / 4.0 + reg
         L_max = max(float(B.row_norms_sq().max()) for B in self.shards) / 4.0 + reg
-        return Smoothness(float(L), float(np.sqrt(np.mean(np.square(local)))), L_max)
+        return Smoothness(float(L), float(np.sqrt(np.mean(np.square(local)))), L_max,
+                          tuple(float(v) for v in local))
 
     def settings(self) -> dict[str, Any]:
         nnz = sum(B.nnz for B in self.shards)

@@ -51,14 +51,52 @@ def check_reachable(address: str, timeout: float = 3.0) -> None:
                               f"'ray start --head' or check the address") from None
 
 
+# The smallest object store Ray accepts (its OBJECT_STORE_MINIMUM_MEMORY_BYTES): a round's messages
+# go by value or through one small put, so the store holds little, and its mapping is what each
+# process of the tree touches of it.
+OBJECT_STORE_BYTES = 75 * 1024 * 1024
+
+# The local Ray node started by _init (None: none, or Ray was joined or started by ray.init).
+_local_node: Any = None
+
+
 def _init(ray: Any, workers: int | None, address: str | None) -> None:
+    global _local_node
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    if address is None:
-        # "local": a new instance of our own, even when another cluster runs on this machine (which
-        # ray.init() would join, and refuse num_cpus for)
-        ray.init(address="local", num_cpus=workers or os.cpu_count(), include_dashboard=False, log_to_driver=False)
-    else:
+    if address is not None:
         ray.init(address=address, log_to_driver=False)
+        return
+    # A local node of our own (even when another cluster runs on this machine, which a bare
+    # ray.init() would join), started without what a federated run does not use: the dashboard,
+    # the log monitor (log_to_driver is off) and the autoscaler's monitor, with the smallest
+    # object store. Each of those is a Python process of 50-80 MB resident. ray.init() cannot
+    # leave the last two out; ray.cluster_utils' head node takes Ray's node parameters.
+    cpus = workers or os.cpu_count() or 1
+    try:
+        from ray.cluster_utils import Cluster
+
+        node = Cluster(initialize_head=True, head_node_args={
+            "num_cpus": cpus, "num_gpus": 0, "include_dashboard": False, "include_log_monitor": False,
+            "no_monitor": True, "object_store_memory": OBJECT_STORE_BYTES})
+    except (ImportError, TypeError, ValueError):  # a Ray without these parameters: its defaults
+        ray.init(address="local", num_cpus=cpus, include_dashboard=False, log_to_driver=False,
+                 object_store_memory=OBJECT_STORE_BYTES)
+        return
+    try:
+        ray.init(address=node.address, log_to_driver=False)
+    except BaseException:
+        node.shutdown()
+        raise
+    _local_node = node
+
+
+def _stop(ray: Any) -> None:
+    """ray.shutdown(), and the local node's processes stopped if _init started one."""
+    global _local_node
+    ray.shutdown()
+    node, _local_node = _local_node, None
+    if node is not None:
+        node.shutdown()
 
 
 @contextlib.contextmanager
@@ -75,7 +113,7 @@ def session(workers: int | None = None, address: str | None = None) -> Iterator[
         yield
     finally:
         if started:
-            ray.shutdown()
+            _stop(ray)
 
 
 class RayExecutor(Executor):
@@ -141,7 +179,7 @@ class RayExecutor(Executor):
             self.ray.kill(a)
         self.actors = []
         if self._started_ray:
-            self.ray.shutdown()
+            _stop(self.ray)
             self._started_ray = False
 
     def settings(self) -> dict[str, Any]:

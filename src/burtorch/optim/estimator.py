@@ -40,6 +40,8 @@ class GradientEstimator:
         self.params = check_model(model)
         shards = check_shards(shards)
         x0 = np.array(self.params.data, dtype=np.float64)
+        # one process, nothing sent: the update rule in float64, its bits counted at float_bits
+        method.exact = True
         self.rounds = Server(method, x0, [len(s) for s in shards], seed=seed)
         self.clients = LocalClients(method, model, shards, functools.partial(accumulate_samples, loss_fn=loss_fn),
                                     range(len(shards)))

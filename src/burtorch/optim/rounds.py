@@ -24,17 +24,21 @@ class Smoothness:
     """Lipschitz constants of the gradients, as the theorems of the compressed methods use them.
 
     L: of f = (1/n) sum_i f_i;  L_tilde: sqrt((1/n) sum_i L_i^2) over the clients' f_i;
-    L_max: the largest over single samples (minibatch methods)."""
+    L_max: the largest over single samples (minibatch methods); L_local: each client's L_i, where
+    the problem knows them (client sampling by importance draws client i with probability ∝ L_i)."""
 
     L: float
     L_tilde: float
     L_max: float
+    L_local: tuple[float, ...] | None = None
 
 
 @dataclass
 class Round:
     """What the server broadcasts: the round index, the point, the previous point (for methods
-    that evaluate there), the shared coin, the run seed and the number of clients."""
+    that evaluate there), the shared coin, the run seed and the number of clients; with client
+    sampling by importance, each client's probability of taking part (the methods that average
+    reweight by them, so that their estimates stay unbiased)."""
 
     t: int
     x: np.ndarray
@@ -42,6 +46,7 @@ class Round:
     coin: bool | None
     seed: int
     n_clients: int
+    probabilities: tuple[float, ...] | None = None
 
 
 @dataclass

@@ -122,6 +122,7 @@ class Server:
         self.x_prev: np.ndarray | None = None
         self.t = 0
         self.total_bits = 0
+        self.total_bits_down = 0
         self.total_floats = 0
         self.total_samples = 0
 
@@ -141,11 +142,14 @@ class Server:
         self.x = self.method.absorb(self.x, self.server, messages, ctx)
         bits = sum(m.bits for m in sent)
         self.total_bits += bits
+        bits_down = self.method.downlink_bits(self.d, self.server) * len(messages)
+        self.total_bits_down += bits_down
         self.total_floats += sum(m.floats for m in sent)
         self.total_samples += sum(r.samples for r in messages)
         oracle_losses = [r.loss for r in messages if r.loss is not None]
         record: dict[str, Any] = {"round": ctx.t, "participants": len(messages), "bits": bits,
-                                  "bits_per_client": self.total_bits / self.n, "seconds": seconds,
+                                  "bits_per_client": self.total_bits / self.n, "bits_down": bits_down,
+                                  "bits_down_per_client": self.total_bits_down / self.n, "seconds": seconds,
                                   "oracle_loss": sum(oracle_losses) / len(oracle_losses) if oracle_losses else None}
         if ctx.coin is not None:
             record["coin"] = bool(ctx.coin)

@@ -17,6 +17,7 @@ COMPRESS = 3       # a client's compressor in a round
 MINIBATCH = 4      # a client's minibatch in a round (and local step)
 DATA = 5           # data generation and splits
 STANDALONE = 6     # a compressor used on its own, call after call
+DOWNLINK = 7       # the server's compressor of a round's broadcast (EF21-BC)
 
 
 def _mix(z: int) -> int:

@@ -51,6 +51,37 @@ def check_batch(batch: Any) -> Any:
     return batch
 
 
+# The widths a message's values travel at: "fp32" values are rounded to float32 before anybody
+# (the server, or the client's own copy of what it sent) uses them, and counted at 32 bits each.
+WIRES = {"fp32": 32, "fp64": 64}
+
+
+def check_wire_bits(bits: Any) -> int:
+    if bits not in WIRES.values():
+        raise ValueError(f"a federated message carries fp32 or fp64 values (float_bits 32 or 64), got {bits!r}")
+    return int(bits)
+
+
+def wire_bits(wire: Any) -> int:
+    """The bits of one value on the wire named ``wire`` ("fp32" or "fp64")."""
+    if wire not in WIRES:
+        raise ValueError(f"unknown wire {wire!r}; choose from {', '.join(WIRES)}")
+    return WIRES[wire]
+
+
+def on_wire(msg: Message, float_bits: int, exact: bool = False) -> Message:
+    """``msg`` with its values as they arrive: rounded to float32 on an fp32 wire (kept in float64
+    arrays, so that later arithmetic stays in double precision). A value beyond float32's range
+    arrives as an infinity, as it would over a real fp32 wire: the server's point then stops being
+    finite and the run stops there as diverged, its records kept. ``exact`` methods (the
+    single-process optimizers of burtorch.optim, which send nothing) keep their values."""
+    if float_bits != 32 or exact:
+        return msg
+    with np.errstate(over="ignore"):
+        rounded = msg.values.astype(np.float32)
+    return Message(msg.d, rounded.astype(np.float64), msg.bits, msg.indices)
+
+
 def mean_of(replies: Sequence[Reply], n: int, d: int) -> np.ndarray:
     """(1/n) * the sum of the replies' messages, summed in client order (bitwise reproducible); zero
     for a round without replies (Bernoulli sampling may choose nobody: nothing moves)."""
@@ -65,12 +96,29 @@ def mean_of(replies: Sequence[Reply], n: int, d: int) -> np.ndarray:
     return acc
 
 
+def participant_mean(replies: Sequence[Reply], ctx: Round, d: int) -> np.ndarray:
+    """The mean message of a round's participants S: (1/|S|) sum_S m_i, or, when clients were
+    drawn by importance with probabilities p_i, the unbiased (1/n) sum_S m_i / p_i (in client
+    order, bitwise reproducible)."""
+    if ctx.probabilities is None:
+        return mean_of(replies, len(replies), d)
+    acc = np.zeros(d)
+    for r in replies:
+        if r.message is None:
+            raise ValueError(f"client {r.client} sent no message")
+        r.message.add_to(acc, 1.0 / ctx.probabilities[r.client])
+    acc /= ctx.n_clients
+    return acc
+
+
 class Method:
     name = "method"
     compressor_kind: str | None = None   # None: sends full vectors; "any", "unbiased", "contractive"
     partial_participation = False        # may run with a fraction of the clients per round
+    refuses_partial = "its update needs every client's message in every round"  # why, when it does
     full_first_round = False              # round 0 initialises every client's state
     uses_previous_point = False           # clients evaluate at the previous point too
+    exact = False                         # True: values are not rounded to the wire (nothing is sent)
 
     def __init__(self, lr: float | None = None, compressor: Compressor | None = None, float_bits: int = 32,
                  batch: int | None = None) -> None:
@@ -78,7 +126,7 @@ class Method:
         if compressor is not None and not isinstance(compressor, Compressor):
             raise TypeError(f"expected a Compressor, got {type(compressor).__name__}")
         self.compressor = compressor
-        self.float_bits = compressor.float_bits if compressor is not None else float_bits
+        self.float_bits = check_wire_bits(compressor.float_bits if compressor is not None else float_bits)
         self.batch = check_batch(batch)
 
     # ---- set-up, before any round ----
@@ -100,8 +148,8 @@ class Method:
                 raise ValueError(f"{self.name} needs a contractive compressor (topk, identity, or scaled-NAME for "
                                  f"an unbiased one), got {type(c).__name__}")
         if participation < 1.0 and not self.partial_participation:
-            raise ValueError(f"{self.name} runs with full participation only (participation=1); "
-                             f"ef21-pp, dcgd, gd and fedavg sample clients")
+            raise ValueError(f"{self.name} runs with full participation only (participation=1): "
+                             f"{self.refuses_partial}; ef21-pp, dcgd, gd and fedavg sample clients")
         if self.batch is not None and self.batch > min(shard_sizes):
             raise ValueError(f"batch={self.batch} is larger than the smallest client shard "
                              f"({min(shard_sizes)} samples)")
@@ -150,6 +198,12 @@ class Method:
     def draw_coin(self, seed: int, t: int) -> bool | None:
         return None
 
+    def downlink_bits(self, d: int, server: dict[str, Any]) -> int:
+        """Bits the server sends each participant of the round just absorbed. By default the point
+        itself, at fp64 (the clients evaluate at the server's exact x): 64 d. Methods that compress
+        the broadcast (EF21-BC) count their message."""
+        return 64 * d
+
     def advance(self, x: np.ndarray, server: dict[str, Any]) -> np.ndarray:
         """The point of the next round: x - lr * g."""
         return x if server["g"] is None else x - self.lr * server["g"]
@@ -162,10 +216,20 @@ class Method:
         raise NotImplementedError
 
     def send(self, v: np.ndarray, oracle: Oracle) -> Message:
-        """v compressed with this round's client seed, or sent whole without a compressor."""
+        """v compressed with this round's client seed, or sent whole without a compressor, with
+        its values as the wire carries them."""
         if self.compressor is None:
-            return full_message(v, self.float_bits)
-        return self.compressor.compress(v, streams.derive(oracle.seed, streams.COMPRESS, oracle.client, oracle.round))
+            return self.send_full(v)
+        msg = self.compressor.compress(v, streams.derive(oracle.seed, streams.COMPRESS, oracle.client, oracle.round))
+        return on_wire(msg, self.float_bits, self.exact)
+
+    def send_full(self, v: np.ndarray) -> Message:
+        """v sent whole (d values at the wire's width)."""
+        return on_wire(full_message(v, self.float_bits), self.float_bits, self.exact)
+
+    @property
+    def wire(self) -> str:
+        return "fp32" if self.float_bits == 32 else "fp64"
 
     def local_gradient(self, oracle: Oracle, key: int = 0) -> tuple[float, np.ndarray]:
         """The client's full local gradient, or a minibatch one when the method has a batch size."""
@@ -175,7 +239,7 @@ class Method:
 
     # ---- description for logs and JSON ----
     def settings(self) -> dict[str, Any]:
-        out = {"method": self.name, "lr": self.lr}
+        out = {"method": self.name, "lr": self.lr, "wire": self.wire}
         if self.compressor is not None:
             out["compressor"] = repr(self.compressor)
         if self.batch is not None:

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 class DIANA(Method):
     name = "diana"
     compressor_kind = "unbiased"
+    refuses_partial = "the server's shift h stays the mean of the clients' h_i only when every client sends"
 
     def __init__(self, lr: float | None = None, compressor: Compressor | None = None, shift_lr: float | None = None,
                  batch: int | None = None) -> None:

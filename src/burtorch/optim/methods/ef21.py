@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..compressors import Compressor, full_message
+from ..compressors import Compressor
 from .base import Method, mean_of
 
 if TYPE_CHECKING:
@@ -63,8 +63,9 @@ class EF21(Method):
         _, grad = self.local_gradient(oracle)
         if "g" not in state:
             if self.init == "full":
-                state["g"] = grad.copy()
-                return full_message(grad, self.float_bits)
+                msg = self.send_full(grad)
+                state["g"] = msg.dense()
+                return msg
             msg = self.send(grad, oracle)
             state["g"] = msg.dense()
             return msg

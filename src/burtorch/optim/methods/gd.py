@@ -7,7 +7,8 @@ DCGD ("distributed compressed gradient descent", the baseline of Khirirat, Feyzm
 Johansson 2018 and of the EF21 paper) applies any compressor directly to the gradient: with an
 unbiased one it is SGD with extra variance, with TopK it is biased and need not converge on
 heterogeneous data (the EF21 paper's motivating failure); it has no step size of its own here.
-With partial participation the mean runs over the round's participants S_t.
+With partial participation the mean runs over the round's participants S_t; with clients drawn
+by importance (client i with probability p_i) it is the unbiased (1/n) sum_{i in S_t} m_i / p_i.
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .base import Method, mean_of
+from .base import Method, participant_mean
 
 if TYPE_CHECKING:
     from ..compressors import Message
@@ -34,7 +35,7 @@ class GD(Method):
         return self.send(grad, oracle)
 
     def absorb(self, x: np.ndarray, server: dict[str, Any], replies: list[Reply], ctx: Round) -> np.ndarray:
-        server["g"] = mean_of(replies, len(replies), len(x))
+        server["g"] = participant_mean(replies, ctx, len(x))
         return x
 
 

@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .. import streams
-from ..compressors import Compressor, Identity, full_message
-from .base import Method, check_probability, mean_of
+from ..compressors import Compressor, Identity
+from .base import Method, check_probability, check_wire_bits, mean_of
 
 if TYPE_CHECKING:
     from ..compressors import Message
@@ -41,6 +41,9 @@ class MARINA(Method):
     name = "marina"
     compressor_kind = "unbiased"
     full_first_round = True
+    refuses_partial = ("g is a running sum of every client's gradient differences, and a client that skips "
+                       "a round loses its difference for good (the paper's PP-MARINA, which samples clients "
+                       "in the compressed rounds only, is not implemented)")
 
     def __init__(self, lr: float | None = None, compressor: Compressor | None = None, p: float | None = None,
                  batch: int | None = None) -> None:
@@ -73,7 +76,7 @@ class MARINA(Method):
             _, grad = oracle.full()
             if self.batch is None:
                 state["grad"] = grad
-            return full_message(grad, self.float_bits)
+            return self.send_full(grad)
         if self.batch is None:
             _, grad = oracle.full()
             delta = grad - state["grad"]
@@ -101,10 +104,12 @@ class MARINA(Method):
 class PAGE(MARINA):
     name = "page"
 
-    def __init__(self, lr: float | None = None, batch: int | None = None, p: float | None = None) -> None:
+    def __init__(self, lr: float | None = None, batch: int | None = None, p: float | None = None,
+                 float_bits: int = 32) -> None:
         if batch is None:
             raise ValueError("page needs a minibatch size (batch)")
         super().__init__(lr, None, p, batch)
+        self.float_bits = check_wire_bits(float_bits)
 
     def bind(self, d: int, n: int, participation: float, smoothness: Smoothness | None,
              shard_sizes: Sequence[int]) -> None:
@@ -112,7 +117,7 @@ class PAGE(MARINA):
         super().bind(d, n, participation, smoothness, shard_sizes)
 
     def send(self, v: np.ndarray, oracle: Oracle) -> Message:
-        return full_message(v, self.float_bits)
+        return self.send_full(v)
 
     def settings(self) -> dict[str, Any]:
         out = super().settings()
