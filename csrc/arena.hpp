@@ -35,7 +35,6 @@
 // where no binding holds a raw slot index, and costs about what building the moved graph cost.
 #pragma once
 #include <algorithm>
-#include <array>
 #include <cstdint>
 #include <cstring>
 #include <map>
@@ -203,19 +202,30 @@ public:
     enum class Holder : uint8_t { vector = 0, checkpoint = 1 };
     void pin_fixed(uint32_t idx, Holder h) {
         ++pins_[idx];
-        ++fixed_[idx][int(h)];
+        // Kept sorted by slot. A new Vector's top is usually the arena's newest slot and views go
+        // roughly in reverse order of creation, so inserts and erases happen near the end.
+        if (fixed_.empty() || fixed_.back().slot < idx) {
+            fixed_.push_back(FixedPin{idx, {0, 0}});
+            ++fixed_.back().n[int(h)];
+            return;
+        }
+        auto it = fixed_lower_bound(idx);
+        if (it == fixed_.end() || it->slot != idx) it = fixed_.insert(it, FixedPin{idx, {0, 0}});
+        ++it->n[int(h)];
     }
     bool unpin_fixed(uint32_t idx, uint64_t gen, Holder h) {
         if (!alive(idx, gen)) return false;
-        auto it = fixed_.find(idx);
-        if (it != fixed_.end() && it->second[int(h)] && --it->second[int(h)] == 0 && it->second[1 - int(h)] == 0)
+        auto it = (!fixed_.empty() && fixed_.back().slot == idx) ? fixed_.end() - 1 : fixed_lower_bound(idx);
+        if (it != fixed_.end() && it->slot == idx && it->n[int(h)] && --it->n[int(h)] == 0 && it->n[1 - int(h)] == 0)
             fixed_.erase(it);
-        return unpin(idx, gen);
+        return unpin_alive(idx);
     }
     // Pins of slot idx held by Vectors (and numpy views over them) and by checkpoints.
     std::pair<uint32_t, uint32_t> fixed_pins_of(uint32_t idx) const {
-        auto it = fixed_.find(idx);
-        return it == fixed_.end() ? std::pair<uint32_t, uint32_t>{0, 0} : std::pair{it->second[0], it->second[1]};
+        auto it = std::lower_bound(fixed_.begin(), fixed_.end(), idx,
+                                   [](const FixedPin& f, uint32_t i) { return f.slot < i; });
+        return (it == fixed_.end() || it->slot != idx) ? std::pair<uint32_t, uint32_t>{0, 0}
+                                                       : std::pair{it->n[0], it->n[1]};
     }
     uint32_t pins_of(uint32_t idx) const { return pins_[idx]; }
     // One past the highest pinned slot (0 if none): the arena cannot shrink below it.
@@ -376,7 +386,7 @@ public:
             refused_fixed_ = true;  // retried at the next sweep: the handles may have been used by then
             return refuse("too many moved handles have not been used since they moved", false);
         }
-        if (!fixed_.empty() && fixed_.lower_bound(g1) != fixed_.end()) {
+        if (!fixed_.empty() && fixed_.back().slot >= g1) {
             refused_fixed_ = true;
             return refuse("a Vector, a numpy view or a checkpoint shows nodes above the hole", false);
         }
@@ -580,7 +590,15 @@ protected:
     // Forgets the fixed pins from slot `first` up (a rewind or reclamation discarded those slots).
     // The common case, pins only below (a loop's checkpoint), costs one look at the last entry.
     void drop_fixed_from(uint32_t first) {
-        if (!fixed_.empty() && fixed_.rbegin()->first >= first) fixed_.erase(fixed_.lower_bound(first), fixed_.end());
+        if (!fixed_.empty() && fixed_.back().slot >= first) fixed_.erase(fixed_lower_bound(first), fixed_.end());
+    }
+    struct FixedPin {
+        uint32_t slot;
+        uint32_t n[2];  // by Holder
+    };
+    std::vector<FixedPin>::iterator fixed_lower_bound(uint32_t idx) {
+        return std::lower_bound(fixed_.begin(), fixed_.end(), idx,
+                                [](const FixedPin& f, uint32_t i) { return f.slot < i; });
     }
     static constexpr uint32_t kNoHole = UINT32_MAX;
     // Holes smaller than this stay: moving a graph costs a pass over it, worth it for a step's graph.
@@ -662,7 +680,7 @@ protected:
     std::map<uint32_t, std::string> labels_;
     // Pins held by Vectors (and numpy views) [0] and checkpoints [1], by slot: these holders keep
     // raw positions, so a compaction must not move what they show.
-    std::map<uint32_t, std::array<uint32_t, 2>> fixed_;
+    std::vector<FixedPin> fixed_;
     uint32_t hole_low_ = kNoHole;
     std::vector<Relocation> relocs_;
     uint64_t compactions_ = 0;
