@@ -170,9 +170,13 @@ def paths(against: str, rounds: int, steps: int) -> None:
     """The rewind-managed paths in this install (A) and under another interpreter (B, another
     build), alternated round by round in fresh processes; the median of the per-round ratios."""
     ratios: dict[str, list[float]] = {}
-    for _ in range(rounds):
-        a = _child(_PATHS, str(steps))
-        b = _child(_PATHS, str(steps), python=against)
+    for i in range(rounds):  # A first in even rounds, B first in odd ones: no side gains from going first
+        if i % 2 == 0:
+            a = _child(_PATHS, str(steps))
+            b = _child(_PATHS, str(steps), python=against)
+        else:
+            b = _child(_PATHS, str(steps), python=against)
+            a = _child(_PATHS, str(steps))
         for k in a:
             ratios.setdefault(k, []).append(a[k] / b[k])
     for k, rs in ratios.items():
