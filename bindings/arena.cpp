@@ -136,14 +136,16 @@ static char* range_ptr(ArenaBox& b, int64_t first, int64_t last, const std::stri
 void init_arena(nb::module_& m) {
     nb::enum_<bt::DType>(m, "DType", "Floating-point type of an arena's slots.")
         .value("float32", bt::DType::float32)
-        .value("float64", bt::DType::float64);
+        .value("float64", bt::DType::float64)
+        .value("bfloat16", bt::DType::bfloat16)
+        .value("float16", bt::DType::float16);
     nb::object dt = m.attr("DType");
-    m.attr("float32") = dt.attr("float32");
-    m.attr("float64") = dt.attr("float64");
-    g_dtype_objects[0] = m.attr("float32").ptr();
-    g_dtype_objects[1] = m.attr("float64").ptr();
-    Py_INCREF(g_dtype_objects[0]);
-    Py_INCREF(g_dtype_objects[1]);
+    for (int k = 0; k < kDTypes; ++k) {
+        const char* name = dtype_name(static_cast<bt::DType>(k));
+        m.attr(name) = dt.attr(name);
+        g_dtype_objects[k] = m.attr(name).ptr();
+        Py_INCREF(g_dtype_objects[k]);
+    }
 
     nb::class_<Checkpoint>(m, "Checkpoint", "A position in one or two arenas; rewind(cp) truncates them back to it.")
         .def_prop_ro(
@@ -296,7 +298,16 @@ void init_arena(nb::module_& m) {
                 nb::object owner = last > first ? nb::cast(contiguous_vector(nb::borrow(self), b.core.get(),
                                                                              uint32_t(first), size_t(last - first)))
                                                 : nb::borrow(self);
-                nb::dlpack::dtype dt = b.core->dtype() == bt::DType::float64 ? nb::dtype<double>() : nb::dtype<float>();
+                // bfloat16 has no numpy dtype: its views show the raw uint16 bit patterns.
+                nb::dlpack::dtype dt;
+                switch (b.core->dtype()) {
+                    case bt::DType::float64: dt = nb::dtype<double>(); break;
+                    case bt::DType::float16:
+                        dt = nb::dlpack::dtype{uint8_t(nb::dlpack::dtype_code::Float), 16, 1};
+                        break;
+                    case bt::DType::bfloat16: dt = nb::dtype<uint16_t>(); break;
+                    default: dt = nb::dtype<float>();
+                }
                 auto arr = nb::ndarray<nb::numpy, nb::ndim<1>>(p, 1, shape, owner, nullptr, dt);
                 nb::object o = nb::cast(arr, nb::rv_policy::reference);
                 if (!writable) o.attr("flags").attr("writeable") = false;

@@ -8,7 +8,7 @@
 
 namespace btpy {
 
-PyObject* g_dtype_objects[2] = {nullptr, nullptr};
+PyObject* g_dtype_objects[kDTypes] = {nullptr, nullptr, nullptr, nullptr};
 bt::DType g_default_dtype = bt::DType::float64;
 bool g_labels_on = false;
 
@@ -20,14 +20,16 @@ bool g_labels_on = false;
 namespace {
 struct ThreadArenas {
     PyObject* dict = nullptr;
-    PyObject* stack[3] = {nullptr, nullptr, nullptr};  // lists: per dtype, then kEntered
-    PyObject* fallback[2] = {nullptr, nullptr};        // the default arenas
+    PyObject* stack[kDTypes + 1] = {};  // lists: per dtype, then kEntered
+    PyObject* fallback[kDTypes] = {};   // the default arenas
 };
 thread_local ThreadArenas t_arenas;
-const char* const kStackKeys[3] = {"burtorch.arena_stack.float32", "burtorch.arena_stack.float64",
-                                   "burtorch.arena_stack"};
-constexpr int kEntered = 2;  // the stack of every entered arena
-const char* const kDefaultKeys[2] = {"burtorch.default_arena.float32", "burtorch.default_arena.float64"};
+const char* const kStackKeys[kDTypes + 1] = {"burtorch.arena_stack.float32", "burtorch.arena_stack.float64",
+                                             "burtorch.arena_stack.bfloat16", "burtorch.arena_stack.float16",
+                                             "burtorch.arena_stack"};
+constexpr int kEntered = kDTypes;  // the stack of every entered arena
+const char* const kDefaultKeys[kDTypes] = {"burtorch.default_arena.float32", "burtorch.default_arena.float64",
+                                           "burtorch.default_arena.bfloat16", "burtorch.default_arena.float16"};
 
 // The thread's cache, refreshed when the thread state (hence its dict) changed.
 ThreadArenas* thread_arenas() {
@@ -36,7 +38,7 @@ ThreadArenas* thread_arenas() {
         PyErr_SetString(PyExc_RuntimeError, "burtorch: no thread state dict");
         return nullptr;
     }
-    if (dict != t_arenas.dict) t_arenas = ThreadArenas{dict, {nullptr, nullptr, nullptr}, {nullptr, nullptr}};
+    if (dict != t_arenas.dict) t_arenas = ThreadArenas{dict, {}, {}};
     return &t_arenas;
 }
 

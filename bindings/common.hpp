@@ -29,10 +29,12 @@ struct ArenaBox {
     // made by the user: another thread may not rewind or clear it (check_owner, arena_scope.cpp).
     unsigned long owner_thread = 0;
     explicit ArenaBox(bt::DType dt, const bt::Capacity& cap) {
-        if (dt == bt::DType::float64)
-            core = std::make_unique<bt::Arena<double>>(cap);
-        else
-            core = std::make_unique<bt::Arena<float>>(cap);
+        switch (dt) {
+            case bt::DType::float64: core = std::make_unique<bt::Arena<double>>(cap); break;
+            case bt::DType::bfloat16: core = std::make_unique<bt::Arena<bt::bfloat16>>(cap); break;
+            case bt::DType::float16: core = std::make_unique<bt::Arena<bt::float16>>(cap); break;
+            default: core = std::make_unique<bt::Arena<float>>(cap);
+        }
     }
 };
 
@@ -47,7 +49,8 @@ struct PyValue {
 extern PyTypeObject ValueType;
 extern PyObject* StaleValueError;
 extern PyObject* AnomalyError;
-extern PyObject* g_dtype_objects[2];
+inline constexpr int kDTypes = 4;  // bt::DType's values
+extern PyObject* g_dtype_objects[kDTypes];
 extern bt::DType g_default_dtype;  // set_default_dtype (read it through default_dtype())
 extern bool g_labels_on;           // bt.labels(): automatic labels only; a label= given is always stored
 
@@ -137,19 +140,34 @@ inline void compact_at_safe_point(PyValue* root) {
 }
 inline PyValue* as_pyvalue(PyObject* o) { return reinterpret_cast<PyValue*>(o); }
 
+const char* dtype_name(bt::DType d);
+
 template <typename T>
 inline bt::Arena<T>& typed(bt::ArenaBase* a) {
     return *static_cast<bt::Arena<T>*>(a);
 }
 
-// The one dtype dispatch: f(bt::Arena<float>&) or f(bt::Arena<double>&), by the arena's dtype.
+// The one dtype dispatch: f(bt::Arena<T>&) for the arena's T (float, double, bfloat16, float16).
 template <typename F>
 inline decltype(auto) dispatch(bt::ArenaBase* a, F&& f) {
+    switch (a->dtype()) {
+        case bt::DType::float64: return f(typed<double>(a));
+        case bt::DType::bfloat16: return f(typed<bt::bfloat16>(a));
+        case bt::DType::float16: return f(typed<bt::float16>(a));
+        default: return f(typed<float>(a));
+    }
+}
+// The same for the paths that exist for float and double only (recorded programs, the fused SGD
+// step): a half arena raises TypeError naming `what`.
+template <typename F>
+inline decltype(auto) dispatch_wide(bt::ArenaBase* a, const char* what, F&& f) {
     if (a->dtype() == bt::DType::float64) return f(typed<double>(a));
+    if (a->dtype() != bt::DType::float32)
+        throw nb::type_error(
+            (std::string(what) + " works on float32 and float64 arenas only, not " + dtype_name(a->dtype())).c_str());
     return f(typed<float>(a));
 }
 
-const char* dtype_name(bt::DType d);
 // Parses bt.float32 / bt.float64 / "float32" / "float64" / numpy-like objects with a name.
 bool parse_dtype(PyObject* o, bt::DType* out);
 
@@ -279,6 +297,7 @@ void init_batch(nb::module_& m);
 void init_program(nb::module_& m);
 void init_threads(nb::module_& m);
 void init_quad(nb::module_& m);
+void init_lanes(nb::module_& m);
 
 // ---------------------------------------------------------------- tracing (trace.cpp)
 extern PyObject* TraceError;

@@ -10,18 +10,22 @@
 
 namespace btpy {
 
-const char* dtype_name(bt::DType d) { return d == bt::DType::float64 ? "float64" : "float32"; }
+const char* dtype_name(bt::DType d) {
+    switch (d) {
+        case bt::DType::float64: return "float64";
+        case bt::DType::bfloat16: return "bfloat16";
+        case bt::DType::float16: return "float16";
+        default: return "float32";
+    }
+}
 
 bool parse_dtype(PyObject* o, bt::DType* out) {
-    if (o == g_dtype_objects[0]) {
-        *out = bt::DType::float32;
-        return true;
-    }
-    if (o == g_dtype_objects[1]) {
-        *out = bt::DType::float64;
-        return true;
-    }
-    // "float32" / "float64", and objects named so (numpy dtypes and scalar types).
+    for (int k = 0; k < kDTypes; ++k)
+        if (o == g_dtype_objects[k]) {
+            *out = static_cast<bt::DType>(k);
+            return true;
+        }
+    // "float32", "float64", "bfloat16", "float16", and objects named so (numpy dtypes and scalar types).
     PyObject* name = nullptr;
     if (PyUnicode_Check(o)) {
         name = o;
@@ -32,18 +36,19 @@ bool parse_dtype(PyObject* o, bt::DType* out) {
         name = PyObject_GetAttrString(o, "name");
     }
     if (name && PyUnicode_Check(name)) {
-        const bool f32 = PyUnicode_CompareWithASCIIString(name, "float32") == 0;
-        const bool f64 = PyUnicode_CompareWithASCIIString(name, "float64") == 0;
+        int found = -1;
+        for (int k = 0; k < kDTypes; ++k)
+            if (PyUnicode_CompareWithASCIIString(name, dtype_name(static_cast<bt::DType>(k))) == 0) found = k;
         Py_DECREF(name);
-        if (f32 || f64) {
-            *out = f32 ? bt::DType::float32 : bt::DType::float64;
+        if (found >= 0) {
+            *out = static_cast<bt::DType>(found);
             return true;
         }
     } else {
         Py_XDECREF(name);
         PyErr_Clear();
     }
-    PyErr_Format(PyExc_TypeError, "dtype must be burtorch.float32 or burtorch.float64, got %R", o);
+    PyErr_Format(PyExc_TypeError, "dtype must be burtorch.float32, float64, bfloat16 or float16, got %R", o);
     return false;
 }
 

@@ -20,6 +20,7 @@ NB_MODULE(_core, m) {
     btpy::init_program(m);
     btpy::init_threads(m);
     btpy::init_quad(m);
+    btpy::init_lanes(m);
     // The SIMD kernels this build chose, and whether its multiply-adds round once.
     m.attr("simd") = bt::simd::isa;
     m.attr("fused_multiply_add") = bt::simd::kFusedMadd;

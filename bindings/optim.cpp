@@ -19,7 +19,8 @@ static void check_state(const VectorBox& p, const OptimState& st, uint32_t nbuf)
     p.check();
     // every step writes the parameters: inside a traced function it would run once, not per replay
     if (!refuse_write_while_tracing(p.arena, "an optimizer step")) throw nb::python_error();
-    if (st.dtype != p.dtype() || st.buf.size() != p.size * nbuf || st.nbuf != nbuf)
+    if (st.dtype != p.dtype() || st.buf.size() != p.size * nbuf || st.nbuf != nbuf ||
+        st.master.size() != (OptimState::has_master(p.dtype()) ? p.size : 0))
         throw nb::value_error("optimizer state does not match the parameter vector");
 }
 
@@ -47,6 +48,37 @@ struct StepSplit {
     ~StepSplit() { (void)bt::threads::shared_work_since(); }
 };
 
+// bfloat16 and float16 parameters step on a float32 master copy (OptimState::master), by the same
+// double arithmetic as float32 parameters, and the arena gets each new value rounded to nearest:
+// a step smaller than half a unit in the last place (2^-9 of the weight in bfloat16, where SGD's
+// steps mostly are) would otherwise round back to the old weight and be lost. A weight whose arena
+// value is no longer its master rounded was written by someone else (a load, an init) and
+// restarts the master from it. step(w, g, offset, n) is the double step over one span; it runs on
+// one thread (these models are small).
+template <typename T, typename Step>
+static void master_step(bt::Arena<T>& A, const VectorBox& p, OptimState& st, Step&& step) {
+    std::vector<double> w, g;
+    size_t off = 0;
+    for (const Span& s : p.spans) {
+        T* wa = A.values() + s.first;
+        const T* ga = A.grads() + s.first;
+        float* mw = st.master.data() + off;
+        w.resize(s.second);
+        g.resize(s.second);
+        for (size_t i = 0; i < s.second; ++i) {
+            if (T(mw[i]).bits != wa[i].bits) mw[i] = float(wa[i]);
+            w[i] = mw[i];
+            g[i] = float(ga[i]);
+        }
+        step(w.data(), g.data(), off, size_t(s.second));
+        for (size_t i = 0; i < s.second; ++i) {
+            mw[i] = static_cast<float>(w[i]);
+            wa[i] = T(mw[i]);
+        }
+        off += s.second;
+    }
+}
+
 static void sgd_step(const VectorBox& p, OptimState& st, double lr, double momentum, double wd, double dampening,
                      bool nesterov) {
     check_state(p, st, momentum != 0.0 ? 1 : 0);
@@ -55,17 +87,24 @@ static void sgd_step(const VectorBox& p, OptimState& st, double lr, double momen
     const StepSplit how;
     size_t off = 0;
     dispatch(p.arena, [&](auto& A) {
-        for (const Span& s : p.spans) {
-            double* m = st.buf.data() + off;
-            const bool stream = how.stream(s.second);
-            in_blocks(
-                s.second,
-                [&](size_t b, size_t k) {
-                    bt::sgd_step(A.values() + s.first + b, A.grads() + s.first + b, momentum != 0.0 ? m + b : m, k, c,
-                                 first, stream);
-                },
-                how.threshold());
-            off += momentum != 0.0 ? s.second : 0;
+        using T = typename std::remove_reference_t<decltype(A)>::value_type;
+        if constexpr (bt::is_half_v<T>) {
+            return master_step(A, p, st, [&](double* w, const double* g, size_t o, size_t n) {
+                bt::sgd_step(w, g, momentum != 0.0 ? st.buf.data() + o : st.buf.data(), n, c, first);
+            });
+        } else {
+            for (const Span& s : p.spans) {
+                double* m = st.buf.data() + off;
+                const bool stream = how.stream(s.second);
+                in_blocks(
+                    s.second,
+                    [&](size_t b, size_t k) {
+                        bt::sgd_step(A.values() + s.first + b, A.grads() + s.first + b, momentum != 0.0 ? m + b : m, k,
+                                     c, first, stream);
+                    },
+                    how.threshold());
+                off += momentum != 0.0 ? s.second : 0;
+            }
         }
     });
     ++st.steps;
@@ -91,7 +130,7 @@ static size_t sgd_fused_backward(nb::handle loss, const VectorBox& p, OptimState
         // As backward(): a large graph's sweep runs without the GIL.
         std::optional<nb::gil_scoped_release> unlocked;
         if (v->arena->num_slots() >= (size_t(1) << 16)) unlocked.emplace();
-        dispatch(p.arena, [&](auto& A) {
+        dispatch_wide(p.arena, "the fused SGD step", [&](auto& A) {
             using T = typename std::remove_reference_t<decltype(A)>::value_type;
             fused = bt::sgd_fused_backward(A, v->idx, static_cast<T>(seed), p.spans, zero.spans, lr, wd, fuse);
         });
@@ -127,8 +166,9 @@ static void sgd_step_around_fused(const VectorBox& p, OptimState& st, double lr,
         sorted.push_back(w[i]);
         done.push_back(applied[i] ? 1 : 0);
     }
-    dispatch(p.arena,
-             [&](auto& A) { bt::sgd_step_around_fused(A, bt::subtract_spans(p.spans, sorted), sorted, done, lr, wd); });
+    dispatch_wide(p.arena, "the fused SGD step", [&](auto& A) {
+        bt::sgd_step_around_fused(A, bt::subtract_spans(p.spans, sorted), sorted, done, lr, wd);
+    });
     ++st.steps;
 }
 
@@ -140,18 +180,25 @@ static void adam_step(const VectorBox& p, OptimState& st, double lr, double b1, 
     const StepSplit how;
     size_t off = 0;
     dispatch(p.arena, [&](auto& A) {
-        for (const Span& s : p.spans) {
-            double* m = st.buf.data() + off;
-            double* v = st.buf.data() + p.size + off;
-            const bool stream = how.stream(s.second);
-            in_blocks(
-                s.second,
-                [&](size_t b, size_t k) {
-                    bt::adam_step(A.values() + s.first + b, A.grads() + s.first + b, m + b, v + b, k, c, st.steps,
-                                  stream);
-                },
-                how.threshold());
-            off += s.second;
+        using T = typename std::remove_reference_t<decltype(A)>::value_type;
+        if constexpr (bt::is_half_v<T>) {
+            return master_step(A, p, st, [&](double* w, const double* g, size_t o, size_t n) {
+                bt::adam_step(w, g, st.buf.data() + o, st.buf.data() + p.size + o, n, c, st.steps);
+            });
+        } else {
+            for (const Span& s : p.spans) {
+                double* m = st.buf.data() + off;
+                double* v = st.buf.data() + p.size + off;
+                const bool stream = how.stream(s.second);
+                in_blocks(
+                    s.second,
+                    [&](size_t b, size_t k) {
+                        bt::adam_step(A.values() + s.first + b, A.grads() + s.first + b, m + b, v + b, k, c, st.steps,
+                                      stream);
+                    },
+                    how.threshold());
+                off += s.second;
+            }
         }
     });
 }
@@ -174,15 +221,30 @@ void init_optim(nb::module_& m) {
         .def(
             "__init__",
             [](OptimState* s, const VectorBox& p, uint32_t nbuf) {
-                new (s) OptimState{p.dtype(), std::vector<double>(p.size * nbuf, 0.0), nbuf, 0};
+                new (s) OptimState{p.dtype(), std::vector<double>(p.size * nbuf, 0.0), nbuf, 0, {}};
+                // zeros: the first step starts each master from its weight (master_step)
+                if (OptimState::has_master(p.dtype())) s->master.assign(p.size, 0.0f);
             },
             nb::arg("params"), nb::arg("buffers"))
         .def_ro("steps", &OptimState::steps)
-        .def("state", [](const OptimState& s) { return s.buf; })
+        .def("state",
+             [](const OptimState& s) {
+                 std::vector<double> out = s.buf;
+                 out.insert(out.end(), s.master.begin(), s.master.end());
+                 return out;
+             })
         .def(
             "load_state",
             [](OptimState& s, std::vector<double> buf, uint64_t steps) {
-                if (buf.size() != s.buf.size()) throw nb::value_error("optimizer state size mismatch");
+                if (buf.size() != s.buf.size() + s.master.size())
+                    throw nb::value_error("optimizer state size mismatch");
+                for (size_t i = 0; i < s.master.size(); ++i) {
+                    const double x = buf[s.buf.size() + i];
+                    if (static_cast<double>(static_cast<float>(x)) != x && std::isfinite(x))
+                        throw nb::value_error("optimizer state: a master weight is not a float32 number");
+                }
+                for (size_t i = 0; i < s.master.size(); ++i) s.master[i] = static_cast<float>(buf[s.buf.size() + i]);
+                buf.resize(s.buf.size());
                 s.buf = std::move(buf);
                 s.steps = steps;
             },

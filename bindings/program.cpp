@@ -5,6 +5,7 @@
 #include <nanobind/stl/vector.h>
 
 #include <cmath>
+#include <limits>
 #include <map>
 #include <memory>
 
@@ -33,6 +34,13 @@ static const double* float_inputs(const P& prog, const Buffer* X, size_t n, std:
                                                      : double(X->integer(i));
         xs = copy.data();
     }
+    // one branch-free pass that vectorizes (an int reduction); the sample and input are looked
+    // for only on failure
+    int non_finite = 0;
+    const size_t total = n * k;
+#pragma omp simd reduction(| : non_finite)
+    for (size_t i = 0; i < total; ++i) non_finite |= !(std::fabs(xs[i]) <= std::numeric_limits<double>::max());
+    if (!non_finite) return xs;
     for (size_t s = 0; s < n; ++s)
         for (size_t j = 0; j < k; ++j)
             if (!std::isfinite(xs[s * k + j]))

@@ -165,7 +165,7 @@ static ProgramBox* trace_end(nb::handle root_h, nb::handle inputs_h, nb::handle 
     const bt::TraceSpec& spec = st->spec();
     auto* box = new ProgramBox{owner, arena, bt::Replayer<float>{}};
     try {
-        dispatch(arena, [&](auto& A) {
+        dispatch_wide(arena, "recording a program", [&](auto& A) {
             using T = typename std::remove_reference_t<decltype(A)>::value_type;
             box->run = bt::Replayer<T>{bt::Program<T>::build(A, spec), {}, spec.wrt, {}};
         });

@@ -173,7 +173,7 @@ static PyObject* g_index(PyObject* self, void*) {
     resolve(reinterpret_cast<PyValue*>(self));
     return PyLong_FromUnsignedLong(reinterpret_cast<PyValue*>(self)->idx);
 }
-extern PyObject* g_dtype_objects[2];
+extern PyObject* g_dtype_objects[kDTypes];
 static PyObject* g_dtype(PyObject* self, void*) {
     PyObject* d = g_dtype_objects[static_cast<int>(reinterpret_cast<PyValue*>(self)->arena->dtype())];
     Py_INCREF(d);

@@ -45,13 +45,23 @@
 
 #include "column.hpp"
 #include "frame.hpp"
+#include "half.hpp"
 #include "modes.hpp"
 #include "ops.hpp"
 #include "threads.hpp"
 
 namespace bt {
 
-enum class DType : uint8_t { float32 = 0, float64 = 1 };
+// The storage types of an arena's values and grads. The 16-bit ones (half.hpp) compute in float.
+enum class DType : uint8_t { float32 = 0, float64 = 1, bfloat16 = 2, float16 = 3 };
+
+template <typename T>
+inline constexpr DType dtype_of() {
+    if constexpr (std::is_same_v<T, double>) return DType::float64;
+    if constexpr (std::is_same_v<T, bfloat16>) return DType::bfloat16;
+    if constexpr (std::is_same_v<T, float16>) return DType::float16;
+    return DType::float32;
+}
 
 inline constexpr uint32_t kNoRecord = UINT32_MAX;  // lo of a leaf: depends on no record
 
@@ -730,9 +740,7 @@ class Arena : public ArenaBase {
 public:
     using value_type = T;
     explicit Arena(const Capacity& cap = Capacity())
-        : ArenaBase(std::is_same_v<T, float> ? DType::float32 : DType::float64, cap),
-          val_col_(cap.slots, 0),
-          grad_col_(cap.slots, kSkew) {
+        : ArenaBase(dtype_of<T>(), cap), val_col_(cap.slots, 0), grad_col_(cap.slots, kSkew) {
         val_ = val_col_.data();
         grad_ = grad_col_.data();
     }

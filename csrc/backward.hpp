@@ -9,10 +9,13 @@ namespace bt {
 
 // Adds record r's contribution to the grads of its arguments. args: the arena's args array.
 // Inlined into the sweeps that call it, as forward_record is.
-template <typename T>
-[[gnu::always_inline]] inline void backward_record(const Frame<T>& A, const Record& r, const uint32_t* args) {
-    const T* v = A.values();
-    T* gr = A.grads();
+// Storage: the arena's type; T, what the derivatives are computed in (float for the half types,
+// whose values widen on the read and round once on the store into the grad).
+template <typename Storage>
+[[gnu::always_inline]] inline void backward_record(const Frame<Storage>& A, const Record& r, const uint32_t* args) {
+    using T = acc_t<Storage>;
+    const Storage* v = A.values();
+    Storage* gr = A.grads();
     switch (r.op) {
 #define BT_BWD_U(name, fwd, dfdx)         \
     case Op::name: {                      \
@@ -50,7 +53,7 @@ template <typename T>
         BT_BINARY_OPS(BT_BWD_B)
 #undef BT_BWD_B
 #define BT_BWD_N(name) \
-    case Op::name: nary_backward<T>(r.op, v, gr, args + r.a, r.b, v + r.out, gr + r.out, A.scratch(0)); return;
+    case Op::name: nary_backward<Storage>(r.op, v, gr, args + r.a, r.b, v + r.out, gr + r.out, A.scratch(0)); return;
         BT_NARY_OPS(BT_BWD_N)
 #undef BT_BWD_N
         case Op::leaf:

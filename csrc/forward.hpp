@@ -13,34 +13,46 @@ namespace bt {
 
 template <typename T>
 inline T unary_forward(Op op, T x) {
-    switch (op) {
+    if constexpr (is_half_v<T>) {
+        return T(unary_forward<float>(op, float(x)));
+    } else {  // computed in float
+        switch (op) {
 #define BT_FWD(name, fwd, ...) \
     case Op::name: return (fwd);
-        BT_UNARY_OPS(BT_FWD)
+            BT_UNARY_OPS(BT_FWD)
 #undef BT_FWD
-        default: return T(0);
+            default: return T(0);
+        }
     }
 }
 
 template <typename T>
-inline T unary_imm_forward(Op op, T x, T c) {
-    switch (op) {
+inline T unary_imm_forward(Op op, T x, acc_t<T> c) {
+    if constexpr (is_half_v<T>) {
+        return T(unary_imm_forward<float>(op, float(x), float(c)));
+    } else {
+        switch (op) {
 #define BT_FWD(name, fwd, ...) \
     case Op::name: return (fwd);
-        BT_UNARY_IMM_OPS(BT_FWD)
+            BT_UNARY_IMM_OPS(BT_FWD)
 #undef BT_FWD
-        default: return T(0);
+            default: return T(0);
+        }
     }
 }
 
 template <typename T>
 inline T binary_forward(Op op, T a, T b) {
-    switch (op) {
+    if constexpr (is_half_v<T>) {
+        return T(binary_forward<float>(op, float(a), float(b)));
+    } else {
+        switch (op) {
 #define BT_FWD(name, fwd, ...) \
     case Op::name: return (fwd);
-        BT_BINARY_OPS(BT_FWD)
+            BT_BINARY_OPS(BT_FWD)
 #undef BT_FWD
-        default: return T(0);
+            default: return T(0);
+        }
     }
 }
 
@@ -87,7 +99,7 @@ inline uint32_t Arena<T>::unary(Op op, uint32_t x) {
 
 template <typename T>
 inline uint32_t Arena<T>::unary_imm(Op op, uint32_t x, double imm) {
-    uint32_t out = push_scalar(op, x, 0, lo_[x], imm, unary_imm_forward<T>(op, val_[x], static_cast<T>(imm)));
+    uint32_t out = push_scalar(op, x, 0, lo_[x], imm, unary_imm_forward<T>(op, val_[x], static_cast<acc_t<T>>(imm)));
     if (anomaly_enabled()) check_outputs(*this, op, out, 1);
     return out;
 }

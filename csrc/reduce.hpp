@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "half.hpp"
 #include "huge_buffer.hpp"
 #include "ops.hpp"
 
@@ -15,7 +16,8 @@ inline uint32_t nary_outputs(Op op) { return op == Op::mean_and_mean_squares ? 2
 // Forward: writes the op's outputs to y[0..nary_outputs(op)).
 template <typename T>
 void nary_forward(Op op, const T* v, const uint32_t* idx, size_t n, T* y) {
-    T s = T(0);
+    using C = acc_t<T>;  // sums accumulate in float for the half types
+    C s = C(0);
     switch (op) {
         case Op::reduce_sum:
             for (size_t i = 0; i < n; ++i) s += v[idx[i]];
@@ -27,19 +29,19 @@ void nary_forward(Op op, const T* v, const uint32_t* idx, size_t n, T* y) {
             y[0] = s;
             return;
         case Op::reduce_mul:
-            s = T(1);
+            s = C(1);
             for (size_t i = 0; i < n; ++i) s *= v[idx[i]];
             y[0] = s;
             return;
         case Op::reduce_mean:
         case Op::reduce_negative_mean:
             for (size_t i = 0; i < n; ++i) s += v[idx[i]];
-            y[0] = (op == Op::reduce_mean ? s : -s) / T(n);
+            y[0] = (op == Op::reduce_mean ? s : -s) / C(n);
             return;
         case Op::reduce_sum_of_squares:
         case Op::reduce_mean_squares:
             for (size_t i = 0; i < n; ++i) s += v[idx[i]] * v[idx[i]];
-            y[0] = op == Op::reduce_sum_of_squares ? s : s / T(n);
+            y[0] = op == Op::reduce_sum_of_squares ? s : s / C(n);
             return;
         case Op::inner_product:
         case Op::inner_product_with_bias: {
@@ -51,19 +53,19 @@ void nary_forward(Op op, const T* v, const uint32_t* idx, size_t n, T* y) {
         case Op::variance:
         case Op::variance_biased: {
             for (size_t i = 0; i < n; ++i) s += v[idx[i]];
-            T mean = s / T(n), ss = T(0);
+            C mean = s / C(n), ss = C(0);
             for (size_t i = 0; i < n; ++i) ss += (v[idx[i]] - mean) * (v[idx[i]] - mean);
-            y[0] = ss / T(op == Op::variance ? n - 1 : n);
+            y[0] = ss / C(op == Op::variance ? n - 1 : n);
             return;
         }
         case Op::mean_and_mean_squares: {
-            T q = T(0);
+            C q = C(0);
             for (size_t i = 0; i < n; ++i) {
                 s += v[idx[i]];
                 q += v[idx[i]] * v[idx[i]];
             }
-            y[0] = s / T(n);
-            y[1] = q / T(n);
+            y[0] = s / C(n);
+            y[1] = q / C(n);
             return;
         }
         default: return;
@@ -74,7 +76,8 @@ void nary_forward(Op op, const T* v, const uint32_t* idx, size_t n, T* y) {
 template <typename T>
 void nary_backward(Op op, const T* v, T* gr, const uint32_t* idx, size_t n, const T* y, const T* g,
                    HugeBuffer<T>& scratch) {
-    const T g0 = g[0];
+    using C = acc_t<T>;
+    const C g0 = g[0];
     switch (op) {
         case Op::reduce_sum:
             for (size_t i = 0; i < n; ++i) gr[idx[i]] += g0;
@@ -86,12 +89,12 @@ void nary_backward(Op op, const T* v, T* gr, const uint32_t* idx, size_t n, cons
         case Op::reduce_mul: {
             // d/dx_i = prod_{j<i} x_j * prod_{j>i} x_j: prefix and suffix products, exact with zeros.
             if (scratch.size() < n) scratch.resize(n);
-            T suffix = T(1);
+            C suffix = C(1);
             for (size_t i = n; i-- > 0;) {
                 scratch[i] = suffix;
                 suffix *= v[idx[i]];
             }
-            T prefix = T(1);
+            C prefix = C(1);
             for (size_t i = 0; i < n; ++i) {
                 gr[idx[i]] += g0 * (prefix * scratch[i]);
                 prefix *= v[idx[i]];
@@ -100,13 +103,13 @@ void nary_backward(Op op, const T* v, T* gr, const uint32_t* idx, size_t n, cons
         }
         case Op::reduce_mean:
         case Op::reduce_negative_mean: {
-            T d = (op == Op::reduce_mean ? g0 : -g0) / T(n);
+            C d = (op == Op::reduce_mean ? g0 : -g0) / C(n);
             for (size_t i = 0; i < n; ++i) gr[idx[i]] += d;
             return;
         }
         case Op::reduce_sum_of_squares:
         case Op::reduce_mean_squares: {
-            T d = op == Op::reduce_sum_of_squares ? T(2) * g0 : T(2) * g0 / T(n);
+            C d = op == Op::reduce_sum_of_squares ? C(2) * g0 : C(2) * g0 / C(n);
             for (size_t i = 0; i < n; ++i) gr[idx[i]] += d * v[idx[i]];
             return;
         }
@@ -114,7 +117,7 @@ void nary_backward(Op op, const T* v, T* gr, const uint32_t* idx, size_t n, cons
         case Op::inner_product_with_bias: {
             size_t m = n / 2;
             for (size_t i = 0; i < m; ++i) {
-                T x = v[idx[i]], w = v[idx[m + i]];  // read both first: x and w may be one slot
+                C x = v[idx[i]], w = v[idx[m + i]];  // read both first: x and w may be one slot
                 gr[idx[i]] += g0 * w;
                 gr[idx[m + i]] += g0 * x;
             }
@@ -123,15 +126,15 @@ void nary_backward(Op op, const T* v, T* gr, const uint32_t* idx, size_t n, cons
         }
         case Op::variance:
         case Op::variance_biased: {
-            T s = T(0);
+            C s = C(0);
             for (size_t i = 0; i < n; ++i) s += v[idx[i]];
-            T mean = s / T(n);
-            T d = T(2) * g0 / T(op == Op::variance ? n - 1 : n);
+            C mean = s / C(n);
+            C d = C(2) * g0 / C(op == Op::variance ? n - 1 : n);
             for (size_t i = 0; i < n; ++i) gr[idx[i]] += d * (v[idx[i]] - mean);
             return;
         }
         case Op::mean_and_mean_squares: {
-            T dm = g0 / T(n), dq = T(2) * g[1] / T(n);
+            C dm = g0 / C(n), dq = C(2) * g[1] / C(n);
             for (size_t i = 0; i < n; ++i) gr[idx[i]] += dm + dq * v[idx[i]];
             return;
         }

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "fused_sgd.hpp"
+#include "lanes/replay.hpp"
 #include "program.hpp"
 #include "replay_threads.hpp"
 
@@ -37,6 +38,7 @@ struct Replayer {
     Workspace<T> ws;
     std::vector<Span> wrt_arena;
     std::vector<Workspace<T>> task_ws;
+    lanes::LaneWorkspace<T> lane_ws;  // the lane replay's frame (lanes/replay.hpp)
 };
 
 // The default of the drivers' Unlock parameter: a type constructed around the part that runs on
@@ -178,6 +180,11 @@ std::vector<size_t> replay_samples(Replayer<T>& R, Arena<T>& A, const Samples& i
     Workspace<T>& W = R.ws;
     if (to_arena && threads > 1 && in.n > 1)
         return replay_accumulate_threads<Unlock>(R, A, in, zero, seed, values, threads);
+    // Samples that each hand out their own value and grads run in blocks of SIMD lanes when the
+    // program has only scalar and var-arity records: the same numbers, sample for sample.
+    if (!to_arena && in.n > 1 && lanes::enabled() && lanes::usable(P, R.lane_ws))
+        return std::move(
+            lanes::replay(P, R.lane_ws, A.values(), in, reduce, static_cast<T>(seed), values, rows, sum).failed);
     prepare(P, W, A.values(), in.n);
     T* ag = A.grads();
     if (to_arena && !zero)  // continue from the grads already there, so additions happen in the eager order

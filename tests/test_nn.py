@@ -392,3 +392,19 @@ def test_paper_presets_and_subclass_dtypes_stay_as_declared(default_dtype):
             self.param("w", 2)
 
     assert Fixed().dtype is bt.float32 and Fixed().w.dtype is bt.float32
+
+
+def _paper_w4_count(e):
+    # The paper's definition of W4: a 27 x 64 embedding, a 1024 x e hidden layer (16 characters of
+    # context x 64) with its bias, an e x 27 head with its bias.
+    return 27 * 64 + 1024 * e + e + 27 * e + 27
+
+
+def test_presets_match_the_papers_parameter_counts():
+    # The paper's W4 table, as printed there; the formula above must reproduce it.
+    printed = {4: 5_963, 16: 18_587, 32: 35_419, 64: 69_083, 128: 136_411, 512: 540_379, 1024: 1_079_003}
+    for e, count in printed.items():
+        assert _paper_w4_count(e) == count
+        assert nn.MakemoreMLP.paper(hidden=e, dtype=bt.float32).num_parameters() == count, e
+    # W5: the paper's GPT on tiny Shakespeare's 65 characters, without a final norm.
+    assert nn.MiniGPT.paper(vocab=65, dtype=bt.float32).num_parameters() == 46_289

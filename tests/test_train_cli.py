@@ -56,6 +56,19 @@ def test_train_gpt_default_corpus_small(capsys):
     assert "time by record" not in out  # only with --record-times
 
 
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+def test_train_in_16_bit_storage_learns_and_resumes_its_master_weights(dtype, tmp_path, words, capsys):
+    ckpt = tmp_path / "run.ckpt"
+    out = run(capsys, "train", "mlp", "--data", str(words), "--preset", "tiny", "--steps", "100",
+              "--batch", "16", "--eval-every", "50", "--save", str(ckpt), "--sample", "0", "--dtype", dtype)
+    initial, final = val_losses(out)
+    assert final < initial - 0.5 and f"({dtype})" in out and "eager" in out
+    meta = checkpoint.load(ckpt).meta
+    assert meta["run"]["dtype"] == dtype
+    out2 = run(capsys, "train", "mlp", "--steps", "120", "--resume", str(ckpt), "--sample", "0")
+    assert "resuming" in out2 and f"({dtype})" in out2 and val_losses(out2)[1] < initial
+
+
 def test_record_times_prints_each_record_per_training_step(capsys):
     out = run(capsys, "train", "mlp", "--steps", "6", "--batch", "8", "--compile", "--chunk", "8", "--sample", "0",
               "--eval-every", "3", "--eval-samples", "20", "--record-times")

@@ -1,6 +1,11 @@
 // Range op code -> its family's forward and backward. Adding a range op: a row in ops.hpp's
 // BT_RANGE_OPS, an append/forward/backward trio in a family header, a case in each switch here.
 #pragma once
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+#include "../half.hpp"
 #include "../record_timer.hpp"
 #include "attention.hpp"
 #include "gather.hpp"
@@ -69,5 +74,94 @@ extern template void range_forward<double>(const Frame<double>&, const Record&, 
 extern template void range_backward<float>(const Frame<float>&, const Record&, const uint32_t*);
 extern template void range_backward<double>(const Frame<double>&, const Record&, const uint32_t*);
 #endif
+
+// The range records of the 16-bit formats run through the float kernels (whose sums and dot
+// products then accumulate in float): the slots a record reads and writes are widened into a
+// compact float frame, its spans renumbered into that frame, and what it wrote rounded back to
+// the format once. The SIMD kernels are compiled for float and double only; this costs a copy of
+// the record's operands, small next to its products, and no kernel code per half type.
+template <typename T, bool Backward>
+inline void widened_range(const Frame<T>& A, const Record& r, const uint32_t* rargs) {
+    static_assert(is_half_v<T>);
+    struct Widened {
+        std::vector<uint32_t> args;
+        std::vector<std::pair<uint32_t, uint32_t>> iv;  // distinct slot intervals [first, end)
+        std::vector<uint32_t> base;                     // where each interval starts in the frame
+        std::vector<float> v, g;
+        HugeBuffer<float> scratch;
+    };
+    thread_local Widened w;  // reused: a record runs on one thread at a time
+    w.args.assign(rargs, rargs + r.b);
+    w.iv.clear();
+    if (r.nout) w.iv.emplace_back(r.out, r.out + r.nout);
+    const uint32_t k = w.args[0];
+    size_t at = 1;
+    for (uint32_t i = 0; i < k; ++i) {
+        const uint32_t n = w.args[at++];
+        for (uint32_t sp = 0; sp < n; ++sp, at += 2)
+            if (w.args[at + 1]) w.iv.emplace_back(w.args[at], w.args[at] + w.args[at + 1]);
+    }
+    std::sort(w.iv.begin(), w.iv.end());
+    size_t m = 0;  // merge overlapping and touching intervals: a slot gets one place in the frame
+    for (const auto& x : w.iv) {
+        if (m && x.first <= w.iv[m - 1].second)
+            w.iv[m - 1].second = std::max(w.iv[m - 1].second, x.second);
+        else
+            w.iv[m++] = x;
+    }
+    w.iv.resize(m);
+    w.base.resize(m);
+    size_t total = 0;
+    for (size_t j = 0; j < m; ++j) {
+        w.base[j] = static_cast<uint32_t>(total);
+        total += w.iv[j].second - w.iv[j].first;
+    }
+    auto local = [&](uint32_t slot) {
+        const auto it = std::upper_bound(w.iv.begin(), w.iv.end(), std::make_pair(slot, UINT32_MAX));
+        if (it == w.iv.begin()) return uint32_t(0);  // an empty span's first: never read
+        const size_t j = size_t(it - w.iv.begin()) - 1;
+        return slot < w.iv[j].second ? w.base[j] + (slot - w.iv[j].first) : uint32_t(0);
+    };
+    at = 1;
+    for (uint32_t i = 0; i < k; ++i) {
+        const uint32_t n = w.args[at++];
+        for (uint32_t sp = 0; sp < n; ++sp, at += 2) w.args[at] = local(w.args[at]);
+    }
+    Record lr = r;
+    lr.out = r.nout ? local(r.out) : 0;
+    w.v.resize(total);
+    w.g.resize(total);
+    for (size_t j = 0; j < m; ++j)
+        for (uint32_t s = w.iv[j].first, d = w.base[j]; s < w.iv[j].second; ++s, ++d) {
+            w.v[d] = float(A.v[s]);
+            w.g[d] = Backward ? float(A.g[s]) : 0.0f;
+        }
+    const Frame<float> f{w.v.data(), w.g.data(), &w.scratch};
+    if constexpr (Backward) {
+        range_backward<float>(f, lr, w.args.data());
+        for (size_t j = 0; j < m; ++j)
+            for (uint32_t s = w.iv[j].first, d = w.base[j]; s < w.iv[j].second; ++s, ++d) A.g[s] = T(w.g[d]);
+    } else {
+        range_forward<float>(f, lr, w.args.data());
+        for (uint32_t i = 0; i < r.nout; ++i) A.v[r.out + i] = T(w.v[lr.out + i]);
+    }
+}
+
+template <>
+inline void range_forward<bfloat16>(const Frame<bfloat16>& A, const Record& r, const uint32_t* rargs) {
+    widened_range<bfloat16, false>(A, r, rargs);
+}
+template <>
+inline void range_forward<float16>(const Frame<float16>& A, const Record& r, const uint32_t* rargs) {
+    widened_range<float16, false>(A, r, rargs);
+}
+template <>
+inline void range_backward<bfloat16>(const Frame<bfloat16>& A, const Record& r, const uint32_t* rargs) {
+    widened_range<bfloat16, true>(A, r, rargs);
+}
+template <>
+inline void range_backward<float16>(const Frame<float16>& A, const Record& r, const uint32_t* rargs) {
+    widened_range<float16, true>(A, r, rargs);
+}
 
 }  // namespace bt

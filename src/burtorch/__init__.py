@@ -27,6 +27,7 @@ from ._core import (  # noqa: F401  (re-exported API: the engine, its types and 
     add,
     add_squares,
     attention,
+    bfloat16,
     cat,
     checkpoint,
     cos,
@@ -36,6 +37,7 @@ from ._core import (  # noqa: F401  (re-exported API: the engine, its types and 
     dot,
     embedding,
     exp,
+    float16,
     float32,
     float64,
     get_default_dtype,
@@ -127,7 +129,8 @@ def __getattr__(name: str) -> Any:
 _LAZY_NAMES = {"numpy_view": ".views", "load_array": ".views", "memory_report": ".introspect",
                "grad_oracle": ".oracle", "per_sample_grads": ".oracle_compiled", "record_times": ".record_timer",
                "explain_plan": ".planner",
-               **dict.fromkeys(("value_and_grad", "grad", "trace", "Program", "TraceError"), ".program")}
+               **dict.fromkeys(("value_and_grad", "grad", "trace", "Program", "TraceError", "lane_width",
+                                "lanes_enabled", "set_lanes_enabled"), ".program")}
 
 
 class _BuildInfo(str):

@@ -33,6 +33,28 @@ from . import _core
 TraceError = _core.TraceError
 Program = _core.Program
 
+
+
+def lane_width(dtype=None) -> int:
+    """Samples one vector register of this build holds for dtype (default: the default dtype):
+    replays over many samples run them in blocks of such lanes (8 FP64 / 16 FP32 on AVX-512,
+    4 / 8 on AVX2, 2 / 4 on SSE2 and NEON)."""
+    return _core.lane_width(_core.get_default_dtype() if dtype is None else dtype)
+
+
+def lanes_enabled() -> bool:
+    """Whether replays over many samples run them in SIMD lanes (the default)."""
+    return _core.lanes_enabled()
+
+
+def set_lanes_enabled(on: bool) -> None:
+    """Lets replays over many samples run them in SIMD lanes (True, the default) or one sample at
+    a time (False): the same numbers either way, bit for bit; the switch is for comparisons."""
+    if not isinstance(on, bool):
+        raise TypeError(f"set_lanes_enabled(): on must be a bool, got {type(on).__name__}")
+    _core.set_lanes_enabled(on)
+
+
 # Variants kept per signature: each failed guard adds one; past this, the oldest is dropped.
 MAX_VARIANTS = 16
 # Signatures kept per compiled function (least recently used dropped first).
@@ -275,11 +297,22 @@ class Compiled:
         return (float(value), g) if self._with_value else g
 
     # ---- many samples in one native call
-    def map(self, X=None, ids=None, reduce=None):
+    def map(self, X=None, ids=None, reduce=None, out=None):
         """Runs every sample of X (N, k): column j is the j-th float argument (a 1-D X is one
         float argument); ids: one int array per id argument, (N,) for an int id, (N, L) for a
         list of L ids. Returns (values (N,), grads (N, len(argnums))), or with reduce="mean"
-        (values (N,), the mean gradient (len(argnums),)). grad() returns the grads only."""
+        (values (N,), the mean gradient (len(argnums),): each sample's sweep seeded with 1/N and
+        the samples' grads added in float64 in ascending sample order, a fixed order; samples
+        whose guard failed are recomputed and added after the others). grad() returns the grads
+        only.
+
+        out: arrays the results are written into (and returned), instead of new ones: for
+        value_and_grad a pair (values, grads), for grad the grads array alone. values is float64
+        (N,); grads is (N, len(argnums)) of the program's dtype (float64 or float32), or float64
+        (len(argnums),) with reduce="mean"; each C-contiguous and writeable.
+
+        Programs made of scalar ops only (no vector/range ops) run their samples in blocks of
+        SIMD lanes, each sample's numbers bitwise those of a call with that sample alone."""
         import numpy as np
 
         if reduce not in (None, "mean"):
@@ -294,14 +327,15 @@ class Compiled:
             raise ValueError("map(): no samples")
         row_args = _sample_args(X, id_cols, 0, self.ids, nargs)
         floats, id_args, id_shape0, wrt_pos = self._split(row_args)
+        mode = "sum" if reduce == "mean" else "rows"
+        given = self._outputs(out, self._arena().dtype, N, mode) if out is not None else None
         if _core.is_anomaly_enabled():  # every sample eagerly, its ops checked (see __call__)
-            return self._map_eager(X, id_cols, N, nargs, reduce)
+            return self._map_eager(X, id_cols, N, nargs, reduce, given)
         key, progs, arena = self._programs(row_args, floats, id_args, id_shape0, wrt_pos)
         prog = progs[-1]
         ids = np.concatenate([c.reshape(N, -1) for c in id_cols], axis=1) if id_cols else np.zeros((N, 0), np.int64)
-        mode = "sum" if reduce == "mean" else "rows"
         value, grads, failed = _run(prog, X, np.ascontiguousarray(ids, dtype=np.int64), mode,
-                                    1.0 / N if reduce else 1.0)
+                                    1.0 / N if reduce else 1.0, given)
         for s in failed:  # guards that came out differently: recomputed by a (re)trace
             v, g = self._call_raw(_sample_args(X, id_cols, s, self.ids, nargs))
             value[s] = v
@@ -311,7 +345,40 @@ class Compiled:
                 grads[s] = g
         return (value, grads) if self._with_value else grads
 
-    def _map_eager(self, X, id_cols, N, nargs, reduce):
+    def _outputs(self, out, dtype, N, mode):
+        """The caller's (values, grads) for map(out=...), checked: (values, grads) arrays."""
+        import numpy as np
+
+        if self._with_value:
+            if not isinstance(out, (tuple, list)) or len(out) != 2:
+                raise TypeError("out must be a pair (values, grads) for value_and_grad(...).map")
+            values, grads = out
+        else:
+            values, grads = None, out
+        nw = len(self.argnums)
+        gdt = np.float64 if mode == "sum" or dtype == _core.float64 else np.float32
+        gshape = (nw,) if mode == "sum" else (N, nw)
+        checked = []
+        for name, a, dt, shape in (("values", values, np.float64, (N,)), ("grads", grads, gdt, gshape)):
+            if a is None:
+                checked.append(None)
+                continue
+            if not isinstance(a, np.ndarray):
+                raise TypeError(f"out: {name} must be a numpy array, got {type(a).__name__}")
+            if a.dtype != dt:
+                raise TypeError(f"out: {name} must have dtype {np.dtype(dt).name}, got {a.dtype}")
+            if a.shape != shape:
+                raise ValueError(f"out: {name} must have shape {shape}, got {a.shape}")
+            if not a.flags.c_contiguous:
+                raise ValueError(f"out: {name} must be C-contiguous")
+            if not a.flags.writeable:
+                raise ValueError(f"out: {name} is read-only")
+            checked.append(a)
+        if checked[0] is not None and checked[1] is not None and np.may_share_memory(checked[0], checked[1]):
+            raise ValueError("out: values and grads overlap")
+        return checked
+
+    def _map_eager(self, X, id_cols, N, nargs, reduce, given=None):
         import numpy as np
 
         values = np.empty(N, dtype=np.float64)
@@ -320,6 +387,12 @@ class Compiled:
             values[s], grads[s] = self._call_raw(_sample_args(X, id_cols, s, self.ids, nargs))
         if reduce:
             grads = grads.sum(axis=0) / N
+        if given is not None:
+            for mine, theirs in zip((values, grads), given):
+                if theirs is not None:
+                    theirs[...] = mine
+            values = values if given[0] is None else given[0]
+            grads = grads if given[1] is None else given[1]
         return (values, grads) if self._with_value else grads
 
     def _call_raw(self, args):
@@ -395,18 +468,22 @@ def _sample_args(X, id_cols, s, id_positions, nargs):
     return args
 
 
-def _run(prog, X, ids, mode, seed):
-    """One native replay: (values (N,), grads, failed sample indices)."""
+def _run(prog, X, ids, mode, seed, given=None):
+    """One native replay: (values (N,), grads, failed sample indices). given: the caller's
+    (values, grads) arrays, checked (either may be None: a new one)."""
     import numpy as np
 
     N = X.shape[0] if prog.num_inputs else ids.shape[0]
-    values = np.empty(N, dtype=np.float64)
-    if mode == "rows":
+    values, out = given if given is not None else (None, None)
+    if values is None:
+        values = np.empty(N, dtype=np.float64)
+    if out is not None:
+        if mode == "sum":
+            out.fill(0.0)
+    elif mode == "rows":
         out = np.empty((N, prog.num_wrt), dtype=np.float64 if prog.dtype == _core.float64 else np.float32)
     elif mode == "sum":
         out = np.zeros(prog.num_wrt, dtype=np.float64)
-    else:
-        out = None
     failed = prog._replay(X, ids, mode, seed, values, out)
     return values, out, failed
 

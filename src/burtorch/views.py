@@ -92,12 +92,15 @@ def load_array(x: Nodes, data: Any, what: str = "values") -> None:
     _check_what(what)
     selection = select(x)
     arena, spans = selection.single_arena()
-    dtype = np.float32 if arena.dtype.name == "float32" else np.float64
     array = np.asarray(data)
     # only real numbers convert: numpy would turn None into NaN, and strings or bools into numbers
     if array.dtype.kind not in "fiu":
         raise TypeError(f"load_array() needs real numbers, got an array of dtype {array.dtype}")
-    array = np.ascontiguousarray(array, dtype=dtype).reshape(-1)  # no copy if already right
+    if arena.dtype.name == "bfloat16":
+        array = _bfloat16_bits(np.asarray(array, dtype=np.float64).reshape(-1))
+    else:  # numpy rounds float64 to float32 and float16 once, to nearest even, as the arena does
+        dtype = {"float32": np.float32, "float16": np.float16}.get(arena.dtype.name, np.float64)
+        array = np.ascontiguousarray(array, dtype=dtype).reshape(-1)  # no copy if already right
     count = sum(last - first for first, last in spans)
     if array.size != count:
         raise ValueError(f"{array.size} numbers for {count} nodes")
@@ -106,3 +109,22 @@ def load_array(x: Nodes, data: Any, what: str = "values") -> None:
     for first, last in spans:
         arena.write_bytes(first, array[pos:pos + last - first], what)
         pos += last - first
+
+
+def _bfloat16_bits(x: Any) -> Any:
+    """float64 numbers rounded once to nearest-even bfloat16, as uint16 bit patterns (what a
+    bfloat16 arena stores; numpy has no bfloat16). Through float32 rounded "to odd", which makes
+    the second rounding give the correctly rounded result; NaN stays a quiet NaN."""
+    import numpy as np
+
+    with np.errstate(over="ignore", invalid="ignore"):
+        f = x.astype(np.float32)
+        bits = f.view(np.uint32).astype(np.uint64)
+        inexact = (f.astype(np.float64) != x) & np.isfinite(f)
+        away = np.abs(x) > np.abs(f.astype(np.float64))  # x lies beyond f, away from zero
+        even = (bits & 1) == 0
+        bits = np.where(inexact & even, np.where(away, bits + 1, bits - 1), bits)
+        rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
+        nan = np.isnan(x)
+        rounded = np.where(nan, (bits >> 16) | 0x40, rounded)
+    return np.ascontiguousarray(rounded.astype(np.uint16))

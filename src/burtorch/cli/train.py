@@ -25,6 +25,7 @@ PRESETS = {
 
 # What defines a run: a resumed run keeps all of these (only how long it runs and what it writes
 # may change), so that it ends exactly where the uninterrupted run would have.
+DTYPES = ("float32", "float64", "bfloat16", "float16")
 RUN_KEYS = ("preset", "hidden", "dtype", "optimizer", "lr", "batch", "chunk", "seed", "eval_every",
             "eval_samples")
 
@@ -85,7 +86,8 @@ def register(sub) -> None:
                    "batch's samples (or chunks) replay at once (the last bits of the sums depend on N); with "
                    "--chunk alone, a chunk's layers split across threads (the same bits for any N); "
                    "per-sample eager ops are too small to split")
-    p.add_argument("--dtype", choices=["float32", "float64"], help="default: float32")
+    p.add_argument("--dtype", choices=list(DTYPES), help="storage of parameters, activations and gradients "
+                   "(bfloat16, float16: 2 bytes a number, computed in float32; docs: Scalar types); default: float32")
     p.add_argument("--seed", type=int, help="seeds initialisation, sampling and the data split (default: 1337)")
     p.add_argument("--eval-every", type=positive_int, help="steps between validation losses (default: 250)")
     p.add_argument("--eval-samples", type=positive_int, help="validation samples per evaluation (default: 300)")
@@ -178,7 +180,7 @@ def _build(model: str, cfg: dict, vocab: int, dtype_name: str):
 
     from ..nn import MakemoreMLP, MiniGPT
 
-    dtype = bt.float32 if dtype_name == "float32" else bt.float64
+    dtype = getattr(bt, dtype_name)
     cls = MakemoreMLP if model == "mlp" else MiniGPT
     return cls(vocab=vocab, dtype=dtype, **cfg)
 
@@ -208,7 +210,7 @@ def _check_meta(meta: dict, path: str) -> None:
     def whole(x, low):
         return isinstance(x, int) and not isinstance(x, bool) and x >= low
 
-    if (run["preset"] not in PRESETS or run["dtype"] not in ("float32", "float64")
+    if (run["preset"] not in PRESETS or run["dtype"] not in DTYPES
             or run["optimizer"] not in ("sgd", "adam", "adamw") or not whole(run["seed"], -(1 << 63))
             or not (run["hidden"] is None or whole(run["hidden"], 1))
             or not all(whole(run[k], 1) for k in ("batch", "chunk", "eval_every", "eval_samples"))

@@ -5,7 +5,7 @@ Layout, byte by byte (all header integers little-endian)::
     offset size  field
     0      4     magic            b"BURT"
     4      2     version          uint16, currently 1
-    6      1     dtype            uint8: 1 = float32, 2 = float64
+    6      1     dtype            uint8: 1 = float32, 2 = float64, 3 = bfloat16, 4 = float16 (2 bytes each)
     7      1     what             uint8: 1 = values, 2 = grads, 3 = both (values block, then grads block)
     8      1     flags            uint8: bit 0 = a name table follows the fixed header; other bits 0
     9      1     byteorder        uint8: 0 = little-endian payload, 1 = big-endian payload
@@ -19,7 +19,8 @@ Layout, byte by byte (all header integers little-endian)::
     40     ...   name table       only if flags bit 0 (state dicts):
                                     uint32 number of entries, then per entry
                                     uint16 name length, the name in UTF-8, uint64 node count
-    header_size  payload          payload_bytes raw IEEE-754 numbers in the stated byte order
+    header_size  payload          payload_bytes raw numbers in the stated byte order: IEEE-754
+                                  binary32/64/16, bfloat16 as the upper 16 bits of a binary32
 
 The payload of a node range is exactly the arena's contiguous memory for those nodes, so saving
 is one copy out and loading is one copy in. Every field is checked on load, and both CRCs, before
@@ -27,6 +28,7 @@ a single byte reaches an arena; any failure raises :class:`FormatError` saying w
 """
 from __future__ import annotations
 
+import array
 import operator
 import struct
 import sys
@@ -43,9 +45,9 @@ FIXED_HEADER = struct.Struct("<4sHBBBBHIQQII")
 FIXED_SIZE = FIXED_HEADER.size  # 40
 _CRC_SPAN = 36  # the header CRC covers the fixed header up to (not including) itself
 
-DTYPE_CODES = {"float32": 1, "float64": 2}
+DTYPE_CODES = {"float32": 1, "float64": 2, "bfloat16": 3, "float16": 4}
 DTYPE_NAMES = {code: name for name, code in DTYPE_CODES.items()}
-ITEMSIZE = {"float32": 4, "float64": 8}
+ITEMSIZE = {"float32": 4, "float64": 8, "bfloat16": 2, "float16": 2}
 WHAT_CODES = {"values": 1, "grads": 2, "both": 3}
 WHAT_NAMES = {code: name for name, code in WHAT_CODES.items()}
 FLAG_NAME_TABLE = 1
@@ -262,3 +264,35 @@ def _decode_name_table(table: memoryview, count: int) -> list[tuple[str, int]]:
 def check_payload(header: Header, payload: ReadableBuffer) -> None:
     if zlib.crc32(payload) != header.payload_crc:
         raise FormatError("corrupt burtorch file: payload checksum mismatch")
+
+
+def numbers_from_bytes(dtype: str, block: ReadableBuffer, byteorder: int) -> array.array[float]:
+    """The numbers of a payload block of ``dtype`` stored in ``byteorder``, as an array: float32
+    and float64 as stored, bfloat16 and float16 widened (exactly) to float32."""
+    if dtype in ("float32", "float64"):
+        arr = array.array("f" if dtype == "float32" else "d")
+        arr.frombytes(block)
+        if byteorder != NATIVE_BYTEORDER:
+            arr.byteswap()
+        return arr
+    bits = array.array("H")
+    bits.frombytes(block)
+    if byteorder != NATIVE_BYTEORDER:
+        bits.byteswap()
+    if dtype == "float16":
+        return array.array("f", struct.unpack(f"={len(bits)}e", bits.tobytes()))
+    # bfloat16 is the upper half of a float32
+    return array.array("f", array.array(_U32, [b << 16 for b in bits]).tobytes())
+
+
+def numbers_to_bytes(dtype: str, numbers: Sequence[float]) -> bytes:
+    """Numbers of ``dtype`` (each exactly representable in it) as a native-order payload block."""
+    if dtype in ("float32", "float64"):
+        return array.array("f" if dtype == "float32" else "d", numbers).tobytes()
+    if dtype == "float16":
+        return struct.pack(f"={len(numbers)}e", *numbers)
+    wide = array.array(_U32, array.array("f", numbers).tobytes())
+    return array.array("H", [u >> 16 for u in wide]).tobytes()
+
+
+_U32 = "I" if array.array("I").itemsize == 4 else "L"

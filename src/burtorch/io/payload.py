@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import array
 import struct
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from ..node_selection import Selection
-from .format import ITEMSIZE, NATIVE_BYTEORDER
+from .format import ITEMSIZE, NATIVE_BYTEORDER, numbers_from_bytes, numbers_to_bytes
 
 if TYPE_CHECKING:
     from _typeshed import ReadableBuffer
@@ -33,6 +34,10 @@ def value_struct(dtype: str, count: int, byteorder: int) -> struct.Struct:
 
 def read_payload(t: Selection, what: str) -> bytes:
     """The native-order payload of the targets: values, grads, or values then grads."""
+    if t.values is not None and t.dtype in ("bfloat16", "float16"):  # no struct code for bfloat16
+        parts = ("values", "grads") if what == "both" else (what,)
+        return b"".join(numbers_to_bytes(t.dtype, [v.data if p == "values" else v.grad for v in t.values])
+                        for p in parts)
     if t.values is not None:
         s = value_struct(t.dtype, t.count, NATIVE_BYTEORDER)
         if what == "values":
@@ -59,9 +64,12 @@ def write_payload(t: Selection, payload: ReadableBuffer, what: str, byteorder: i
     block = t.count * ITEMSIZE[t.dtype]
     parts = [("values", 0), ("grads", block)] if what == "both" else [(what, 0)]
     if t.values is not None:
-        s = value_struct(t.dtype, t.count, byteorder)
         for part, offset in parts:
-            numbers = s.unpack_from(payload, offset)
+            numbers: Sequence[float]
+            if t.dtype in ("bfloat16", "float16"):
+                numbers = numbers_from_bytes(t.dtype, memoryview(payload)[offset:offset + block], byteorder)
+            else:
+                numbers = value_struct(t.dtype, t.count, byteorder).unpack_from(payload, offset)
             if part == "values":
                 for v, x in zip(t.values, numbers):
                     v.data = x
@@ -71,7 +79,7 @@ def write_payload(t: Selection, payload: ReadableBuffer, what: str, byteorder: i
         return
     mv = memoryview(payload)
     if byteorder != NATIVE_BYTEORDER:  # rare: a file from a machine of the other endianness
-        swapped = array.array("f" if t.dtype == "float32" else "d")
+        swapped = array.array({"float32": "f", "float64": "d"}.get(t.dtype, "H"))
         swapped.frombytes(mv[: block * len(parts)])
         swapped.byteswap()
         mv = memoryview(swapped).cast("B")

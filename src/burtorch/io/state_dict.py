@@ -19,12 +19,12 @@ from ..node_selection import Nodes, Selection, select
 from .atomic import write_atomic
 from .format import (
     ITEMSIZE,
-    NATIVE_BYTEORDER,
     FormatError,
     check_payload,
     decode_header,
     encode_header,
     encode_name_table,
+    numbers_from_bytes,
     read_declared,
 )
 from .payload import read_payload, write_payload
@@ -149,11 +149,7 @@ def load_state_dict_bytes(data: bytes | bytearray | memoryview, into: _Target | 
     if into is None:
         out: dict[str, array.array[float]] = {}
         for name, block in blocks.items():
-            arr = array.array("f" if header.dtype == "float32" else "d")
-            arr.frombytes(block)
-            if header.byteorder != NATIVE_BYTEORDER:
-                arr.byteswap()
-            out[name] = arr
+            out[name] = numbers_from_bytes(header.dtype, block, header.byteorder)
         return out
     named, dtype = _named_targets(into)
     if dtype != header.dtype:

@@ -25,9 +25,9 @@ class Module:
 
     def __init__(self, dtype: _core.DType | None = None) -> None:
         """Args:
-            dtype: ``bt.float32`` or ``bt.float64``: the dtype of the parameters this module
-                creates with :meth:`param`. Default: the subclass's own ``dtype`` class attribute
-                if it sets one, else ``bt.get_default_dtype()`` read now (float64 unless
+            dtype: ``bt.float32``, ``bt.float64``, ``bt.bfloat16`` or ``bt.float16``: the dtype of
+                the parameters this module creates with :meth:`param`. Default: the subclass's own
+                ``dtype`` class attribute if it sets one, else ``bt.get_default_dtype()`` read now (float64 unless
                 ``bt.set_default_dtype`` changed it, the dtype ``bt.Value(1.0)`` gets), so a
                 module and the Values fed to it share an arena.
         """
@@ -37,7 +37,7 @@ class Module:
             own = getattr(type(self), "dtype", None)
             dtype = _core.get_default_dtype() if own is None else own
         if not isinstance(dtype, _core.DType):
-            raise TypeError(f"dtype must be bt.float32 or bt.float64, got {dtype!r}")
+            raise TypeError(f"dtype must be bt.float32, bt.float64, bt.bfloat16 or bt.float16, got {dtype!r}")
         object.__setattr__(self, "dtype", dtype)
 
     # ---- creating parameters ----

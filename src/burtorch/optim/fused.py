@@ -112,6 +112,9 @@ def planned_step(opt: Any, model: Any, batch: Sequence[Any], loss_fn: Any = None
         cands, skipped = planner.candidates(n, counts, chunked, why_not is None, limit, size)
         notes = [] if why_not is None else [f"no fused update: {why_not} (the times are the oracle's: "
                                             "the optimizer's step is the same on every path)"]
+        if _half(params):  # recorded programs replay float32 and float64 arenas only
+            cands = [c for c in cands if not c.compile]
+            notes.append(f"eager plans only: {params.dtype.name} graphs are not recorded as programs")
         if not chunked and n > 1:
             notes.append("one sample per graph: " + ("a custom loss_fn" if loss_fn is not None
                                                        else "the model has no loss_batch"))
@@ -222,7 +225,13 @@ def _step_seconds(opt: Any, snap: planner.Snapshot, threads: int) -> float:
     return best
 
 
+def _half(params: Any) -> bool:
+    return params.dtype.name in ("bfloat16", "float16")
+
+
 def _why_not_fused(opt: Any, params: Any) -> str | None:
+    if _half(params):
+        return f"{params.dtype.name} parameters step on a master copy, after the sweep"
     if not hasattr(opt, "fused_step"):
         return f"{type(opt).__name__} has no fused update (SGD has)"
     if opt.momentum:

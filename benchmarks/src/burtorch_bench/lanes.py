@@ -1,0 +1,144 @@
+"""Many small evaluations: the paper's W1 (Figure 1) and W2 (Figure 2) graphs with gradients over
+N inputs through a recorded program's .map, whose samples replay in SIMD lanes, against the same
+program replayed one sample at a time (lanes off: .map before lane replay) and JAX's
+jit(vmap(value_and_grad)), FP64, one core.
+
+    taskset -c 0 python -m burtorch_bench.lanes [--n1 100000] [--n2 20000] [--reps 15]
+
+Rows per graph: burtorch .map allocating its outputs (as JAX does), .map(out=...) writing into
+arrays the caller passes and reuses, the one-sample replay, JAX, and the traffic floor: one pass
+that reads the inputs (N x 2 doubles) and writes as many bytes as the outputs (values N, grads
+N x 2), i.e. numpy copying X into the grads array and filling the values. Each repetition runs
+every row once, in turn (the order rotating from one repetition to the next), so all rows see the
+same load; medians of --reps after a warm-up. The
+ratios are what to read: on a shared host the single figures move with the load.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+
+import numpy as np
+
+
+def _burtorch_rows(expr, X):
+    import burtorch as bt
+    from burtorch import _core
+
+    f = bt.value_and_grad(expr, argnums=(0, 1), dtype=bt.float64)
+    f.map(X[:2])  # the trace
+    values, grads = np.empty(len(X)), np.empty((len(X), 2))
+
+    def lanes():
+        return f.map(X)
+
+    def lanes_out():
+        return f.map(X, out=(values, grads))
+
+    def one():
+        _core.set_lanes_enabled(False)
+        try:
+            return f.map(X)
+        finally:
+            _core.set_lanes_enabled(True)
+
+    return [("burtorch .map (lanes)", lanes), ("burtorch .map(out=) (lanes)", lanes_out),
+            ("burtorch .map one-sample", one)]
+
+
+def _jax_row(expr, X):
+    os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1")
+    import jax
+
+    jax.config.update("jax_enable_x64", True)
+    f = jax.jit(jax.vmap(jax.value_and_grad(expr, argnums=(0, 1))))
+    a, b = jax.device_put(np.ascontiguousarray(X[:, 0])), jax.device_put(np.ascontiguousarray(X[:, 1]))
+
+    def once():
+        v, (ga, gb) = jax.block_until_ready(f(a, b))
+        return v, np.stack([np.asarray(ga), np.asarray(gb)], axis=1)
+
+    once()  # compile
+    return [("jax jit(vmap(value_and_grad))", once)]
+
+
+def _floor_row(X):
+    grads, values = np.empty_like(X), np.empty(len(X))
+
+    def once():
+        np.copyto(grads, X)
+        values.fill(0.0)
+        return None
+
+    return [("traffic floor (numpy pass)", once)]
+
+
+def _w2(a, b):
+    from burtorch.paper_graphs import w2_expr
+
+    return w2_expr(a, b)[-1]
+
+
+def _w2_jax(a, b):
+    import jax
+
+    from burtorch.paper_graphs import w2_expr
+
+    return w2_expr(a, b, relu=jax.nn.relu)[-1]
+
+
+def bench(name, expr, jax_expr, n, reps, seed=0):
+    from burtorch.paper_graphs import w1_expr  # noqa: F401  (the graphs' one definition)
+
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(-3.0, 3.0, size=(n, 2))
+    rows = _burtorch_rows(expr, X)
+    try:
+        rows += _jax_row(jax_expr, X)
+    except ImportError as exc:
+        print(f"  jax not installed ({exc.name}): its row is left out")
+    rows += _floor_row(X)
+    ref_v, ref_g = rows[0][1]()
+    for label, fn in rows[1:]:  # every row computes the same numbers (the floor computes none)
+        out = fn()
+        if out is not None:
+            np.testing.assert_allclose(out[0], ref_v, rtol=1e-9, atol=1e-9, err_msg=label)
+            np.testing.assert_allclose(out[1], ref_g, rtol=1e-9, atol=1e-9, err_msg=label)
+    times = {label: [] for label, _ in rows}
+    for rep in range(reps):
+        # the order rotates per repetition: whichever row runs first in a round ran faster
+        # on the shared host, whatever it was
+        for label, fn in rows[rep % len(rows):] + rows[:rep % len(rows)]:
+            t = time.perf_counter()
+            fn()
+            times[label].append(time.perf_counter() - t)
+    med = {label: statistics.median(ts) for label, ts in times.items()}
+    lanes_out = med["burtorch .map(out=) (lanes)"]
+    print(f"{name}: N = {n:,} inputs, value and 2 grads each, FP64; medians of {reps}")
+    print(f"  {'row':<32} {'median ms':>10} {'min':>8} {'x lanes(out=)':>14}")
+    for label, ts in times.items():
+        print(f"  {label:<32} {1e3 * med[label]:>10.3f} {1e3 * min(ts):>8.3f} {med[label] / lanes_out:>14.2f}")
+    return med
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="python -m burtorch_bench.lanes", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--n1", type=int, default=100_000, help="W1 inputs")
+    ap.add_argument("--n2", type=int, default=20_000, help="W2 inputs")
+    ap.add_argument("--reps", type=int, default=15)
+    args = ap.parse_args(argv)
+    if args.n1 < 2 or args.n2 < 2 or args.reps < 1:
+        ap.error("--n1 and --n2 must be at least 2, --reps at least 1")
+    from burtorch import _core
+    from burtorch.paper_graphs import w1_expr
+
+    print(f"lane width: {_core.lane_width(_core.float64)} FP64 / {_core.lane_width(_core.float32)} FP32 "
+          f"({_core.simd}); pin to one core (taskset -c 0) for one-core figures")
+    bench("W1", w1_expr, w1_expr, args.n1, args.reps)
+    bench("W2", _w2, _w2_jax, args.n2, args.reps)
+
+
+if __name__ == "__main__":
+    main()

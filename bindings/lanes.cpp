@@ -1,0 +1,26 @@
+// Lane replay (csrc/lanes/): whether replays over many samples may run them in blocks of SIMD
+// lanes, and the vector width this build's lanes use per dtype.
+#include "../csrc/lanes/replay.hpp"
+
+#include "common.hpp"
+
+namespace btpy {
+
+void init_lanes(nb::module_& m) {
+    m.def("lanes_enabled", &bt::lanes::enabled, "Whether replays over many samples run them in SIMD lanes.");
+    m.def("set_lanes_enabled", &bt::lanes::set_enabled, nb::arg("on"),
+          "Lets replays over many samples run them in SIMD lanes (True, the default) or one at a time.");
+    m.def(
+        "lane_width",
+        [](nb::handle dtype) {
+            bt::DType d;
+            if (!parse_dtype(dtype.ptr(), &d)) throw nb::python_error();
+            // Half arenas record no programs, so they have no lanes to report.
+            if (d != bt::DType::float64 && d != bt::DType::float32)
+                throw nb::type_error("lane_width: lanes replay float32 and float64 programs only");
+            return d == bt::DType::float64 ? bt::lanes::vector_width<double>() : bt::lanes::vector_width<float>();
+        },
+        nb::arg("dtype"), "Samples one vector register holds in this build's lanes, for dtype.");
+}
+
+}  // namespace btpy
