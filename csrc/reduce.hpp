@@ -1,14 +1,28 @@
 // Var-arity ops (reduce_*, inner products, variance): forward and backward side by side.
 // Arguments are n slot indices; inner products take 2n (x then w), with bias 2n + 1.
 #pragma once
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "half.hpp"
 #include "huge_buffer.hpp"
 #include "ops.hpp"
 
 namespace bt {
+
+// s + a * b for the reductions' running sums, fused exactly where the target has FMA. Left to the
+// compiler, whether such a sum is fused depends on the CPU tuning (some tunings split multiply-add
+// chains to shorten their latency), and the lane replay, which must agree with this kernel bit for
+// bit, compiles the same expression as a vector loop: spelling the rounding out keeps both equal.
+template <typename C>
+[[gnu::always_inline]] inline C madd(C a, C b, C s) {
+#if defined(__FMA__) || defined(__ARM_FEATURE_FMA)
+    if constexpr (std::is_same_v<C, float> || std::is_same_v<C, double>) return std::fma(a, b, s);
+#endif
+    return s + a * b;  // no FMA on this target: nothing to fuse
+}
 
 // Number of output slots an nary op writes.
 inline uint32_t nary_outputs(Op op) { return op == Op::mean_and_mean_squares ? 2 : 1; }
@@ -40,13 +54,13 @@ void nary_forward(Op op, const T* v, const uint32_t* idx, size_t n, T* y) {
             return;
         case Op::reduce_sum_of_squares:
         case Op::reduce_mean_squares:
-            for (size_t i = 0; i < n; ++i) s += v[idx[i]] * v[idx[i]];
+            for (size_t i = 0; i < n; ++i) s = madd<C>(v[idx[i]], v[idx[i]], s);
             y[0] = op == Op::reduce_sum_of_squares ? s : s / C(n);
             return;
         case Op::inner_product:
         case Op::inner_product_with_bias: {
             size_t m = n / 2;
-            for (size_t i = 0; i < m; ++i) s += v[idx[i]] * v[idx[m + i]];
+            for (size_t i = 0; i < m; ++i) s = madd<C>(v[idx[i]], v[idx[m + i]], s);
             y[0] = op == Op::inner_product ? s : s + v[idx[2 * m]];
             return;
         }
@@ -54,7 +68,10 @@ void nary_forward(Op op, const T* v, const uint32_t* idx, size_t n, T* y) {
         case Op::variance_biased: {
             for (size_t i = 0; i < n; ++i) s += v[idx[i]];
             C mean = s / C(n), ss = C(0);
-            for (size_t i = 0; i < n; ++i) ss += (v[idx[i]] - mean) * (v[idx[i]] - mean);
+            for (size_t i = 0; i < n; ++i) {
+                const C d = v[idx[i]] - mean;
+                ss = madd<C>(d, d, ss);
+            }
             y[0] = ss / C(op == Op::variance ? n - 1 : n);
             return;
         }
@@ -62,7 +79,7 @@ void nary_forward(Op op, const T* v, const uint32_t* idx, size_t n, T* y) {
             C q = C(0);
             for (size_t i = 0; i < n; ++i) {
                 s += v[idx[i]];
-                q += v[idx[i]] * v[idx[i]];
+                q = madd<C>(v[idx[i]], v[idx[i]], q);
             }
             y[0] = s / C(n);
             y[1] = q / C(n);

@@ -61,28 +61,16 @@ struct LaneScratch {
     }
 };
 
-// mean_and_mean_squares' forward keeps x * x and its addition apart, as the one-sample kernel
-// is compiled on every ISA level (its loop adds two sums; the compiler leaves that one unfused),
-// so the lanes must not contract them into one multiply-add either.
-#if defined(__clang__)
-#define BT_LANES_NO_CONTRACT
-#elif defined(__GNUC__)
-#define BT_LANES_NO_CONTRACT __attribute__((optimize("fp-contract=off")))
-#else
-#define BT_LANES_NO_CONTRACT
-#endif
+// The running sums' multiply-adds go through madd (reduce.hpp), as in the one-sample kernel.
 template <size_t B, typename T>
-BT_LANES_NO_CONTRACT void mean_and_mean_squares_lanes(const T* v, const uint32_t* idx, size_t n, T* y, T* s) {
-#if defined(__clang__)
-#pragma clang fp contract(off)
-#endif
+void mean_and_mean_squares_lanes(const T* v, const uint32_t* idx, size_t n, T* y, T* s) {
     alignas(64) T q[B];
     BT_LANES_SIMD for (size_t l = 0; l < B; ++l) q[l] = T(0);
     for (size_t i = 0; i < n; ++i) {
         const T* xi = v + size_t(idx[i]) * B;
         BT_LANES_SIMD for (size_t l = 0; l < B; ++l) {
             s[l] += xi[l];
-            q[l] += xi[l] * xi[l];
+            q[l] = madd<T>(xi[l], xi[l], q[l]);
         }
     }
     T* BT_LANES_RESTRICT y1 = y + B;
@@ -138,7 +126,7 @@ inline void nary_forward_lanes(Op op, T* v, const uint32_t* idx, size_t n, uint3
         case Op::reduce_mean_squares: {
             for (size_t i = 0; i < n; ++i) {
                 const T* xi = x(i);
-                BT_LANES_SIMD for (size_t l = 0; l < B; ++l) s[l] += xi[l] * xi[l];
+                BT_LANES_SIMD for (size_t l = 0; l < B; ++l) s[l] = madd<T>(xi[l], xi[l], s[l]);
             }
             if (op == Op::reduce_sum_of_squares) {
                 BT_LANES_SIMD for (size_t l = 0; l < B; ++l) y[l] = s[l];
@@ -152,7 +140,7 @@ inline void nary_forward_lanes(Op op, T* v, const uint32_t* idx, size_t n, uint3
             const size_t m = n / 2;
             for (size_t i = 0; i < m; ++i) {
                 const T *a = x(i), *b = x(m + i);
-                BT_LANES_SIMD for (size_t l = 0; l < B; ++l) s[l] += a[l] * b[l];
+                BT_LANES_SIMD for (size_t l = 0; l < B; ++l) s[l] = madd<T>(a[l], b[l], s[l]);
             }
             if (op == Op::inner_product) {
                 BT_LANES_SIMD for (size_t l = 0; l < B; ++l) y[l] = s[l];
@@ -175,7 +163,10 @@ inline void nary_forward_lanes(Op op, T* v, const uint32_t* idx, size_t n, uint3
             }
             for (size_t i = 0; i < n; ++i) {
                 const T* xi = x(i);
-                BT_LANES_SIMD for (size_t l = 0; l < B; ++l) ss[l] += (xi[l] - mean[l]) * (xi[l] - mean[l]);
+                BT_LANES_SIMD for (size_t l = 0; l < B; ++l) {
+                    const T d = xi[l] - mean[l];
+                    ss[l] = madd<T>(d, d, ss[l]);
+                }
             }
             const T d = T(op == Op::variance ? n - 1 : n);
             BT_LANES_SIMD for (size_t l = 0; l < B; ++l) y[l] = ss[l] / d;
