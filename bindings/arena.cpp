@@ -21,18 +21,63 @@ ArenaBox* box_of(PyObject* o) {
     return nb::inst_ptr<ArenaBox>(o);
 }
 
+// What holds the pins of slot idx: the node (op, label) and the Python types of its holders.
+static nb::dict pin_holder(const bt::ArenaBase& a, uint32_t idx) {
+    nb::dict d;
+    d["node"] = idx;
+    const int64_t r = a.record_of(idx);
+    d["op"] = r < 0 ? "leaf" : bt::op_info(a.record(size_t(r)).op).name;
+    const std::string* lab = a.label(idx);
+    d["label"] = lab ? nb::object(nb::str(lab->c_str())) : nb::none();
+    const auto [vectors, checkpoints] = a.fixed_pins_of(idx);
+    nb::dict holders;
+    const uint32_t values = a.pins_of(idx) - vectors - checkpoints;
+    if (values) holders["Value"] = values;
+    if (vectors) holders["Vector"] = vectors;  // a numpy view holds a Vector over what it shows
+    if (checkpoints) holders["Checkpoint"] = checkpoints;
+    d["holders"] = holders;
+    return d;
+}
+
+// "node 7 (tanh, label 'h1') held by 1 Value": how the growth warning names what pins the top.
+static std::string describe_pin(const bt::ArenaBase& a) {
+    const size_t top = a.pinned_top();
+    if (!top) return "";
+    const uint32_t idx = uint32_t(top - 1);
+    const int64_t r = a.record_of(idx);
+    std::string s = "node " + std::to_string(idx) + " (" + (r < 0 ? "leaf" : bt::op_info(a.record(size_t(r)).op).name);
+    if (const std::string* lab = a.label(idx)) s += ", label '" + *lab + "'";
+    s += ") held by";
+    const auto [vectors, checkpoints] = a.fixed_pins_of(idx);
+    const uint32_t values = a.pins_of(idx) - vectors - checkpoints;
+    const char* sep = " ";
+    auto add = [&](uint32_t n, const char* what) {
+        if (!n) return;
+        s += sep + std::to_string(n) + " " + what + (n > 1 ? "s" : "");
+        sep = ", ";
+    };
+    add(values, "Value");
+    add(vectors, "Vector");
+    add(checkpoints, "Checkpoint");
+    return s;
+}
+
 // ---------------------------------------------------------------- growth without rewinds
 void check_unbounded_growth(bt::ArenaBase* a) {
     // A loop that builds a graph per step and never rewinds keeps every step's nodes: warn once,
     // with the fix, when many sweeps ran and millions of nodes piled up without a rewind.
+    // Reclamation and compaction reset the count: the warning only fires where something really
+    // keeps the graphs alive, and then names it.
     if (a->growth_warned || a->sweeps_since_rewind() < 16 || a->slots_since_rewind() < (size_t(1) << 21)) return;
     a->growth_warned = true;
+    const std::string why = describe_pin(*a);
     if (PyErr_WarnFormat(PyExc_RuntimeWarning, 1,
-                         "burtorch: %zu nodes and %llu backward passes since this arena was last rewound: "
-                         "every step's graph stays in memory. Take cp = bt.checkpoint() after creating the "
-                         "parameters and call bt.rewind(cp) after each step (or wrap each step in "
-                         "`with bt.scope():`).",
-                         a->slots_since_rewind(), (unsigned long long)a->sweeps_since_rewind()) < 0)
+                         "burtorch: %zu nodes and %llu backward passes since this arena last gave nodes back: "
+                         "every step's graph stays in memory. The highest live node is %s (a list of losses "
+                         "kept for plotting pins every graph: keep loss.item() instead). Or take cp = "
+                         "bt.checkpoint() after creating the parameters and call bt.rewind(cp) after each step "
+                         "(or wrap each step in `with bt.scope():`).",
+                         a->slots_since_rewind(), (unsigned long long)a->sweeps_since_rewind(), why.c_str()) < 0)
         PyErr_Clear();  // warnings turned into errors are not worth failing a backward for
 }
 
@@ -66,6 +111,10 @@ static nb::dict arena_stats(const ArenaBox& b) {
     d["pins_at_top"] = top ? a.pins_of(uint32_t(top - 1)) : 0u;
     d["reclaims"] = a.reclaims();
     d["reclaimed_nodes"] = a.reclaimed_slots();
+    d["compactions"] = a.compactions();
+    d["relocations_pending"] = a.num_relocations();
+    d["compaction_refused"] = a.compaction_refused();
+    d["pinned_by"] = top ? pin_holder(a, uint32_t(top - 1)) : nb::dict();
     return d;
 }
 

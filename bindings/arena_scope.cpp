@@ -144,7 +144,8 @@ Checkpoint take_checkpoint(nb::handle a0, nb::handle a1) {
             cp.arena[k] = nb::borrow(hs[k]);
             cp.mark[k] = b->core->checkpoint();
             if (cp.mark[k].slots)
-                cp.pin[k].take(b->core.get(), cp.mark[k].slots - 1);  // a live checkpoint stays reachable
+                cp.pin[k].take(b->core.get(), cp.mark[k].slots - 1,
+                               SlotPin::Holder::checkpoint);  // a live checkpoint stays reachable
         }
     return cp;
 }

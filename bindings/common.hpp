@@ -59,17 +59,22 @@ inline bool is_value(PyObject* o) { return Py_TYPE(o) == &ValueType; }
 // Drops a pin on (idx, gen) and, when that was the top slot's last pin, reclaims the arena's
 // unpinned top (value.cpp). Only from the arena's reclaiming thread and never while it is traced.
 void release_pin(bt::ArenaBase* arena, uint32_t idx, uint64_t gen);
+// The same for a pin a compaction cannot retarget (a Vector's, a checkpoint's).
+void release_fixed_pin(bt::ArenaBase* arena, uint32_t idx, uint64_t gen, bt::ArenaBase::Holder h);
 
 // A pin on one slot held for the lifetime of a C++ object (a Vector's highest slot, a checkpoint's
-// position): each copy pins again, a move hands the pin over.
+// position): each copy pins again, a move hands the pin over. These holders keep raw positions,
+// so their pins are counted apart: a compaction never moves what they show.
 struct SlotPin {
+    using Holder = bt::ArenaBase::Holder;
     bt::ArenaBase* arena = nullptr;
     uint32_t idx = 0;
     uint64_t gen = 0;
+    Holder holder = Holder::vector;
     SlotPin() = default;
-    SlotPin(bt::ArenaBase* a, uint32_t i) { take(a, i); }
+    SlotPin(bt::ArenaBase* a, uint32_t i, Holder h = Holder::vector) { take(a, i, h); }
     SlotPin(const SlotPin& o) { take_copy(o); }
-    SlotPin(SlotPin&& o) noexcept : arena(o.arena), idx(o.idx), gen(o.gen) { o.arena = nullptr; }
+    SlotPin(SlotPin&& o) noexcept : arena(o.arena), idx(o.idx), gen(o.gen), holder(o.holder) { o.arena = nullptr; }
     SlotPin& operator=(const SlotPin& o) {
         if (this != &o) {
             drop();
@@ -83,35 +88,56 @@ struct SlotPin {
             arena = o.arena;
             idx = o.idx;
             gen = o.gen;
+            holder = o.holder;
             o.arena = nullptr;
         }
         return *this;
     }
     ~SlotPin() { drop(); }
-    void take(bt::ArenaBase* a, uint32_t i) {
+    void take(bt::ArenaBase* a, uint32_t i, Holder h = Holder::vector) {
         drop();
         if (!a || i >= a->num_slots()) return;
         arena = a;
         idx = i;
         gen = a->gen_of(i);
-        a->pin(i);
+        holder = h;
+        a->pin_fixed(i, h);
     }
     void drop() {
-        if (arena) release_pin(arena, idx, gen);
+        if (arena) release_fixed_pin(arena, idx, gen, holder);
         arena = nullptr;
     }
 
 private:
     void take_copy(const SlotPin& o) {
         arena = nullptr;
+        holder = o.holder;
         if (o.arena && o.arena->alive(o.idx, o.gen)) {
             arena = o.arena;
             idx = o.idx;
             gen = o.gen;
-            arena->pin(idx);
+            arena->pin_fixed(idx, holder);
         }
     }
 };
+// Retargets a Value handle that a compaction moved (arena.hpp), before anything reads its slot.
+inline void resolve(PyValue* v) {
+    if (v->arena->has_relocations() && !v->arena->alive(v->idx, v->gen)) [[unlikely]]
+        v->arena->relocate(v->idx, v->gen);
+}
+// Whether v's node is still there (retargeting v first if it moved).
+inline bool value_alive(PyValue* v) {
+    resolve(v);
+    return v->arena->alive(v->idx, v->gen);
+}
+// A safe point (no raw slot index held) before a sweep from `root`: closes a hole left right below
+// root's graph by a graph whose last handle went, sliding what lies above it down (arena.hpp). A
+// no-op from another thread than the arena's reclaiming one and while the arena is traced.
+void compact_below(PyValue* root);  // value.cpp: the part past the first check
+inline void compact_at_safe_point(PyValue* root) {
+    if (root->arena->wants_compaction()) [[unlikely]]
+        compact_below(root);
+}
 inline PyValue* as_pyvalue(PyObject* o) { return reinterpret_cast<PyValue*>(o); }
 
 const char* dtype_name(bt::DType d);

@@ -120,6 +120,7 @@ static size_t sgd_fused_backward(nb::handle loss, const VectorBox& p, OptimState
     if (zero.arena != p.arena) throw nb::value_error("the vector to zero and the parameters live in different arenas");
     if (!is_value(loss.ptr())) throw nb::type_error("the loss must be a scalar Value");
     PyValue* v = as_pyvalue(loss.ptr());
+    compact_at_safe_point(v);  // as backward(): a sweep's start is a safe point
     if (!check_alive(v)) throw nb::python_error();
     if (v->arena != p.arena) throw nb::value_error("the loss and the parameters live in different arenas");
     if (!refuse_while_tracing(v->arena, "fused_step()")) throw nb::python_error();

@@ -39,17 +39,38 @@ PyObject* make_value(bt::ArenaBase* arena, PyObject* owner, uint32_t idx) {
     return reinterpret_cast<PyObject*>(v);
 }
 
+static bool may_reclaim(bt::ArenaBase* arena) {
+    if (arena->reclaim_thread && arena->reclaim_thread != PyThread_get_thread_ident()) return false;
+    return !bt::trace_of(arena);  // a trace refers to its records by position
+}
+
 void release_pin(bt::ArenaBase* arena, uint32_t idx, uint64_t gen) {
     if (!arena->unpin(idx, gen)) [[likely]]
         return;
-    if (arena->reclaim_thread && arena->reclaim_thread != PyThread_get_thread_ident()) return;
-    if (bt::trace_of(arena)) return;  // a trace refers to its records by position
-    arena->reclaim_top();
+    if (may_reclaim(arena)) arena->reclaim_top();
+}
+
+void release_fixed_pin(bt::ArenaBase* arena, uint32_t idx, uint64_t gen, bt::ArenaBase::Holder h) {
+    if (!arena->unpin_fixed(idx, gen, h)) [[likely]]
+        return;
+    if (may_reclaim(arena)) arena->reclaim_top();
+}
+
+void compact_below(PyValue* root) {
+    bt::ArenaBase* arena = root->arena;
+    if (!value_alive(root) || !arena->hole_possible_below(root->idx) || !may_reclaim(arena)) return;
+    arena->maybe_compact(root->idx);
 }
 
 static void value_dealloc(PyObject* o) {
     PyValue* v = reinterpret_cast<PyValue*>(o);
-    release_pin(v->arena, v->idx, v->gen);  // before the owner goes: it keeps the arena alive
+    bt::ArenaBase* a = v->arena;
+    // Before the owner goes: it keeps the arena alive. A moved handle's pin moved with its node.
+    if (a->alive(v->idx, v->gen) || (a->has_relocations() && a->relocate(v->idx, v->gen) && a->alive(v->idx, v->gen)))
+        [[likely]] {
+        if (a->unpin_alive(v->idx)) [[unlikely]]
+            if (may_reclaim(a)) a->reclaim_top();
+    }
     Py_DECREF(v->owner);
     if (g_nfree < kFreeMax)
         g_free[g_nfree++] = v;
@@ -58,7 +79,10 @@ static void value_dealloc(PyObject* o) {
 }
 
 bool check_alive(PyValue* v) {
-    if (v->arena->alive(v->idx, v->gen)) return true;
+    if (v->arena->alive(v->idx, v->gen)) [[likely]]
+        return true;
+    if (v->arena->has_relocations() && v->arena->relocate(v->idx, v->gen) && v->arena->alive(v->idx, v->gen))
+        return true;
     PyErr_Format(StaleValueError,
                  "this Value (slot %u) was discarded by a rewind of its arena; keep Values you need "
                  "across iterations below the checkpoint you rewind to",
@@ -71,7 +95,7 @@ bool check_alive(PyValue* v) {
 // user named them while debugging.
 std::string describe(PyValue* v) {
     std::string s = "Value";
-    if (v->arena->alive(v->idx, v->gen))
+    if (value_alive(v))
         if (const std::string* lab = v->arena->label(v->idx)) s += " '" + *lab + "'";
     return s + " (slot " + std::to_string(v->idx) + ")";
 }
@@ -203,8 +227,7 @@ static PyObject* value_richcompare(PyObject* x, PyObject* y, int op) {
 // ---------------------------------------------------------------- repr and construction
 static PyObject* value_repr(PyObject* self) {
     PyValue* v = reinterpret_cast<PyValue*>(self);
-    if (!v->arena->alive(v->idx, v->gen))
-        return PyUnicode_FromFormat("Value(<stale: slot %u was rewound away>)", v->idx);
+    if (!value_alive(v)) return PyUnicode_FromFormat("Value(<stale: slot %u was rewound away>)", v->idx);
     PyObject* d = PyFloat_FromDouble(get_data(v));
     PyObject* g = PyFloat_FromDouble(get_grad(v));
     const std::string* lab = v->arena->label(v->idx);

@@ -61,7 +61,8 @@ static PyObject* m_backward(PyObject* self, PyObject* const* args, Py_ssize_t na
         wrt = nb::steal(fast);
         if (PySequence_Fast_GET_SIZE(fast) == 0) return PyErr_Format(PyExc_ValueError, "backward(): wrt is empty");
     }
-    // 2. check
+    // 2. check (a sweep's start is a safe point to close a hole left by the previous step's graph)
+    compact_at_safe_point(v);
     if (!check_alive(v)) return nullptr;
     if (!refuse_while_tracing(v->arena, "backward()")) return nullptr;
     uint32_t stop = 0;
@@ -169,6 +170,7 @@ static PyObject* g_grad(PyObject* self, void*) {
 }
 static int s_grad(PyObject* self, PyObject* val, void*) { return set_number(self, val, "grad", set_grad); }
 static PyObject* g_index(PyObject* self, void*) {
+    resolve(reinterpret_cast<PyValue*>(self));
     return PyLong_FromUnsignedLong(reinterpret_cast<PyValue*>(self)->idx);
 }
 extern PyObject* g_dtype_objects[kDTypes];
@@ -184,7 +186,7 @@ static PyObject* g_arena(PyObject* self, void*) {
 }
 static PyObject* g_alive(PyObject* self, void*) {
     PyValue* v = reinterpret_cast<PyValue*>(self);
-    return PyBool_FromLong(v->arena->alive(v->idx, v->gen));
+    return PyBool_FromLong(value_alive(v));
 }
 static PyObject* g_label(PyObject* self, void*) {
     PyValue* v = alive_self(self);

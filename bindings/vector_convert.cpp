@@ -264,6 +264,7 @@ VectorBox as_vector(nb::handle h, const VectorBox* anchor, const char* what) {
     if (nb::isinstance<VectorBox>(h)) return nb::cast<const VectorBox&>(h);
     if (is_value(o)) {
         PyValue* v = as_pyvalue(o);
+        resolve(v);
         return make_vector(nb::borrow(v->owner), v->arena, Spans{{v->idx, 1}});
     }
     if (o == Py_None) throw nb::type_error((std::string(what) + ": expected a Vector, got None").c_str());

@@ -18,12 +18,29 @@
 // is i. Nodes depend only on lower slots, so nothing above the highest pinned slot can still be
 // read: when the last pin of the top slot goes, reclaim_top() truncates the arena down to the
 // highest pinned slot exactly as a rewind would (new epoch, so a stale handle stays detected).
+//
+// Compaction: a loop that builds the next graph while the previous one's root is still bound
+// (micrograd's `total_loss = loss()`, PyTorch's `loss = model(batch)`) frees the old graph only
+// once the new one sits above it, so the old graph is a hole below a pinned node that top
+// reclamation cannot reach. Reusing the hole by splitting a new graph around it would be unsafe:
+// backward visits the records [lo, root] in order, so a graph split around another live one would
+// sweep that one's records too. Instead compact() slides the graph above the hole down over it:
+// values, grads, bounds, pins, records and args move as blocks, and every slot and record index at
+// or above the hole's end is lowered by the hole's size. The moved slots get a new epoch, so a
+// handle still holding an old position never reads what now lives there; the move is logged
+// (Relocation) and a handle that looks stale consults the log once (relocate) and retargets itself.
+// Compaction refuses (and the hole stays) when any moved record reads the hole, and when anything
+// that cannot be retargeted lies in the moved range: a Vector, a numpy view or a checkpoint (their
+// pins are counted apart, in fixed_), a trace. It runs only at a safe point (the start of a sweep)
+// where no binding holds a raw slot index, and costs about what building the moved graph cost.
 #pragma once
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <map>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "column.hpp"
@@ -160,6 +177,7 @@ public:
         nargs_ = m.args;
         if (dirty_ > m.records) dirty_ = m.records;
         if (!labels_.empty()) labels_.erase(labels_.lower_bound(m.slots), labels_.end());
+        drop_fixed_from(m.slots);
         ++epoch_;
         ++rewinds_;
         sweeps_since_rewind_ = 0;
@@ -177,9 +195,47 @@ public:
     void pin(uint32_t idx) { ++pins_[idx]; }
     // Drops a pin taken on (idx, gen). True when that was the top slot's last pin: the caller may
     // then reclaim_top(). A handle made stale by a rewind holds no pin (its slot was reissued).
+    // The last pin of a record-written slot below the top may leave a hole: the lowest such slot
+    // since the previous safe point is remembered for the next one (maybe_compact).
     bool unpin(uint32_t idx, uint64_t gen) {
         if (!alive(idx, gen)) return false;
-        return --pins_[idx] == 0 && size_t(idx) + 1 == nslots_;
+        return unpin_alive(idx);
+    }
+    // unpin() of a handle already known to be alive.
+    bool unpin_alive(uint32_t idx) {
+        if (--pins_[idx] != 0) return false;
+        if (size_t(idx) + 1 == nslots_) return true;
+        if (idx < hole_low_ && lo_[idx] != kNoRecord) hole_low_ = idx;
+        return false;
+    }
+    // What holds a pin that a compaction cannot retarget (pin_fixed/unpin_fixed).
+    enum class Holder : uint8_t { vector = 0, checkpoint = 1 };
+    void pin_fixed(uint32_t idx, Holder h) {
+        ++pins_[idx];
+        // Kept sorted by slot. A new Vector's top is usually the arena's newest slot and views go
+        // roughly in reverse order of creation, so inserts and erases happen near the end.
+        if (fixed_.empty() || fixed_.back().slot < idx) {
+            fixed_.push_back(FixedPin{idx, {0, 0}});
+            ++fixed_.back().n[int(h)];
+            return;
+        }
+        auto it = fixed_lower_bound(idx);
+        if (it == fixed_.end() || it->slot != idx) it = fixed_.insert(it, FixedPin{idx, {0, 0}});
+        ++it->n[int(h)];
+    }
+    bool unpin_fixed(uint32_t idx, uint64_t gen, Holder h) {
+        if (!alive(idx, gen)) return false;
+        auto it = (!fixed_.empty() && fixed_.back().slot == idx) ? fixed_.end() - 1 : fixed_lower_bound(idx);
+        if (it != fixed_.end() && it->slot == idx && it->n[int(h)] && --it->n[int(h)] == 0 && it->n[1 - int(h)] == 0)
+            fixed_.erase(it);
+        return unpin_alive(idx);
+    }
+    // Pins of slot idx held by Vectors (and numpy views over them) and by checkpoints.
+    std::pair<uint32_t, uint32_t> fixed_pins_of(uint32_t idx) const {
+        auto it = std::lower_bound(fixed_.begin(), fixed_.end(), idx,
+                                   [](const FixedPin& f, uint32_t i) { return f.slot < i; });
+        return (it == fixed_.end() || it->slot != idx) ? std::pair<uint32_t, uint32_t>{0, 0}
+                                                       : std::pair{it->n[0], it->n[1]};
     }
     uint32_t pins_of(uint32_t idx) const { return pins_[idx]; }
     // One past the highest pinned slot (0 if none): the arena cannot shrink below it.
@@ -210,6 +266,7 @@ public:
         nargs_ = args;
         if (dirty_ > r) dirty_ = r;
         if (!labels_.empty()) labels_.erase(labels_.lower_bound(static_cast<uint32_t>(t)), labels_.end());
+        drop_fixed_from(static_cast<uint32_t>(t));
         ++epoch_;
         ++reclaims_;
         reclaimed_slots_ += freed;
@@ -219,6 +276,94 @@ public:
     }
     uint64_t reclaims() const { return reclaims_; }
     uint64_t reclaimed_slots() const { return reclaimed_slots_; }
+
+    // ---- compaction of a hole below the top (see the top of this file) ----
+    // One move: the slots [from, to) went down by `shift` and were restamped with `epoch`. `runs`
+    // holds their generations before the move, run-length encoded by first slot (generations never
+    // decrease with the slot index, so there are few runs). `pending` counts the handle pins that
+    // moved and have not retargeted themselves yet; the entry goes when it reaches zero.
+    struct Relocation {
+        uint64_t epoch;
+        uint32_t from, to, shift;
+        uint64_t pending;
+        std::vector<std::pair<uint32_t, uint64_t>> runs;
+        uint64_t gen_at(uint32_t idx) const {
+            auto it = std::upper_bound(runs.begin(), runs.end(), idx,
+                                       [](uint32_t i, const std::pair<uint32_t, uint64_t>& r) { return i < r.first; });
+            return std::prev(it)->second;
+        }
+    };
+    bool has_relocations() const { return !relocs_.empty(); }
+    size_t num_relocations() const { return relocs_.size(); }
+    // Retargets a handle (idx, gen) that looks stale through the moves made since it was taken.
+    // True if it moved (it may still be stale: a rewind may have discarded its node since).
+    // Exact: a move applies only to a handle whose slot held its generation when the move ran.
+    bool relocate(uint32_t& idx, uint64_t& gen) {
+        bool moved = false;
+        for (size_t k = 0; k < relocs_.size();) {
+            Relocation& r = relocs_[k];
+            if (gen < r.epoch && idx >= r.from && idx < r.to && r.gen_at(idx) == gen) {
+                idx -= r.shift;
+                gen = r.epoch;
+                moved = true;
+                if (--r.pending == 0) {
+                    relocs_.erase(relocs_.begin() + std::ptrdiff_t(k));
+                    continue;
+                }
+            }
+            ++k;
+        }
+        return moved;
+    }
+    uint64_t compactions() const { return compactions_; }
+    bool wants_compaction() const { return hole_low_ != kNoHole; }
+    // False (and forgets the releases) unless a release since the previous safe point lies below
+    // the first record root depends on: releases inside root's own graph (the temporaries of a
+    // loop that rewinds) cannot have left a hole below it. Three loads.
+    bool hole_possible_below(uint32_t root) {
+        if (root < nslots_ && lo_[root] != kNoRecord && hole_low_ < recs_[lo_[root]].out) return true;
+        hole_low_ = kNoHole;
+        return false;
+    }
+    // Why the last attempt to compact refused ("" if it compacted or none was made).
+    const char* compaction_refused() const { return refused_; }
+    // At a safe point (no raw slot index held by any caller), about to sweep from `root`: if a
+    // handle's last pin went below the top since the previous safe point, looks for a hole right
+    // below root's graph and closes it if that is worth it. Returns the slots reclaimed.
+    //
+    // The hole's top is the highest record-written slot below the first record root depends on,
+    // past the leaves just below that record (the graph's inputs, made before it, bound or not:
+    // they move with the graph): in a loop that rebinds its loss, the previous step's last node.
+    // Nothing root's graph computes from lies between, so only the leaves it reads need checking
+    // (reads_between, in compact_hole).
+    size_t maybe_compact(uint32_t root) {
+        if (!hole_possible_below(root)) [[likely]]
+            return 0;
+        const uint32_t low = hole_low_;
+        hole_low_ = kNoHole;
+        if (backoff_left_) {  // recent attempts refused for structural reasons: try less often
+            --backoff_left_;
+            return 0;
+        }
+        if (root >= nslots_ || lo_[root] == kNoRecord) return 0;
+        uint32_t i = recs_[lo_[root]].out;
+        size_t budget = std::max<size_t>(kMinHole, size_t(root) + 1 - i);
+        while (i > 0 && lo_[i - 1] == kNoRecord && budget) {
+            --i;
+            --budget;
+        }
+        if (i == 0 || pins_[i - 1] != 0 || lo_[i - 1] == kNoRecord) return 0;
+        const size_t got = compact_hole(i - 1);
+        if (got)
+            backoff_ = 0;
+        else if (refused_structural_) {
+            backoff_ = std::min<uint32_t>(backoff_ ? 2 * backoff_ : 1, 64);
+            backoff_left_ = backoff_;
+        } else if (refused_fixed_) {
+            hole_low_ = low;  // the view or checkpoint may go before the next sweep: retry then
+        }
+        return got;
+    }
     // Sweeps and nodes since the last rewind: how the bindings notice a loop that never rewinds.
     uint64_t sweeps_since_rewind() const { return sweeps_since_rewind_; }
     size_t slots_since_rewind() const { return nslots_ - std::min(nslots_, slots_at_rewind_); }
@@ -227,6 +372,136 @@ public:
     // the GIL). Set by the bindings to the owner of a thread's default arena, whose nodes another
     // thread must not pull from under it.
     unsigned long reclaim_thread = 0;  // set by the bindings once they warned about a loop that never rewinds
+
+    // Slides everything above the hole ending at `root` (an unpinned slot a record wrote) down over
+    // that hole. Returns the slots reclaimed, 0 if it refused (compaction_refused() says why).
+    size_t compact_hole(uint32_t root) {
+        refused_structural_ = refused_fixed_ = false;
+        auto refuse = [&](const char* why, bool structural) -> size_t {
+            refused_ = why;
+            refused_structural_ = structural;
+            return 0;
+        };
+        if (pins_[root] != 0 || size_t(root) + 1 >= nslots_ || lo_[root] == kNoRecord) return 0;
+        const size_t n = nslots_;
+        const uint32_t g1 = root + 1;
+        const size_t moved = n - g1;
+        // The graph the root was computed by starts at its lowest record's outputs; the hole may
+        // reach below that (the graph's leaves, made before its first record) but not far: the
+        // downward scan is bounded by the graph's size, so a refused attempt costs about that.
+        const uint32_t base = recs_[lo_[root]].out;
+        const size_t span = size_t(g1) - base;
+        if (span < kMinHole || 2 * span < moved) return refuse("the hole is small against what lies above it", false);
+        if (relocs_.size() >= kMaxRelocations) {
+            refused_fixed_ = true;  // retried at the next sweep: the handles may have been used by then
+            return refuse("too many moved handles have not been used since they moved", false);
+        }
+        if (!fixed_.empty() && fixed_.back().slot >= g1) {
+            refused_fixed_ = true;
+            return refuse("a Vector, a numpy view or a checkpoint shows nodes above the hole", false);
+        }
+        const size_t r1 = first_record_at_or_above(g1);
+        if (r1 > 0 && size_t(recs_[r1 - 1].out) + recs_[r1 - 1].nout > g1)
+            return refuse("a record's outputs straddle the hole's end", true);
+        // Common refusals first and cheaply: a graph above that reads the root's own graph.
+        if (reads_between(r1, base, g1)) return refuse("a node above the hole reads a node in it", true);
+        const uint32_t floor = base > span ? uint32_t(base - span) : 0;
+        uint32_t g0 = root;
+        while (g0 > floor && pins_[g0 - 1] == 0) --g0;
+        size_t r0 = first_record_at_or_above(g0);
+        if (r0 > 0 && size_t(recs_[r0 - 1].out) + recs_[r0 - 1].nout > g0) {
+            g0 = recs_[r0 - 1].out + recs_[r0 - 1].nout;  // keep a record whose outputs straddle g0 whole
+        }
+        if (g0 < base && reads_between(r1, g0, base)) {
+            // the leaves just below the graph are read from above (the next graph's inputs):
+            // the hole starts above them
+            g0 = base;
+            r0 = first_record_at_or_above(g0);
+        }
+        const size_t shift = g1 - g0;
+        if (shift < kMinHole || 2 * shift < moved) return refuse("the hole is small against what lies above it", false);
+        for (size_t q = r1; q < nrecords_; ++q)
+            if (recs_[q].lo >= r0 && recs_[q].lo < r1)
+                return refuse("a record above the hole depends on one in it", true);
+        const size_t a1 = args_from(r1), a0 = std::min(args_from(r0), a1);
+        const size_t rshift = r1 - r0, ashift = a1 - a0;
+
+        // ---- the move (nothing below can fail) ----
+        Relocation rel;
+        rel.epoch = ++epoch_;
+        rel.from = g1;
+        rel.to = uint32_t(n);
+        rel.shift = uint32_t(shift);
+        rel.pending = 0;
+        for (size_t i = g1; i < n; ++i) {
+            rel.pending += pins_[i];
+            if (rel.runs.empty() || rel.runs.back().second != gen_[i]) rel.runs.emplace_back(uint32_t(i), gen_[i]);
+        }
+        move_values(g0, g1, moved);
+        std::memmove(pins_ + g0, pins_ + g1, moved * sizeof(uint32_t));
+        auto lower_rec = [&](uint32_t r) -> uint32_t { return (r == kNoRecord || r < r1) ? r : uint32_t(r - rshift); };
+        for (size_t i = 0; i < moved; ++i) {
+            lo_[g0 + i] = lower_rec(lo_[g1 + i]);
+            gen_[g0 + i] = rel.epoch;
+        }
+        auto lower = [&](uint32_t x) -> uint32_t { return x >= g1 ? uint32_t(x - shift) : x; };
+        std::memmove(recs_ + r0, recs_ + r1, (nrecords_ - r1) * sizeof(Record));
+        std::memmove(args_ + a0, args_ + a1, (nargs_ - a1) * sizeof(uint32_t));
+        const size_t nrec = nrecords_ - rshift;
+        for (size_t q = r0; q < nrec; ++q) {
+            Record& r = recs_[q];
+            r.out = uint32_t(r.out - shift);
+            r.lo = lower_rec(r.lo);
+            switch (op_info(r.op).kind) {
+                case OpKind::leaf: break;
+                case OpKind::unary:
+                case OpKind::unary_imm: r.a = lower(r.a); break;
+                case OpKind::binary:
+                    r.a = lower(r.a);
+                    r.b = lower(r.b);
+                    break;
+                case OpKind::nary: {
+                    r.a = uint32_t(r.a - ashift);
+                    uint32_t* p = args_ + r.a;
+                    for (uint32_t i = 0; i < r.b; ++i) p[i] = lower(p[i]);
+                    break;
+                }
+                case OpKind::range: {
+                    r.a = uint32_t(r.a - ashift);
+                    uint32_t* p = args_ + r.a;
+                    const uint32_t k = *p++;
+                    for (uint32_t v = 0; v < k; ++v) {
+                        const uint32_t nspans = *p++;
+                        for (uint32_t i = 0; i < nspans; ++i, p += 2) p[0] = lower(p[0]);
+                    }
+                    break;  // the tail holds shapes and ids, never slots
+                }
+            }
+        }
+        if (!labels_.empty()) {
+            std::map<uint32_t, std::string> kept;
+            for (auto& kv : labels_)
+                if (kv.first < g0)
+                    kept.emplace_hint(kept.end(), kv.first, std::move(kv.second));
+                else if (kv.first >= g1)
+                    kept.emplace_hint(kept.end(), uint32_t(kv.first - shift), std::move(kv.second));
+            labels_ = std::move(kept);
+        }
+        nslots_ = n - shift;
+        nrecords_ = nrec;
+        nargs_ -= ashift;
+        if (dirty_ > r1)
+            dirty_ -= rshift;
+        else if (dirty_ > r0)
+            dirty_ = r0;
+        if (rel.pending) relocs_.push_back(std::move(rel));
+        ++compactions_;
+        reclaimed_slots_ += shift;
+        sweeps_since_rewind_ = 0;
+        slots_at_rewind_ = std::min(slots_at_rewind_, size_t(g0));
+        refused_ = "";
+        return shift;
+    }
 
     // Grads of records at or above the watermark are zero unless something other than a sweep
     // wrote them: a sweep then skips zeroing them. Whoever writes grads directly says so here;
@@ -322,6 +597,42 @@ public:
     }
 
 protected:
+    // Forgets the fixed pins from slot `first` up (a rewind or reclamation discarded those slots).
+    // The common case, pins only below (a loop's checkpoint), costs one look at the last entry.
+    void drop_fixed_from(uint32_t first) {
+        if (!fixed_.empty() && fixed_.back().slot >= first) fixed_.erase(fixed_lower_bound(first), fixed_.end());
+    }
+    struct FixedPin {
+        uint32_t slot;
+        uint32_t n[2];  // by Holder
+    };
+    std::vector<FixedPin>::iterator fixed_lower_bound(uint32_t idx) {
+        return std::lower_bound(fixed_.begin(), fixed_.end(), idx,
+                                [](const FixedPin& f, uint32_t i) { return f.slot < i; });
+    }
+    static constexpr uint32_t kNoHole = UINT32_MAX;
+    // Holes smaller than this stay: moving a graph costs a pass over it, worth it for a step's graph.
+    static constexpr size_t kMinHole = 64;
+    // Moves whose handles have not all retargeted yet: a stale-looking handle reads through them all.
+    static constexpr size_t kMaxRelocations = 32;
+    // True if a record from r on reads a slot in [lo, hi).
+    bool reads_between(size_t r, uint32_t lo, uint32_t hi) const {
+        bool hit = false;
+        for (; r < nrecords_ && !hit; ++r)
+            visit_args(recs_[r], [&](uint32_t, uint32_t first, uint32_t len) {
+                if (first < hi && uint64_t(first) + len > lo) hit = true;
+            });
+        return hit;
+    }
+    // Offset of the first args entry of records from r on (nargs_ if none has any).
+    size_t args_from(size_t r) const {
+        for (; r < nrecords_; ++r) {
+            const OpKind k = op_info(recs_[r].op).kind;
+            if (k == OpKind::nary || k == OpKind::range) return recs_[r].a;
+        }
+        return nargs_;
+    }
+    virtual void move_values(size_t dst, size_t src, size_t n) = 0;
     virtual void ensure_values(size_t n) = 0;
     virtual size_t committed_values() const = 0;
     virtual void release_values_beyond(size_t n) = 0;
@@ -377,6 +688,15 @@ protected:
     size_t dirty_ = 0;
     bool grads_exposed_ = false;
     std::map<uint32_t, std::string> labels_;
+    // Pins held by Vectors (and numpy views) [0] and checkpoints [1], by slot: these holders keep
+    // raw positions, so a compaction must not move what they show.
+    std::vector<FixedPin> fixed_;
+    uint32_t hole_low_ = kNoHole;
+    std::vector<Relocation> relocs_;
+    uint64_t compactions_ = 0;
+    const char* refused_ = "";
+    bool refused_structural_ = false, refused_fixed_ = false;
+    uint32_t backoff_ = 0, backoff_left_ = 0;
 };
 
 template <class F>
@@ -519,6 +839,10 @@ public:
     }
 
 protected:
+    void move_values(size_t dst, size_t src, size_t n) override {
+        std::memmove(val_ + dst, val_ + src, n * sizeof(T));
+        std::memmove(grad_ + dst, grad_ + src, n * sizeof(T));
+    }
     void ensure_values(size_t n) override {
         val_col_.ensure(n);
         grad_col_.ensure(n);
