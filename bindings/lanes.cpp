@@ -15,6 +15,9 @@ void init_lanes(nb::module_& m) {
         [](nb::handle dtype) {
             bt::DType d;
             if (!parse_dtype(dtype.ptr(), &d)) throw nb::python_error();
+            // the half types are storage formats: their programs compute in float32 or float64
+            if (d != bt::DType::float64 && d != bt::DType::float32)
+                throw nb::type_error("lane_width: lanes hold float32 or float64 (half types are storage formats)");
             return d == bt::DType::float64 ? bt::lanes::vector_width<double>() : bt::lanes::vector_width<float>();
         },
         nb::arg("dtype"), "Samples one vector register holds in this build's lanes, for dtype.");
