@@ -15,9 +15,9 @@ void init_lanes(nb::module_& m) {
         [](nb::handle dtype) {
             bt::DType d;
             if (!parse_dtype(dtype.ptr(), &d)) throw nb::python_error();
-            // the half types are storage formats: their programs compute in float32 or float64
+            // Half arenas record no programs, so they have no lanes to report.
             if (d != bt::DType::float64 && d != bt::DType::float32)
-                throw nb::type_error("lane_width: lanes hold float32 or float64 (half types are storage formats)");
+                throw nb::type_error("lane_width: lanes replay float32 and float64 programs only");
             return d == bt::DType::float64 ? bt::lanes::vector_width<double>() : bt::lanes::vector_width<float>();
         },
         nb::arg("dtype"), "Samples one vector register holds in this build's lanes, for dtype.");
