@@ -102,7 +102,9 @@ static nb::list replay_rows_typed(ProgramBox& box, bt::Replayer<T>& R, nb::handl
     in.n = n;
     in.x = float_inputs(P, X.get(), n, xcopy);
     std::vector<uint32_t> ids(n * nid);
-    for (size_t s = 0; s < n; ++s)
+    // a program without ids (the (n, 0) array .map passes) skips the loop: over many samples its
+    // empty iterations alone cost a noticeable part of a small program's lane replay
+    for (size_t s = 0; nid && s < n; ++s)
         for (size_t j = 0; j < nid; ++j) {
             const int64_t id = I->integer(s * nid + j);
             bt::check_sample_id(id, P.id_bound[j], s, j);

@@ -7,9 +7,15 @@ Rows: burtorch's per_sample_grads (recorded program, rows written straight into 
 buffer) allocating a fresh (N, d) output per call like the peers do, and the same writing into an
 output passed as out= and reused across calls (no fresh pages to fault in); an eager burtorch
 loop (build, backward, copy the grads out, rewind); torch.func.vmap(torch.func.grad(...)) and
-jax.jit(jax.vmap(jax.grad(...))) where installed. Every framework starts from the same weights
-and batch; each row's gradients are cross-checked against burtorch's. Each repetition runs every
-framework once, in turn, so all rows see the same load; medians of --reps after one warm-up.
+jax.jit(jax.vmap(jax.grad(...))) where installed (their per-parameter arrays concatenated into
+the same (N, d) layout); and the traffic floor: one write-only pass over a reused (N, d) array,
+what any path must at least spend to hand the matrix out. Every framework starts from the same
+weights and batch; each row's gradients are cross-checked against burtorch's. Each repetition
+runs every row once, in turn (the order rotating from one repetition to the next), so all rows
+see the same load; medians of --reps after one warm-up. On a shared host read the ratios.
+
+W4's per-sample program has range records (gather, linear, tanh, cross-entropy), so its samples
+replay one at a time: the SIMD-lane replay takes scalar programs only (docs/guides/programs.md).
 """
 from __future__ import annotations
 
@@ -135,9 +141,17 @@ def run_jax(p, X, Y, V, hidden):
     return once
 
 
+def run_floor(p, X, Y, V, hidden):
+    out = np.empty((len(X), sum(v.size for v in p.values())), np.float32)
+
+    def once():
+        out.fill(0.0)  # written, not read: the output's traffic alone
+    return once
+
+
 ROWS = (("burtorch-compiled", run_burtorch_compiled), ("burtorch-compiled-out", run_burtorch_compiled_out),
         ("burtorch-eager-loop", run_burtorch_eager),
-        ("torch-func-vmap-grad", run_torch), ("jax-jit-vmap-grad", run_jax))
+        ("torch-func-vmap-grad", run_torch), ("jax-jit-vmap-grad", run_jax), ("traffic-floor", run_floor))
 
 
 def main(argv=None):
@@ -150,7 +164,8 @@ def main(argv=None):
     d = sum(v.size for v in p.values())
     print(f"per-sample gradients: W4 MLP e={args.hidden}, d={d:,}, N={args.n:,}, FP32, "
           f"output {args.n * d * 4 / 1e6:.0f} MB; medians of {args.reps} runs")
-    print(f"{'framework':<22} {'median ms':>10} {'min':>8} {'max':>8} {'x torch':>8}  max |G - burtorch| / max |G|")
+    print(f"{'framework':<22} {'median ms':>10} {'min':>8} {'max':>8} {'x torch':>8} {'x out=':>7}  "
+          "max |G - burtorch| / max |G|")
     runs = {}
     for name, make in ROWS:
         try:
@@ -161,8 +176,11 @@ def main(argv=None):
             continue
         runs[name] = once
     times: dict[str, list[float]] = {name: [] for name in runs}
-    for _ in range(args.reps):  # every framework once per repetition: all see the same load
-        for name, once in runs.items():
+    order = list(runs.items())
+    for rep in range(args.reps):  # every row once per repetition: all see the same load
+        # the order rotates: whichever row runs first in a round would otherwise always see the
+        # caches (and the host's load) in the same state
+        for name, once in order[rep % len(order):] + order[:rep % len(order)]:
             t = time.perf_counter()
             G = once()
             times[name].append(time.perf_counter() - t)
@@ -171,14 +189,19 @@ def main(argv=None):
         raise SystemExit("per_sample: burtorch's compiled row is the reference and did not run")
     reference = runs["burtorch-compiled"]().copy()
     torch_ms = statistics.median(times["torch-func-vmap-grad"]) if "torch-func-vmap-grad" in times else None
+    out_ms = statistics.median(times["burtorch-compiled-out"]) if "burtorch-compiled-out" in times else None
     for name, once in runs.items():
         G = once()
-        err = float(np.max(np.abs(G - reference)) / np.max(np.abs(reference)))
-        ok = "ok" if err < 1e-4 else "MISMATCH"
+        if G is None:  # the floor computes nothing to compare
+            check = "-"
+        else:
+            err = float(np.max(np.abs(G - reference)) / np.max(np.abs(reference)))
+            check = f"{err:.2e} " + ("ok" if err < 1e-4 else "MISMATCH")
         med = statistics.median(times[name])
         rel = f"{med / torch_ms:8.3f}" if torch_ms else f"{'-':>8}"
-        print(f"{name:<22} {1e3 * med:>10.1f} {1e3 * min(times[name]):>8.1f} {1e3 * max(times[name]):>8.1f} {rel}  "
-              f"{err:.2e} {ok}")
+        rel_out = f"{med / out_ms:7.2f}" if out_ms else f"{'-':>7}"
+        print(f"{name:<22} {1e3 * med:>10.1f} {1e3 * min(times[name]):>8.1f} {1e3 * max(times[name]):>8.1f} {rel} "
+              f"{rel_out}  {check}")
         del G
 
 
