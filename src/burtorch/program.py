@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import sys
 from array import array
+from typing import Any
 
 from . import _core
 
@@ -358,7 +359,7 @@ class Compiled:
         nw = len(self.argnums)
         gdt = np.float64 if mode == "sum" or dtype == _core.float64 else np.float32
         gshape = (nw,) if mode == "sum" else (N, nw)
-        checked = []
+        checked: list[Any] = []
         for name, a, dt, shape in (("values", values, np.float64, (N,)), ("grads", grads, gdt, gshape)):
             if a is None:
                 checked.append(None)
