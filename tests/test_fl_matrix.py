@@ -47,6 +47,17 @@ def rel_close(a, b, tol=1e-14):
 # ---------------------------------------------------------------- the wire
 
 
+def ef21_clients_np(problem, x, gi, k):
+    """One EF21 round on the clients over an fp32 wire, in numpy: each g_i moves by its rounded
+    Top-k message (in place); returns the mean of the messages, the server's update of g."""
+    cs = []
+    for i, B in enumerate(problem.shards):
+        c = f32(topk_np(grad_np(B, problem.lam, x) - gi[i], k))
+        gi[i] = gi[i] + c
+        cs.append(c)
+    return sum(cs) / N
+
+
 def test_fp32_wire_rounds_what_the_server_uses_like_numpy(problem):
     lr, k, rounds = 0.05, 2, 6
     fed = fl.Federation(problem, fl.make_method("ef21", lr, fl.make_compressor("topk", D, k)), seed=3)
@@ -56,12 +67,7 @@ def test_fp32_wire_rounds_what_the_server_uses_like_numpy(problem):
     g = sum(gi) / N
     for _ in range(1, rounds):
         x = x - lr * g
-        cs = []
-        for i, B in enumerate(problem.shards):
-            c = f32(topk_np(grad_np(B, problem.lam, x) - gi[i], k))
-            gi[i] = gi[i] + c
-            cs.append(c)
-        g = g + sum(cs) / N
+        g = g + ef21_clients_np(problem, x, gi, k)
     rel_close(fed.server["g"], g)
     for i in range(N):
         rel_close(fed.executor.state_of(i)["g"], gi[i])
@@ -211,12 +217,7 @@ def test_ef21_bc_against_numpy_with_bits_both_ways(problem):
     b = f32(g)                                   # round 0: b = g, sent whole
     for _ in range(1, rounds):
         x = x - lr * b
-        cs = []
-        for i, B in enumerate(problem.shards):
-            c = f32(topk_np(grad_np(B, problem.lam, x) - gi[i], k))
-            gi[i] = gi[i] + c
-            cs.append(c)
-        g = g + sum(cs) / N
+        g = g + ef21_clients_np(problem, x, gi, k)
         b = b + f32(topk_np(g - b, kd))
     rel_close(fed.server["g"], g)
     rel_close(fed.server["b"], b)

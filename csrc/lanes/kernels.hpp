@@ -358,29 +358,20 @@ template <size_t B, typename T>
 [[gnu::always_inline]] inline void forward_lanes(T* v, const Record& r, const uint32_t* args) {
     if (r.op == Op::pow_const) return pow_const_forward_lanes<B>(v, r);
     switch (r.op) {
-#define BT_LFWD_U(name, fwd, ...)                            \
-    case Op::name: {                                         \
-        const T* BT_LANES_RESTRICT xs = v + size_t(r.a) * B; \
-        T* BT_LANES_RESTRICT ys = v + size_t(r.out) * B;     \
-        BT_LANES_SIMD for (size_t l = 0; l < B; ++l) {       \
-            const T x = xs[l];                               \
-            ys[l] = (fwd);                                   \
-        }                                                    \
-        return;                                              \
-    }
-        BT_UNARY_OPS(BT_LFWD_U)
-#undef BT_LFWD_U
+// One body for the unary ops with and without an immediate (c is 0 and unused for the former).
 #define BT_LFWD_UI(name, fwd, ...)                           \
     case Op::name: {                                         \
         const T* BT_LANES_RESTRICT xs = v + size_t(r.a) * B; \
         T* BT_LANES_RESTRICT ys = v + size_t(r.out) * B;     \
         const T c = static_cast<T>(r.imm);                   \
+        (void)c;                                             \
         BT_LANES_SIMD for (size_t l = 0; l < B; ++l) {       \
             const T x = xs[l];                               \
             ys[l] = (fwd);                                   \
         }                                                    \
         return;                                              \
     }
+        BT_UNARY_OPS(BT_LFWD_UI)
         BT_UNARY_IMM_OPS(BT_LFWD_UI)
 #undef BT_LFWD_UI
 #define BT_LFWD_B(name, fwd, ...)                        \
@@ -417,23 +408,7 @@ template <size_t B, typename T>
     (void)wb;
     if (r.op == Op::pow_const) return pow_const_backward_lanes<B>(v, g, r, wa);
     switch (r.op) {
-#define BT_LBWD_U(name, fwd, dfdx)                                \
-    case Op::name: {                                              \
-        const T* xs = v + size_t(r.a) * B;                        \
-        const T* ys = v + size_t(r.out) * B;                      \
-        const T* BT_LANES_RESTRICT go = g + size_t(r.out) * B;    \
-        T* BT_LANES_RESTRICT ga = g + size_t(r.a) * B;            \
-        BT_LANES_SIMD for (size_t l = 0; l < B; ++l) {            \
-            const T x = xs[l], y = ys[l];                         \
-            (void)x;                                              \
-            (void)y;                                              \
-            const T base = wa ? T(0) : ga[l];                     \
-            ga[l] = go[l] != T(0) ? base + go[l] * (dfdx) : base; \
-        }                                                         \
-        return;                                                   \
-    }
-        BT_UNARY_OPS(BT_LBWD_U)
-#undef BT_LBWD_U
+// One body for the unary ops with and without an immediate (c is 0 and unused for the former).
 #define BT_LBWD_UI(name, fwd, dfdx)                               \
     case Op::name: {                                              \
         const T* xs = v + size_t(r.a) * B;                        \
@@ -451,6 +426,7 @@ template <size_t B, typename T>
         }                                                         \
         return;                                                   \
     }
+        BT_UNARY_OPS(BT_LBWD_UI)
         BT_UNARY_IMM_OPS(BT_LBWD_UI)
 #undef BT_LBWD_UI
         // a and b may be one slot (x * x): then both contributions go into it, a's first
