@@ -31,28 +31,82 @@ def ef21_pp_trajectory(executor, workers=None):
         return fed.x.copy(), [r["bits"] for r in fed.records]
 
 
+def wide_trajectory(executor, rounds=4):
+    """A point of 5,000 float64 (40 KB), over PointBuffer.MIN_BYTES: the executors share it with
+    their workers through memory; MARINA with a minibatch also sends the previous point."""
+    problem = synthetic(4, 24, 5000, seed=2)
+    with fl.Federation(problem, fl.MARINA(0.05, fl.RandK(5000, 40), p=0.5, batch=3), executor=executor,
+                       seed=4) as fed:
+        xs = []
+        for _ in range(rounds):
+            fed.round()
+            xs.append(fed.x.copy())
+        shared = getattr(fed.executor, "buffer", None) is not None
+        return np.array(xs), [(r["bits"], r.get("grad_norm")) for r in fed.records], shared
+
+
 def test_processes_match_serial_bitwise():
-    # The two pools start side by side (most of this test is worker start-up: each worker is a new
+    # The pools start side by side (most of this test is worker start-up: each worker is a new
     # interpreter importing numpy and burtorch), and the serial runs go while they start.
-    with ThreadPoolExecutor(2) as pool:
+    with ThreadPoolExecutor(3) as pool:
         pooled = pool.submit(trajectory, "processes", workers=2)
         pooled_pp = pool.submit(ef21_pp_trajectory, "processes", workers=3)
+        pooled_wide = pool.submit(wide_trajectory, fl.executors.ProcessExecutor(2))
         xs, rec, _ = trajectory("serial")
         a = ef21_pp_trajectory("serial")
+        w = wide_trajectory("serial")
         xp, recp, _ = pooled.result()
         b = pooled_pp.result()
+        wp = pooled_wide.result()
     assert np.array_equal(xs, xp) and rec == recp
     assert np.array_equal(a[0], b[0]) and a[1] == b[1]
+    assert wp[2] and np.array_equal(w[0], wp[0]) and w[1] == wp[1]  # through the shared point
+
+
+def test_point_buffer_round_trip_and_cleanup():
+    from burtorch.fl.executor_base import PointBuffer, PointReader
+    from burtorch.optim.rounds import Round
+
+    x, prev = np.linspace(-1, 1, 5000), np.arange(5000.0)
+    assert PointBuffer.accepts(x) and not PointBuffer.accepts(x[:10]) and not PointBuffer.accepts(x.tolist())
+    buf, reader = PointBuffer(x), PointReader()
+    try:
+        for ctx in (Round(3, x, prev, True, 7, 2), Round(4, 2 * x, None, None, 7, 2)):
+            assert buf.fits(ctx)
+            got = reader.round(buf.share(ctx))
+            assert got.t == ctx.t and got.coin == ctx.coin and np.array_equal(got.x, ctx.x)
+            assert (got.x_prev is None) == (ctx.x_prev is None)
+            if ctx.x_prev is not None:
+                assert np.array_equal(got.x_prev, ctx.x_prev)
+            got.x[0] = 99.0  # a private copy: the next round's read is not affected
+        assert not buf.fits(Round(5, x[:-1], None, None, 7, 2))
+    finally:
+        reader.close()
+        buf.close()
+    import os
+
+    assert not os.path.exists(buf.path)
 
 
 def test_ray_local_and_two_node_cluster_match_serial_bitwise():
     ray = pytest.importorskip("ray")
     from ray.cluster_utils import Cluster
 
+    from burtorch.fl.ray_executor import RayExecutor, session
+
     xs, rec, _ = trajectory("serial")
     xr, recr, _ = trajectory("ray", workers=2)
     assert np.array_equal(xs, xr) and rec == recr
     assert not ray.is_initialized()  # the executor stopped the instance it started
+    w = wide_trajectory("serial")
+    with session(2):
+        # actors on this machine take rounds over sockets with the point shared; with
+        # sockets=False as Ray calls, as actors on other machines do
+        wr = wide_trajectory(RayExecutor(2))
+        wc = wide_trajectory(RayExecutor(2, sockets=False))
+    assert wr[2] and not wc[2]
+    for got in (wr, wc):
+        assert np.array_equal(w[0], got[0]) and w[1] == got[1]
 
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
     try:

@@ -3,12 +3,22 @@ checks of its arguments (kept apart from executors.py so that the Ray executor, 
 make_executor loads only when asked, builds on it without a cycle)."""
 from __future__ import annotations
 
+import dataclasses
+import mmap
+import os
 import pickle
+import tempfile
+import weakref
+from multiprocessing.connection import Connection, wait
 from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..optim.rounds import Round
 
 if TYPE_CHECKING:
     from ..optim.methods import Method
-    from ..optim.rounds import Reply, Round
+    from ..optim.rounds import Reply
     from .problem import Problem
 
 
@@ -39,6 +49,137 @@ def check_picklable(problem: Problem, method: Method) -> None:
     except Exception as e:
         raise TypeError(f"this executor sends the problem and method to other processes, but they do not pickle "
                         f"({e}); build them from module-level classes, or use executor='serial'") from None
+
+
+def answers(conns: list[Connection], what: str) -> list[Any]:
+    """Every worker's answer (``("ok", value)`` or ``("error", traceback)``) to the request just
+    sent on each of ``conns``, taken in the order they arrive (the driver unpickles one while the
+    others still compute; the wait is a blocking select, not a poll) and returned in ``conns``'
+    order. When one failed, the others' answers are still drained, so that every connection stays
+    in step, and then the first failure is raised."""
+    got: dict[int, Any] = {}
+    pending = {id(c): c for c in conns}
+    while pending:
+        for conn in wait(list(pending.values())):
+            try:
+                got[id(conn)] = conn.recv()
+            except EOFError:
+                got[id(conn)] = ("error", "the worker exited")
+            del pending[id(conn)]
+    for conn in conns:
+        status, value = got[id(conn)]
+        if status != "ok":
+            raise RuntimeError(f"a client worker failed while {what}:\n{value}")
+    return [got[id(c)][1] for c in conns]
+
+
+# Where the round's point is shared: /dev/shm (memory) on Linux, else the temporary directory
+# (a file the OS keeps in its page cache while it is mapped).
+_SHARED_DIR = "/dev/shm" if os.path.isdir("/dev/shm") else None
+
+
+@dataclasses.dataclass
+class SharedRound:
+    """A round whose point (and previous point) wait in a :class:`PointBuffer`: what is sent to
+    each worker instead of the arrays, a few hundred bytes whatever d is."""
+
+    round: Round        # the broadcast without its arrays (x and x_prev are None)
+    path: str
+    dtype: str
+    n: int
+    has_prev: bool
+
+
+class PointBuffer:
+    """The driver's side of the round's point in memory every worker on this machine maps: written
+    once per round, read by each worker with one copy, instead of a pickle of d floats sent down
+    every worker's pipe (or through Ray's object store) and unpickled there.
+
+    The driver writes only between rounds, after every worker asked in the previous round has
+    replied, so a worker never reads a half-written point."""
+
+    def __init__(self, x: np.ndarray) -> None:
+        self.dtype, self.n = x.dtype, len(x)
+        size = 2 * x.nbytes  # x, then the previous point
+        fd, self.path = tempfile.mkstemp(prefix="burtorch-fl-point-", dir=_SHARED_DIR)
+        try:
+            os.ftruncate(fd, max(size, 1))
+            self._map = mmap.mmap(fd, max(size, 1))
+        except BaseException:
+            os.close(fd)
+            os.remove(self.path)
+            raise
+        os.close(fd)
+        self._view = np.frombuffer(self._map, dtype=self.dtype, count=2 * self.n)
+        # the file goes with the buffer, even when close() is never called
+        self._cleanup = weakref.finalize(self, _remove, self.path)
+
+    # A smaller point goes with the request by value: it fits in one write to a pipe (64 KiB),
+    # so sharing it would save nothing.
+    MIN_BYTES = 1 << 15
+
+    @staticmethod
+    def accepts(x: Any) -> bool:
+        """Whether a round at point ``x`` is worth sharing (and can be)."""
+        return (isinstance(x, np.ndarray) and x.ndim == 1 and x.dtype.kind == "f"
+                and x.nbytes >= PointBuffer.MIN_BYTES)
+
+    def fits(self, ctx: Round) -> bool:
+        return all(isinstance(v, np.ndarray) and v.ndim == 1 and v.dtype == self.dtype and len(v) == self.n
+                   for v in (ctx.x, *(() if ctx.x_prev is None else (ctx.x_prev,))))
+
+    def write_token(self, token: bytes) -> bytes:
+        """Puts ``token`` (cut to the buffer's size) at the start, where the first round overwrites
+        it, and returns what was written: a worker that reads it back maps the same memory."""
+        token = token[:len(self._map)]
+        self._map[:len(token)] = token
+        return token
+
+    def share(self, ctx: Round) -> SharedRound:
+        """Writes ctx's point(s) and returns what to send in their place (ctx must fit)."""
+        self._view[:self.n] = ctx.x
+        if ctx.x_prev is not None:
+            self._view[self.n:] = ctx.x_prev
+        return SharedRound(dataclasses.replace(ctx, x=None, x_prev=None), self.path, self.dtype.str, self.n,
+                           ctx.x_prev is not None)
+
+    def close(self) -> None:
+        self._view = None  # type: ignore[assignment]  # released before the map closes
+        self._map.close()
+        self._cleanup()
+
+
+def _remove(path: str) -> None:
+    try:
+        os.remove(path)
+    except FileNotFoundError:
+        pass
+
+
+class PointReader:
+    """A worker's side: maps the driver's buffer once (by path) and rebuilds each round with a
+    private copy of the point, as unpickling gave it (a client may keep or modify its arrays)."""
+
+    def __init__(self) -> None:
+        self.path: str | None = None
+        self._map: mmap.mmap | None = None
+
+    def round(self, shared: SharedRound) -> Round:
+        if shared.path != self.path:
+            self.close()
+            with open(shared.path, "rb") as f:
+                self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            self.path = shared.path
+        assert self._map is not None
+        both = np.frombuffer(self._map, dtype=np.dtype(shared.dtype), count=2 * shared.n)
+        x = both[:shared.n].copy()
+        x_prev = both[shared.n:].copy() if shared.has_prev else None
+        return dataclasses.replace(shared.round, x=x, x_prev=x_prev)
+
+    def close(self) -> None:
+        if self._map is not None:
+            self._map.close()
+        self._map, self.path = None, None
 
 
 class Executor:

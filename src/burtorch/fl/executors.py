@@ -23,7 +23,7 @@ from multiprocessing.process import BaseProcess
 from typing import TYPE_CHECKING, Any
 
 from .client import ClientGroup, Reply, Round
-from .executor_base import Executor, blocks, check_picklable, check_workers
+from .executor_base import Executor, PointBuffer, answers, blocks, check_picklable, check_workers
 
 if TYPE_CHECKING:
     from ..optim.methods import Method
@@ -63,19 +63,7 @@ def _serve(conn: Connection, problem: Problem, method: Method, ids: Iterable[int
     except BaseException:
         conn.send(("error", traceback.format_exc()))
         return
-    while True:
-        request = conn.recv()
-        if request[0] == "stop":
-            return
-        try:
-            if request[0] == "run":
-                conn.send(("ok", group.run(*request[1:])))
-            elif request[0] in ("get_states", "load_states"):
-                conn.send(("ok", getattr(group, request[0])(*request[1:])))
-            else:
-                raise ValueError(f"unknown request {request[0]!r}")
-        except BaseException:
-            conn.send(("error", traceback.format_exc()))
+    group.serve(conn)
 
 
 @contextlib.contextmanager
@@ -111,6 +99,7 @@ class ProcessExecutor(Executor):
         self.procs: list[BaseProcess] = []
         self.conns: list[Connection] = []
         self.blocks: list[list[int]] = []
+        self.buffer: PointBuffer | None = None
 
     def start(self, problem: Problem, method: Method) -> None:
         check_picklable(problem, method)
@@ -138,26 +127,30 @@ class ProcessExecutor(Executor):
                 "or use executor='serial'") from None
 
     def run(self, ctx: Round, participants: list[int], evaluate: bool) -> list[Reply]:
+        # The point goes through memory the workers map: written once, not pickled down every
+        # pipe (a pipe holds 64 KiB, so a large point went to the workers one after the other).
+        if self.buffer is None and PointBuffer.accepts(ctx.x):
+            self.buffer = PointBuffer(ctx.x)
+        sent: Any = self.buffer.share(ctx) if self.buffer is not None and self.buffer.fits(ctx) else ctx
         chosen = set(participants)
         asked = []
         for conn, ids in zip(self.conns, self.blocks):
             mine = [i for i in ids if i in chosen]
             if mine or evaluate:
-                conn.send(("run", ctx, mine, evaluate))
+                conn.send(("run_shared", sent, mine, evaluate))
                 asked.append(conn)
-        replies = [r for conn in asked for r in _answer(conn, f"running round {ctx.t}")]
+        replies = [r for part in answers(asked, f"running round {ctx.t}") for r in part]
         return sorted(replies, key=lambda r: r.client)
 
     def client_states(self) -> dict[int, dict[str, Any]]:
         for conn in self.conns:
             conn.send(("get_states",))
-        return {i: st for conn in self.conns for i, st in _answer(conn, "sending its client states").items()}
+        return {i: st for part in answers(self.conns, "sending its client states") for i, st in part.items()}
 
     def load_client_states(self, states: dict[int, dict[str, Any]]) -> None:
         for conn, ids in zip(self.conns, self.blocks):
             conn.send(("load_states", {i: states[i] for i in ids if i in states}))
-        for conn in self.conns:
-            _answer(conn, "loading client states")
+        answers(self.conns, "loading client states")
 
     def close(self) -> None:
         for conn in self.conns:
@@ -171,6 +164,9 @@ class ProcessExecutor(Executor):
                 proc.terminate()
                 proc.join()
         self.procs, self.conns = [], []
+        if self.buffer is not None:
+            self.buffer.close()
+            self.buffer = None
 
     def settings(self) -> dict[str, Any]:
         return {"executor": self.name, "workers": len(self.blocks) or self.workers}
