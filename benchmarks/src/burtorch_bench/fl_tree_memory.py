@@ -3,12 +3,16 @@
 the run is live, after its rounds. Linux only.
 
     python -m burtorch_bench.fl_tree_memory [--executor processes|ray] [--clients 1000] [--workers 2]
-                                            [--by-process]
+                                            [--by-process] [--bare]
 
 Two sums: RSS counts a page shared by several processes (the Python interpreter, numpy, Ray's
 core library, the object store's mapping) once in every process that maps it, an upper bound;
 PSS (/proc/PID/smaps_rollup) charges each process its share of such a page, so the sum counts
 every page once: what the tree takes from the machine. PSS is the figure compared with a budget.
+
+With the Ray executor, the same local Ray node is also measured in a fresh interpreter that imports
+neither burtorch nor numpy, holding ``--workers`` empty actors (``--bare`` measures only that):
+Ray's own floor, what no change to burtorch can take below.
 """
 from __future__ import annotations
 
@@ -81,6 +85,59 @@ def tree_rss_mb(root: int | None = None) -> tuple[float, int]:
     return sum(r[2] for r in rows), len(rows)
 
 
+# The local node burtorch.fl.ray_executor starts (_init; kept equal to it by hand, since importing
+# that module imports burtorch, which the bare measurement must not).
+BARE_RAY = """
+import os, sys
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+import ray
+from ray.cluster_utils import Cluster
+node = Cluster(initialize_head=True, head_node_args={{
+    "num_cpus": {workers}, "num_gpus": 0, "include_dashboard": False, "include_log_monitor": False,
+    "no_monitor": True, "object_store_memory": 75 * 1024 * 1024}})
+ray.init(address=node.address, log_to_driver=False)
+
+class Empty:
+    def ping(self):
+        return os.getpid()
+
+actors = [ray.remote(num_cpus=1)(Empty).remote() for _ in range({workers})]
+ray.get([a.ping.remote() for a in actors])
+print(repr(("burtorch" in sys.modules, "numpy" in sys.modules)), flush=True)
+sys.stdin.readline()  # the parent reads this tree from /proc meanwhile
+ray.shutdown()
+node.shutdown()
+"""
+
+
+def bare_ray(workers: int) -> tuple[list[tuple[int, str, float, float]], bool, bool]:
+    """(the tree's rows, burtorch imported, numpy imported) of a driver with ``workers`` empty
+    actors on burtorch's lean local node, measured in a fresh interpreter."""
+    import ast
+    import subprocess
+
+    child = subprocess.Popen([sys.executable, "-c", BARE_RAY.format(workers=workers)], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    assert child.stdin is not None and child.stdout is not None
+    try:
+        line = child.stdout.readline()
+        if not line:
+            raise RuntimeError("the bare Ray driver failed to start its node")
+        with_bt, with_np = ast.literal_eval(line.strip())
+        rows = tree(child.pid)
+        child.stdin.write("\n")
+        child.stdin.flush()
+    finally:
+        if child.wait(timeout=60) is None:
+            child.kill()
+    return rows, with_bt, with_np
+
+
+def _print_rows(rows: list[tuple[int, str, float, float]]) -> None:
+    for pid, name, r, q in sorted(rows, key=lambda row: -row[3]):
+        print(f"  {pid:>8}  PSS {q:6.1f} MB  RSS {r:6.1f} MB  {name}")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m burtorch_bench.fl_tree_memory", description=__doc__.split("\n\n")[0])
     p.add_argument("--executor", choices=("processes", "ray"), default="processes")
@@ -88,10 +145,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--by-process", action="store_true", help="also print each process's RSS and PSS")
+    p.add_argument("--bare", action="store_true",
+                   help="only Ray's floor: the same local node, a driver and --workers empty actors, no burtorch")
     args = p.parse_args(argv)
     if not os.path.isdir("/proc"):
         print("needs Linux's /proc", file=sys.stderr)
         return 1
+    bare = None
+    if args.bare or args.executor == "ray":
+        rows, with_bt, with_np = bare_ray(args.workers)
+        bare = sum(r[3] for r in rows)
+        print(f"Ray's floor: the same local node with a driver and {args.workers} empty actors (burtorch "
+              f"imported: {'yes' if with_bt else 'no'}, numpy imported by Ray: {'yes' if with_np else 'no'}): "
+              f"PSS {bare:.0f} MB, RSS {sum(r[2] for r in rows):.0f} MB over {len(rows)} processes")
+        if args.by_process:
+            _print_rows(rows)
+        if args.bare:
+            return 0
     from burtorch.fl import Federation, make_compressor, make_method
     from burtorch.fl.logistic import synthetic
 
@@ -105,9 +175,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{args.clients:,} clients (EF21 + Top-1, d = 30, 20 samples each) on {args.executor} x{args.workers}: "
           f"process tree PSS {pss:.0f} MB, RSS {rss:.0f} MB over {len(rows)} processes (driver alone before: "
           f"{before:.0f} MB RSS; load average {os.getloadavg()[0]:.2f})")
+    if bare is not None:
+        print(f"  of which above Ray's floor: {pss - bare:.0f} MB PSS (burtorch, numpy, the clients' data and state)")
     if args.by_process:
-        for pid, name, r, q in sorted(rows, key=lambda row: -row[3]):
-            print(f"  {pid:>8}  PSS {q:6.1f} MB  RSS {r:6.1f} MB  {name}")
+        _print_rows(rows)
     return 0
 
 
