@@ -1,6 +1,6 @@
 """Federated runs at scale: rounds per second of the serial, processes x2 and Ray x2 executors on
 the makemore MLP per client, the executors' per-round overhead on a tiny model, and the peak
-memory of 1,000 clients of the default problem. About two minutes on an idle 2-core host.
+memory of 1,000 clients of the default problem. About half a minute on a 2-core host.
 
     python -m burtorch_bench.fl_scale [--clients 64] [--rounds 10] [--repeats 5] [--ray-1] [--json out.json]
 
@@ -8,8 +8,9 @@ Every configuration's federation starts once (start-up, spawning workers or star
 reported on its own; Ray starts once for all its rows); then the repeats go round the
 configurations in turn, ``rounds`` rounds each, so that a change of the host's load falls on every
 row alike, and the median over the repeats is printed with the 1-minute load average before and
-after. Speed-ups mean something on an idle host only. Memory is measured from the OS in a child
-process (peak RSS), next to the same child doing nothing.
+after. Speed-ups mean something on an idle host only; beside each row, the CPU time per round of
+the driver, of each worker and of Ray's daemons says where a round goes on any host. Memory is
+measured from the OS in a child process (peak RSS), next to the same child doing nothing.
 """
 from __future__ import annotations
 
@@ -34,9 +35,47 @@ def _names_problem(clients: int, hidden: int, max_samples: int, data=None):
                         source=str(path) if path else "embedded words")
 
 
+def _cpu_seconds(pid: int) -> float:
+    """CPU time of every thread of ``pid`` so far (schedstat: nanoseconds, unlike the ticks of
+    /proc/PID/stat); 0 where unreadable (not Linux, or the process ended)."""
+    total = 0
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/schedstat") as f:
+                total += int(f.read().split()[0])
+    except OSError:
+        pass
+    return total / 1e9
+
+
+def _tree_cpu() -> dict[int, float]:
+    """CPU seconds of this process's descendants (worker processes, Ray's daemons and actors)."""
+    from .fl_tree_memory import _children
+
+    kids, todo, out = _children(), list(_children().get(os.getpid(), [])), {}
+    while todo:
+        pid = todo.pop()
+        out[pid] = _cpu_seconds(pid)
+        todo.extend(kids.get(pid, []))
+    return out
+
+
+def _worker_pids(fed) -> list[int]:
+    ex = fed.executor
+    if hasattr(ex, "procs"):
+        return [p.pid for p in ex.procs]
+    if hasattr(ex, "placements"):
+        return [pid for pid, _ in ex.placements()]
+    return []
+
+
 def time_interleaved(problem, make_method, configs, rounds: int, repeats: int) -> list[dict]:
     """Each (executor, workers) federation started once; then ``repeats`` passes, each running
-    ``rounds`` rounds on every configuration in turn. Medians over the passes."""
+    ``rounds`` rounds on every configuration in turn. Medians over the passes, of the wall time
+    and of the CPU time per round of the driver, of each worker and of the rest of the process
+    tree (Ray's daemons): CPU time, unlike wall time, says where a round's work goes even on a
+    busy host (what the driver or Ray's daemons spend while the workers compute is taken from
+    them when the workers use every core)."""
     import contextlib
 
     from burtorch.fl import Federation
@@ -53,19 +92,44 @@ def time_interleaved(problem, make_method, configs, rounds: int, repeats: int) -
                                                  eval_every=0))
             startup.append(time.perf_counter() - t0)
             feds.append(fed)
+        workers_of = [_worker_pids(fed) for fed in feds]
         per_round: list[list[float]] = [[] for _ in configs]
+        cpu: list[list[tuple[float, list[float], float]]] = [[] for _ in configs]
+        me = os.getpid()
         for _ in range(repeats):
             for i, fed in enumerate(feds):
+                c0 = _tree_cpu()
+                d0 = _cpu_seconds(me)
                 t0 = time.perf_counter()
                 fed.run(rounds)
                 per_round[i].append((time.perf_counter() - t0) / rounds)
+                d1 = _cpu_seconds(me)
+                c1 = _tree_cpu()
+                spent = {p: c1[p] - c0.get(p, 0.0) for p in c1}
+                mine = [spent.get(p, 0.0) / rounds for p in workers_of[i]]
+                rest = sum(v for p, v in spent.items() if p not in workers_of[i]) / rounds
+                cpu[i].append(((d1 - d0) / rounds, mine, rest))
         finals = [fed.x.tobytes() for fed in feds]
     rows = []
-    for (executor, workers), times, up, final in zip(configs, per_round, startup, finals):
+    for (executor, workers), times, up, final, use in zip(configs, per_round, startup, finals, cpu):
         med = statistics.median(times)
+        n_workers = len(use[0][1])
         rows.append({"executor": executor, "workers": workers, "s_per_round": med, "rounds_per_s": 1.0 / med,
-                     "startup_s": up, "all_s_per_round": times, "final": final})
+                     "startup_s": up, "all_s_per_round": times, "final": final,
+                     "cpu_driver_s_per_round": statistics.median(u[0] for u in use),
+                     "cpu_workers_s_per_round": [statistics.median(u[1][w] for u in use) for w in range(n_workers)],
+                     "cpu_rest_s_per_round": statistics.median(u[2] for u in use)})
     return rows
+
+
+def _cpu_text(row: dict) -> str:
+    workers = row["cpu_workers_s_per_round"]
+    text = f"driver {row['cpu_driver_s_per_round'] * 1e3:.2f}"
+    if workers:
+        text += ", workers " + " + ".join(f"{w * 1e3:.2f}" for w in workers)
+    if row["executor"] == "ray":
+        text += f", Ray's daemons {row['cpu_rest_s_per_round'] * 1e3:.2f}"
+    return text + " ms"
 
 
 def peak_rss_mb(code: str) -> float:
@@ -133,6 +197,10 @@ def main(argv=None) -> int:
         print(f"  {row['executor']:>9} x{row['workers'] or 1}: {row['rounds_per_s']:7.2f} rounds/s "
               f"({row['s_per_round'] * 1e3:8.1f} ms/round, {serial['s_per_round'] / row['s_per_round']:4.2f}x serial, "
               f"start-up {row['startup_s']:.2f} s, iterates {'equal to' if same else 'DIFFERENT from'} serial)")
+        print(f"  {'':>12} CPU per round: {_cpu_text(row)}")
+    if len(results["mlp"]) > 1:
+        print("  (ideal with W workers: serial/W per round; the CPU lines say where the rest goes: the driver's "
+              "share runs while workers wait, the workers' above serial/W is their messaging)")
     results["load_average"]["after"] = os.getloadavg()[0]
     print(f"  load average after the rows: {results['load_average']['after']:.2f} (speed-ups mean something on "
           "an idle host only)")
@@ -146,7 +214,7 @@ def main(argv=None) -> int:
     base = results["tiny"][0]["s_per_round"]
     for row in results["tiny"]:
         print(f"  {row['executor']:>9} x{row['workers'] or 1}: {row['s_per_round'] * 1e3:7.2f} ms/round "
-              f"(overhead over serial {(row['s_per_round'] - base) * 1e3:+7.2f} ms/round)")
+              f"(overhead over serial {(row['s_per_round'] - base) * 1e3:+7.2f} ms/round; CPU {_cpu_text(row)})")
 
     n = args.memory_clients
     run_mb = peak_rss_mb(MEMORY_RUN.format(clients=n))
