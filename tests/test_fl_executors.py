@@ -187,3 +187,28 @@ def test_new_configs_agree_bitwise_serial_processes_and_ray():
         on_ray = _matrix_runs("ray", 2)
     for label, (x, recs) in serial.items():
         assert np.array_equal(x, on_ray[label][0]) and recs == on_ray[label][1], label
+
+
+def test_answers_drain_every_worker_before_raising_the_first_failure():
+    from multiprocessing import Pipe
+
+    from burtorch.fl.executor_base import answers
+
+    pairs = [Pipe() for _ in range(3)]
+    ours = [p[0] for p in pairs]
+    for i in (2, 0, 1):  # answers arriving out of order come back in the connections' order
+        pairs[i][1].send(("ok", [i]))
+    assert answers(ours, "running round 0") == [[0], [1], [2]]
+    # a failure: the others' answers are read all the same, so the next request's answers line up
+    pairs[0][1].send(("ok", "a"))
+    pairs[1][1].send(("error", "Traceback: ZeroDivisionError"))
+    pairs[2][1].send(("ok", "c"))
+    with pytest.raises(RuntimeError, match=r"failed while running round 7:\nTraceback: ZeroDivisionError"):
+        answers(ours, "running round 7")
+    assert not any(c.poll() for c in ours)
+    for i, (_, theirs) in enumerate(pairs):
+        theirs.send(("ok", i))
+    assert answers(ours, "running round 8") == [0, 1, 2]
+    pairs[1][1].close()  # a worker that exited
+    with pytest.raises(RuntimeError, match="the worker exited"):
+        answers(ours[1:2], "running round 9")

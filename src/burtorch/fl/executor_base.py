@@ -75,7 +75,7 @@ def answers(conns: list[Connection], what: str) -> list[Any]:
 
 # Where the round's point is shared: /dev/shm (memory) on Linux, else the temporary directory
 # (a file the OS keeps in its page cache while it is mapped).
-_SHARED_DIR = "/dev/shm" if os.path.isdir("/dev/shm") else None
+SHARED_DIR = "/dev/shm" if os.path.isdir("/dev/shm") else None
 
 
 @dataclasses.dataclass
@@ -101,7 +101,7 @@ class PointBuffer:
     def __init__(self, x: np.ndarray) -> None:
         self.dtype, self.n = x.dtype, len(x)
         size = 2 * x.nbytes  # x, then the previous point
-        fd, self.path = tempfile.mkstemp(prefix="burtorch-fl-point-", dir=_SHARED_DIR)
+        fd, self.path = tempfile.mkstemp(prefix="burtorch-fl-point-", dir=SHARED_DIR)
         try:
             os.ftruncate(fd, max(size, 1))
             self._map = mmap.mmap(fd, max(size, 1))

@@ -19,7 +19,7 @@ from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any
 
 from .client import ClientGroup
-from .executor_base import Executor, PointBuffer, answers, blocks, check_picklable, check_workers
+from .executor_base import SHARED_DIR, Executor, PointBuffer, answers, blocks, check_picklable, check_workers
 
 if TYPE_CHECKING:
     from ..optim.methods import Method
@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 _INLINE_BYTES = 1 << 17  # rounds up to this size are sent by value with each call
 _UNIX_PATH_MAX = 104  # the shortest limit of a Unix socket's path among the OSes (macOS's)
 _CONNECT_SECONDS = 60.0
+_ACCEPT_POLL_SECONDS = 0.2  # between checks that the actor's serve_at call is still waiting
 
 INSTALL_HINT = "the ray executor needs Ray: pip install \"burtorch[fl]\" (or pip install ray)"
 
@@ -168,13 +169,16 @@ class RayExecutor(Executor):
             raise
 
     def _connect_local(self) -> None:
-        """A socket to each actor that sees this machine's files (a random token written here and
-        read back there); the others keep Ray calls."""
+        """A socket to each actor that sees this machine's shared memory (a random token written
+        there and read back by the actor); the others keep Ray calls, as does an actor whose
+        connection fails."""
         ray = self.ray
         self.conns = [None] * len(self.actors)
         if not self.sockets:
             return
-        folder = tempfile.mkdtemp(prefix="burtorch-fl-")  # private (0700): only this user connects
+        # private (0700): only this user connects; in /dev/shm where there is one, which no other
+        # machine sees (a temporary directory might be shared over the network)
+        folder = tempfile.mkdtemp(prefix="burtorch-fl-", dir=SHARED_DIR)
         try:
             token = os.urandom(16)
             with open(os.path.join(folder, "token"), "wb") as f:
@@ -186,24 +190,34 @@ class RayExecutor(Executor):
             with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
                 listener.bind(path)
                 listener.listen(len(self.actors))
-                listener.settimeout(_CONNECT_SECONDS)
+                listener.settimeout(_ACCEPT_POLL_SECONDS)
                 for i, a in enumerate(self.actors):
-                    if not local[i]:
-                        continue
-                    # one at a time, so the connection accepted is this actor's
-                    self._serving.append(a.serve_at.remote(path))
-                    try:
-                        sock, _ = listener.accept()
-                    except TimeoutError:
-                        ready, _ = ray.wait(self._serving[-1:], timeout=0)
-                        if ready:
-                            ray.get(ready)  # the actor's own error
-                        raise RuntimeError(f"a Ray actor on this machine did not connect within "
-                                           f"{_CONNECT_SECONDS:.0f} s") from None
-                    sock.setblocking(True)
-                    self.conns[i] = Connection(sock.detach())
+                    if local[i]:
+                        # one at a time, so the connection accepted is this actor's
+                        self.conns[i] = self._accept(listener, a.serve_at.remote(path))
         finally:
             shutil.rmtree(folder, ignore_errors=True)
+
+    def _accept(self, listener: socket.socket, serving: Any) -> Connection | None:
+        """The connection of the actor whose serve_at call is ``serving``; None when that call
+        failed (the actor then takes Ray calls)."""
+        waited = 0.0
+        while True:
+            try:
+                sock, _ = listener.accept()
+                break
+            except TimeoutError:
+                waited += _ACCEPT_POLL_SECONDS
+            ready, _ = self.ray.wait([serving], timeout=0)
+            if ready:  # the call ended without connecting
+                with contextlib.suppress(Exception):
+                    self.ray.get(ready)
+                return None
+            if waited >= _CONNECT_SECONDS:
+                raise RuntimeError(f"a Ray actor on this machine did not connect within {_CONNECT_SECONDS:.0f} s")
+        sock.setblocking(True)
+        self._serving.append(serving)
+        return Connection(sock.detach())
 
     def _ask(self, requests: list[tuple[Any, ...] | None], what: str) -> list[Any]:
         """Each actor's answer to its request (None: not asked), over its socket or as a Ray call;
