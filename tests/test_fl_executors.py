@@ -42,6 +42,9 @@ def wide_trajectory(executor, rounds=4):
             fed.round()
             xs.append(fed.x.copy())
         shared = getattr(fed.executor, "buffer", None) is not None
+        busy = fed.executor.busy_seconds()  # each worker's time in its clients' rounds
+        workers = len(getattr(fed.executor, "blocks", [None]))
+        assert len(busy) == workers and all(b > 0 for b in busy)
         return np.array(xs), [(r["bits"], r.get("grad_norm")) for r in fed.records], shared
 
 

@@ -71,11 +71,12 @@ def _worker_pids(fed) -> list[int]:
 
 def time_interleaved(problem, make_method, configs, rounds: int, repeats: int) -> list[dict]:
     """Each (executor, workers) federation started once; then ``repeats`` passes, each running
-    ``rounds`` rounds on every configuration in turn. Medians over the passes, of the wall time
-    and of the CPU time per round of the driver, of each worker and of the rest of the process
-    tree (Ray's daemons): CPU time, unlike wall time, says where a round's work goes even on a
-    busy host (what the driver or Ray's daemons spend while the workers compute is taken from
-    them when the workers use every core)."""
+    ``rounds`` rounds on every configuration in turn. Medians over the passes, of the wall time,
+    of the CPU time per round of the driver, of each worker and of the rest of the process tree
+    (Ray's daemons), and of each worker's wall time inside its clients' rounds (the executor's
+    busy_seconds): the round's timeline. CPU time, unlike wall time, says where a round's work
+    goes even on a busy host (what the driver or Ray's daemons spend while the workers compute is
+    taken from them when the workers use every core)."""
     import contextlib
 
     from burtorch.fl import Federation
@@ -94,10 +95,11 @@ def time_interleaved(problem, make_method, configs, rounds: int, repeats: int) -
             feds.append(fed)
         workers_of = [_worker_pids(fed) for fed in feds]
         per_round: list[list[float]] = [[] for _ in configs]
-        cpu: list[list[tuple[float, list[float], float]]] = [[] for _ in configs]
+        cpu: list[list[tuple[float, list[float], float, list[float]]]] = [[] for _ in configs]
         me = os.getpid()
         for _ in range(repeats):
             for i, fed in enumerate(feds):
+                b0 = fed.executor.busy_seconds()
                 c0 = _tree_cpu()
                 d0 = _cpu_seconds(me)
                 t0 = time.perf_counter()
@@ -105,20 +107,23 @@ def time_interleaved(problem, make_method, configs, rounds: int, repeats: int) -
                 per_round[i].append((time.perf_counter() - t0) / rounds)
                 d1 = _cpu_seconds(me)
                 c1 = _tree_cpu()
+                b1 = fed.executor.busy_seconds()
                 spent = {p: c1[p] - c0.get(p, 0.0) for p in c1}
                 mine = [spent.get(p, 0.0) / rounds for p in workers_of[i]]
                 rest = sum(v for p, v in spent.items() if p not in workers_of[i]) / rounds
-                cpu[i].append(((d1 - d0) / rounds, mine, rest))
+                busy = [(b - a) / rounds for a, b in zip(b0, b1)]
+                cpu[i].append(((d1 - d0) / rounds, mine, rest, busy))
         finals = [fed.x.tobytes() for fed in feds]
     rows = []
     for (executor, workers), times, up, final, use in zip(configs, per_round, startup, finals, cpu):
         med = statistics.median(times)
-        n_workers = len(use[0][1])
+        n_workers, n_busy = len(use[0][1]), len(use[0][3])
         rows.append({"executor": executor, "workers": workers, "s_per_round": med, "rounds_per_s": 1.0 / med,
                      "startup_s": up, "all_s_per_round": times, "final": final,
                      "cpu_driver_s_per_round": statistics.median(u[0] for u in use),
                      "cpu_workers_s_per_round": [statistics.median(u[1][w] for u in use) for w in range(n_workers)],
-                     "cpu_rest_s_per_round": statistics.median(u[2] for u in use)})
+                     "cpu_rest_s_per_round": statistics.median(u[2] for u in use),
+                     "busy_s_per_round": [statistics.median(u[3][w] for u in use) for w in range(n_busy)]})
     return rows
 
 
@@ -129,7 +134,8 @@ def _cpu_text(row: dict) -> str:
         text += ", workers " + " + ".join(f"{w * 1e3:.2f}" for w in workers)
     if row["executor"] == "ray":
         text += f", Ray's daemons {row['cpu_rest_s_per_round'] * 1e3:.2f}"
-    return text + " ms"
+    busy = " + ".join(f"{b * 1e3:.2f}" for b in row["busy_s_per_round"])
+    return text + f" ms; wall time in the clients' rounds {busy} ms"
 
 
 def peak_rss_mb(code: str) -> float:
@@ -199,8 +205,10 @@ def main(argv=None) -> int:
               f"start-up {row['startup_s']:.2f} s, iterates {'equal to' if same else 'DIFFERENT from'} serial)")
         print(f"  {'':>12} CPU per round: {_cpu_text(row)}")
     if len(results["mlp"]) > 1:
-        print("  (ideal with W workers: serial/W per round; the CPU lines say where the rest goes: the driver's "
-              "share runs while workers wait, the workers' above serial/W is their messaging)")
+        print("  (ideal with W workers: serial/W per round. A round's wall time beyond its slowest worker's time in "
+              "the clients' rounds is messaging and the driver's step, whose CPU runs while the workers wait; a "
+              "worker's time in the clients' rounds above serial/W is what running beside the other worker, or "
+              "other processes of a busy host, costs it; above its CPU time, what it waited for a core)")
     results["load_average"]["after"] = os.getloadavg()[0]
     print(f"  load average after the rows: {results['load_average']['after']:.2f} (speed-ups mean something on "
           "an idle host only)")

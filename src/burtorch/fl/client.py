@@ -12,6 +12,7 @@ import os
 import pickle
 import socket
 import sys
+import time
 import traceback
 from collections.abc import Iterable
 from multiprocessing.connection import Connection
@@ -44,12 +45,20 @@ class ClientGroup(LocalClients):
             model = problem.make_model()
         super().__init__(method, model, problem.shards, problem.accumulate, ids)
         self.reader = PointReader()
+        self.busy = 0.0  # seconds spent in rounds (run_shared), for the benchmarks' timeline
 
     def run_shared(self, ctx: Round | SharedRound, participants: list[int], evaluate: bool) -> list[Reply]:
         """:meth:`run` for a round sent whole or with its point in the driver's shared buffer."""
-        if isinstance(ctx, SharedRound):
-            ctx = self.reader.round(ctx)
-        return self.run(ctx, participants, evaluate)
+        start = time.perf_counter()
+        try:
+            if isinstance(ctx, SharedRound):
+                ctx = self.reader.round(ctx)
+            return self.run(ctx, participants, evaluate)
+        finally:
+            self.busy += time.perf_counter() - start
+
+    def busy_seconds(self) -> float:
+        return self.busy
 
     def run_packed(self, ctx: bytes | SharedRound, participants: list[int], evaluate: bool) -> bytes:
         """:meth:`run_shared` with the replies as one pickle (and a round sent whole as one):
@@ -61,7 +70,7 @@ class ClientGroup(LocalClients):
         return pickle.dumps(self.run_shared(ctx, participants, evaluate), protocol=pickle.HIGHEST_PROTOCOL)
 
     # what a driver may ask over a connection (serve)
-    REQUESTS = ("run_shared", "get_states", "load_states", "where")
+    REQUESTS = ("run_shared", "get_states", "load_states", "where", "busy_seconds")
 
     def serve(self, conn: Connection) -> None:
         """Answers requests ``(name, *args)`` from ``conn`` with ``("ok", result)`` or

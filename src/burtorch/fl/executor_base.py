@@ -206,5 +206,10 @@ class Executor:
         """Puts checkpointed client states back where the clients live now."""
         raise NotImplementedError
 
+    def busy_seconds(self) -> list[float]:
+        """Seconds each worker has spent in its clients' rounds so far (reading the round and the
+        clients' work, not the messaging): the benchmarks' timeline of a round."""
+        raise NotImplementedError
+
     def settings(self) -> dict[str, Any]:
         return {"executor": self.name}

@@ -42,7 +42,10 @@ class SerialExecutor(Executor):
         self.group = ClientGroup(problem, method, range(problem.n_clients))
 
     def run(self, ctx: Round, participants: list[int], evaluate: bool) -> list[Reply]:
-        return self.group.run(ctx, participants, evaluate)
+        return self.group.run_shared(ctx, participants, evaluate)
+
+    def busy_seconds(self) -> list[float]:
+        return [self.group.busy_seconds()]
 
     def state_of(self, client: int) -> dict[str, Any]:
         return self.group.state_of(client)
@@ -146,6 +149,11 @@ class ProcessExecutor(Executor):
         for conn in self.conns:
             conn.send(("get_states",))
         return {i: st for part in answers(self.conns, "sending its client states") for i, st in part.items()}
+
+    def busy_seconds(self) -> list[float]:
+        for conn in self.conns:
+            conn.send(("busy_seconds",))
+        return answers(self.conns, "timing its rounds")
 
     def load_client_states(self, states: dict[int, dict[str, Any]]) -> None:
         for conn, ids in zip(self.conns, self.blocks):

@@ -273,6 +273,9 @@ class RayExecutor(Executor):
         self._ask([("load_states", {i: states[i] for i in ids if i in states}) for ids in self.blocks],
                   "loading client states")
 
+    def busy_seconds(self) -> list[float]:
+        return self._ask([("busy_seconds",)] * len(self.actors), "timing its rounds")
+
     def placements(self) -> list[tuple[int, str | None]]:
         """(process id, Ray node id) of each actor: how the cluster spread the clients."""
         return self._ask([("where",)] * len(self.actors), "saying where it runs")
