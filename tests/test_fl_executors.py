@@ -215,3 +215,21 @@ def test_answers_drain_every_worker_before_raising_the_first_failure():
     pairs[1][1].close()  # a worker that exited
     with pytest.raises(RuntimeError, match="the worker exited"):
         answers(ours[1:2], "running round 9")
+
+
+def test_point_buffer_without_room_falls_back_to_rounds_by_value(monkeypatch):
+    import errno
+    import glob
+    import os
+    import tempfile
+
+    from burtorch.fl import executor_base
+
+    def full(fd, offset, length):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    before = set(glob.glob(os.path.join(executor_base.SHARED_DIR or tempfile.gettempdir(), "burtorch-fl-point-*")))
+    monkeypatch.setattr(os, "posix_fallocate", full, raising=False)
+    assert executor_base.PointBuffer.create(np.zeros(5000)) is None  # the executors then send x by value
+    after = set(glob.glob(os.path.join(executor_base.SHARED_DIR or tempfile.gettempdir(), "burtorch-fl-point-*")))
+    assert after <= before  # the reserved file was removed

@@ -104,6 +104,10 @@ class PointBuffer:
         fd, self.path = tempfile.mkstemp(prefix="burtorch-fl-point-", dir=SHARED_DIR)
         try:
             os.ftruncate(fd, max(size, 1))
+            if hasattr(os, "posix_fallocate"):
+                # the pages reserved now: a full /dev/shm (a container's is often 64 MB) is an
+                # OSError here, not a SIGBUS at the first write past its end
+                os.posix_fallocate(fd, 0, max(size, 1))
             self._map = mmap.mmap(fd, max(size, 1))
         except BaseException:
             os.close(fd)
@@ -117,6 +121,17 @@ class PointBuffer:
     # A smaller point goes with the request by value: it fits in one write to a pipe (64 KiB),
     # so sharing it would save nothing.
     MIN_BYTES = 1 << 15
+
+    @classmethod
+    def create(cls, x: Any) -> PointBuffer | None:
+        """A buffer for rounds at points like ``x``, or None when not worth it or not possible
+        (no room in shared memory): the rounds then go by value."""
+        if not cls.accepts(x):
+            return None
+        try:
+            return cls(x)
+        except OSError:
+            return None
 
     @staticmethod
     def accepts(x: Any) -> bool:

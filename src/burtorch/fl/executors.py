@@ -103,6 +103,7 @@ class ProcessExecutor(Executor):
         self.conns: list[Connection] = []
         self.blocks: list[list[int]] = []
         self.buffer: PointBuffer | None = None
+        self._tried_buffer = False
 
     def start(self, problem: Problem, method: Method) -> None:
         check_picklable(problem, method)
@@ -132,8 +133,8 @@ class ProcessExecutor(Executor):
     def run(self, ctx: Round, participants: list[int], evaluate: bool) -> list[Reply]:
         # The point goes through memory the workers map: written once, not pickled down every
         # pipe (a pipe holds 64 KiB, so a large point went to the workers one after the other).
-        if self.buffer is None and PointBuffer.accepts(ctx.x):
-            self.buffer = PointBuffer(ctx.x)
+        if self.buffer is None and not self._tried_buffer:
+            self.buffer, self._tried_buffer = PointBuffer.create(ctx.x), True
         sent: Any = self.buffer.share(ctx) if self.buffer is not None and self.buffer.fits(ctx) else ctx
         chosen = set(participants)
         asked = []

@@ -145,6 +145,7 @@ class RayExecutor(Executor):
         self.blocks: list[list[int]] = []
         self._started_ray = False
         self.buffer: PointBuffer | None = None
+        self._tried_buffer = False
         self.conns: list[Connection | None] = []  # per actor: its socket when on this machine
         self._serving: list[Any] = []  # the actors' serve_at calls, which return on "stop"
 
@@ -240,8 +241,8 @@ class RayExecutor(Executor):
 
     def run(self, ctx: Round, participants: list[int], evaluate: bool) -> list[Reply]:
         ray = self.ray
-        if self.buffer is None and any(c is not None for c in self.conns) and PointBuffer.accepts(ctx.x):
-            self.buffer = PointBuffer(ctx.x)
+        if self.buffer is None and not self._tried_buffer and any(c is not None for c in self.conns):
+            self.buffer, self._tried_buffer = PointBuffer.create(ctx.x), True
         shared = self.buffer.share(ctx) if self.buffer is not None and self.buffer.fits(ctx) else ctx
         remote: Any = None
         chosen = set(participants)
