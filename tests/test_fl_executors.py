@@ -33,7 +33,8 @@ def ef21_pp_trajectory(executor, workers=None):
 
 def wide_trajectory(executor, rounds=4):
     """A point of 5,000 float64 (40 KB), over PointBuffer.MIN_BYTES: the executors share it with
-    their workers through memory; MARINA with a minibatch also sends the previous point."""
+    their workers through memory, and every round evaluates (the clients' full gradients come
+    back through memory too); MARINA with a minibatch also sends the previous point."""
     problem = synthetic(4, 24, 5000, seed=2)
     with fl.Federation(problem, fl.MARINA(0.05, fl.RandK(5000, 40), p=0.5, batch=3), executor=executor,
                        seed=4) as fed:
@@ -41,7 +42,9 @@ def wide_trajectory(executor, rounds=4):
         for _ in range(rounds):
             fed.round()
             xs.append(fed.x.copy())
-        shared = getattr(fed.executor, "buffer", None) is not None
+        sharing = getattr(fed.executor, "sharing", None)
+        # the point, and on these evaluation rounds the clients' gradients, through shared memory
+        shared = sharing is not None and sharing.point is not None and sharing.metrics is not None
         busy = fed.executor.busy_seconds()  # each worker's time in its clients' rounds
         workers = len(getattr(fed.executor, "blocks", [None]))
         assert len(busy) == workers and all(b > 0 for b in busy)

@@ -22,7 +22,7 @@ from .. import _core
 from ..optim.methods import Method
 from ..optim.rounds import Oracle, Reply, Round
 from ..optim.server import LocalClients
-from .executor_base import PointReader, SharedRound
+from .executor_base import MetricWriter, PointReader, SharedRound
 
 if TYPE_CHECKING:
     from .problem import Problem
@@ -44,16 +44,19 @@ class ClientGroup(LocalClients):
         with self.arena:
             model = problem.make_model()
         super().__init__(method, model, problem.shards, problem.accumulate, ids)
-        self.reader = PointReader()
+        self.reader, self.writer = PointReader(), MetricWriter()
         self.busy = 0.0  # seconds spent in rounds (run_shared), for the benchmarks' timeline
 
     def run_shared(self, ctx: Round | SharedRound, participants: list[int], evaluate: bool) -> list[Reply]:
         """:meth:`run` for a round sent whole or with its point in the driver's shared buffer."""
         start = time.perf_counter()
         try:
-            if isinstance(ctx, SharedRound):
-                ctx = self.reader.round(ctx)
-            return self.run(ctx, participants, evaluate)
+            if not isinstance(ctx, SharedRound):
+                return self.run(ctx, participants, evaluate)
+            replies = self.run(self.reader.round(ctx), participants, evaluate)
+            if ctx.metrics is not None:
+                self.writer.write(ctx, replies)
+            return replies
         finally:
             self.busy += time.perf_counter() - start
 

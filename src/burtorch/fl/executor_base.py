@@ -88,6 +88,10 @@ class SharedRound:
     dtype: str
     n: int
     has_prev: bool
+    # on evaluation rounds, the MetricBuffer (n_clients rows of n float64) where each client's
+    # full gradient goes instead of into its reply
+    metrics: str | None = None
+    metric_rows: int = 0
 
 
 class PointBuffer:
@@ -100,20 +104,7 @@ class PointBuffer:
 
     def __init__(self, x: np.ndarray) -> None:
         self.dtype, self.n = x.dtype, len(x)
-        size = 2 * x.nbytes  # x, then the previous point
-        fd, self.path = tempfile.mkstemp(prefix="burtorch-fl-point-", dir=SHARED_DIR)
-        try:
-            os.ftruncate(fd, max(size, 1))
-            if hasattr(os, "posix_fallocate"):
-                # the pages reserved now: a full /dev/shm (a container's is often 64 MB) is an
-                # OSError here, not a SIGBUS at the first write past its end
-                os.posix_fallocate(fd, 0, max(size, 1))
-            self._map = mmap.mmap(fd, max(size, 1))
-        except BaseException:
-            os.close(fd)
-            os.remove(self.path)
-            raise
-        os.close(fd)
+        self.path, self._map = _shared_file(2 * x.nbytes, "burtorch-fl-point-")  # x, then the previous point
         self._view = np.frombuffer(self._map, dtype=self.dtype, count=2 * self.n)
         # the file goes with the buffer, even when close() is never called
         self._cleanup = weakref.finalize(self, _remove, self.path)
@@ -162,6 +153,121 @@ class PointBuffer:
         self._view = None  # type: ignore[assignment]  # released before the map closes
         self._map.close()
         self._cleanup()
+
+
+def _shared_file(size: int, prefix: str) -> tuple[str, mmap.mmap]:
+    """A new file of ``size`` bytes in SHARED_DIR, mapped read-write: (path, map)."""
+    size = max(size, 1)
+    fd, path = tempfile.mkstemp(prefix=prefix, dir=SHARED_DIR)
+    try:
+        os.ftruncate(fd, size)
+        if hasattr(os, "posix_fallocate"):
+            # the pages reserved now: a full /dev/shm (a container's is often 64 MB) is an
+            # OSError here, not a SIGBUS at the first write past its end
+            os.posix_fallocate(fd, 0, size)
+        return path, mmap.mmap(fd, size)
+    except BaseException:
+        os.remove(path)
+        raise
+    finally:
+        os.close(fd)
+
+
+class MetricBuffer:
+    """Where the workers on this machine put their clients' full gradients on evaluation rounds
+    (a row per client), instead of pickling n_clients x d floats through their pipes; the driver
+    takes one private copy of the rows after every worker has replied."""
+
+    def __init__(self, rows: int, n: int) -> None:
+        self.rows, self.n = rows, n
+        self.path, self._map = _shared_file(rows * n * 8, "burtorch-fl-metrics-")
+        self._cleanup = weakref.finalize(self, _remove, self.path)
+
+    @classmethod
+    def create(cls, rows: int, n: int) -> MetricBuffer | None:
+        try:
+            return cls(rows, n)
+        except OSError:
+            return None
+
+    def fill(self, replies: list[Reply]) -> None:
+        """Puts the gradients back into the replies whose workers wrote them here."""
+        block = np.frombuffer(self._map, dtype=np.float64, count=self.rows * self.n).reshape(self.rows, self.n)
+        taken = np.array(block)  # the driver's own copy, so the next evaluation round cannot change it
+        del block
+        for r in replies:
+            if r.metric is not None and r.metric[1] is None:
+                r.metric = (r.metric[0], taken[r.client])
+
+    def close(self) -> None:
+        self._map.close()
+        self._cleanup()
+
+
+class MetricWriter:
+    """A worker's side of the MetricBuffer: mapped once (by path), written row by row."""
+
+    def __init__(self) -> None:
+        self.path: str | None = None
+        self._map: mmap.mmap | None = None
+
+    def write(self, shared: SharedRound, replies: list[Reply]) -> None:
+        """Moves each reply's gradient into its client's row (the reply keeps the loss)."""
+        assert shared.metrics is not None
+        if shared.metrics != self.path:
+            self.close()
+            with open(shared.metrics, "r+b") as f:
+                self._map = mmap.mmap(f.fileno(), 0)
+            self.path = shared.metrics
+        assert self._map is not None
+        block = np.frombuffer(self._map, dtype=np.float64, count=shared.metric_rows * shared.n)
+        block = block.reshape(shared.metric_rows, shared.n)
+        for r in replies:
+            if r.metric is not None and r.metric[1] is not None:
+                block[r.client] = r.metric[1]
+                r.metric = (r.metric[0], None)
+        del block
+
+    def close(self) -> None:
+        if self._map is not None:
+            self._map.close()
+        self._map, self.path = None, None
+
+
+class RoundSharing:
+    """An executor's shared memory for its workers on this machine: the PointBuffer, made at the
+    first round whose point is worth it, and the MetricBuffer, at the first evaluation round
+    after that. Either missing (small point, no room) means by value."""
+
+    def __init__(self) -> None:
+        self.point: PointBuffer | None = None
+        self.metrics: MetricBuffer | None = None
+        self._tried_point = self._tried_metrics = False
+
+    def send(self, ctx: Round, evaluate: bool) -> Round | SharedRound:
+        """What to send the local workers for round ``ctx``."""
+        if not self._tried_point:
+            self.point, self._tried_point = PointBuffer.create(ctx.x), True
+        if self.point is None or not self.point.fits(ctx):
+            return ctx
+        shared = self.point.share(ctx)
+        if evaluate:
+            if not self._tried_metrics:
+                self.metrics, self._tried_metrics = MetricBuffer.create(ctx.n_clients, shared.n), True
+            if self.metrics is not None and self.metrics.rows == ctx.n_clients:
+                shared.metrics, shared.metric_rows = self.metrics.path, self.metrics.rows
+        return shared
+
+    def received(self, sent: Round | SharedRound, replies: list[Reply]) -> None:
+        """Completes the replies of a round sent as ``sent`` (gradients left in the MetricBuffer)."""
+        if isinstance(sent, SharedRound) and sent.metrics is not None and self.metrics is not None:
+            self.metrics.fill(replies)
+
+    def close(self) -> None:
+        for buf in (self.point, self.metrics):
+            if buf is not None:
+                buf.close()
+        self.point = self.metrics = None
 
 
 def _remove(path: str) -> None:

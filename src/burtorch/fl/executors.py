@@ -23,7 +23,7 @@ from multiprocessing.process import BaseProcess
 from typing import TYPE_CHECKING, Any
 
 from .client import ClientGroup, Reply, Round
-from .executor_base import Executor, PointBuffer, answers, blocks, check_picklable, check_workers
+from .executor_base import Executor, RoundSharing, answers, blocks, check_picklable, check_workers
 
 if TYPE_CHECKING:
     from ..optim.methods import Method
@@ -102,8 +102,7 @@ class ProcessExecutor(Executor):
         self.procs: list[BaseProcess] = []
         self.conns: list[Connection] = []
         self.blocks: list[list[int]] = []
-        self.buffer: PointBuffer | None = None
-        self._tried_buffer = False
+        self.sharing = RoundSharing()
 
     def start(self, problem: Problem, method: Method) -> None:
         check_picklable(problem, method)
@@ -133,9 +132,7 @@ class ProcessExecutor(Executor):
     def run(self, ctx: Round, participants: list[int], evaluate: bool) -> list[Reply]:
         # The point goes through memory the workers map: written once, not pickled down every
         # pipe (a pipe holds 64 KiB, so a large point went to the workers one after the other).
-        if self.buffer is None and not self._tried_buffer:
-            self.buffer, self._tried_buffer = PointBuffer.create(ctx.x), True
-        sent: Any = self.buffer.share(ctx) if self.buffer is not None and self.buffer.fits(ctx) else ctx
+        sent = self.sharing.send(ctx, evaluate)
         chosen = set(participants)
         asked = []
         for conn, ids in zip(self.conns, self.blocks):
@@ -144,6 +141,7 @@ class ProcessExecutor(Executor):
                 conn.send(("run_shared", sent, mine, evaluate))
                 asked.append(conn)
         replies = [r for part in answers(asked, f"running round {ctx.t}") for r in part]
+        self.sharing.received(sent, replies)
         return sorted(replies, key=lambda r: r.client)
 
     def client_states(self) -> dict[int, dict[str, Any]]:
@@ -173,9 +171,7 @@ class ProcessExecutor(Executor):
                 proc.terminate()
                 proc.join()
         self.procs, self.conns = [], []
-        if self.buffer is not None:
-            self.buffer.close()
-            self.buffer = None
+        self.sharing.close()
 
     def settings(self) -> dict[str, Any]:
         return {"executor": self.name, "workers": len(self.blocks) or self.workers}

@@ -19,7 +19,7 @@ from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any
 
 from .client import ClientGroup
-from .executor_base import SHARED_DIR, Executor, PointBuffer, answers, blocks, check_picklable, check_workers
+from .executor_base import SHARED_DIR, Executor, RoundSharing, answers, blocks, check_picklable, check_workers
 
 if TYPE_CHECKING:
     from ..optim.methods import Method
@@ -144,8 +144,7 @@ class RayExecutor(Executor):
         self.actors: list[Any] = []
         self.blocks: list[list[int]] = []
         self._started_ray = False
-        self.buffer: PointBuffer | None = None
-        self._tried_buffer = False
+        self.sharing = RoundSharing()
         self.conns: list[Connection | None] = []  # per actor: its socket when on this machine
         self._serving: list[Any] = []  # the actors' serve_at calls, which return on "stop"
 
@@ -241,9 +240,7 @@ class RayExecutor(Executor):
 
     def run(self, ctx: Round, participants: list[int], evaluate: bool) -> list[Reply]:
         ray = self.ray
-        if self.buffer is None and not self._tried_buffer and any(c is not None for c in self.conns):
-            self.buffer, self._tried_buffer = PointBuffer.create(ctx.x), True
-        shared = self.buffer.share(ctx) if self.buffer is not None and self.buffer.fits(ctx) else ctx
+        shared = self.sharing.send(ctx, evaluate) if any(c is not None for c in self.conns) else ctx
         remote: Any = None
         chosen = set(participants)
         requests: list[tuple[Any, ...] | None] = []
@@ -264,6 +261,7 @@ class RayExecutor(Executor):
         replies = []
         for part in self._ask(requests, f"running round {ctx.t}"):
             replies.extend(pickle.loads(part) if isinstance(part, bytes) else part)
+        self.sharing.received(shared, replies)
         return sorted(replies, key=lambda r: r.client)
 
     def client_states(self) -> dict[int, dict[str, Any]]:
@@ -294,9 +292,7 @@ class RayExecutor(Executor):
         for a in self.actors:
             self.ray.kill(a)
         self.actors, self.conns, self._serving = [], [], []
-        if self.buffer is not None:
-            self.buffer.close()
-            self.buffer = None
+        self.sharing.close()
         if self._started_ray:
             _stop(self.ray)
             self._started_ray = False
