@@ -16,6 +16,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <new>
 #include <vector>
 
 #include "../program.hpp"
@@ -54,10 +55,28 @@ size_t block_lanes(size_t slots) {
     return W;
 }
 
+// The frame's storage, aligned to a cache line: a slot is B lanes, a multiple of the vector width,
+// so with the base aligned no vector load or store of a kernel straddles two lines (from malloc's
+// 16-byte alignment most would).
+template <typename T>
+struct LineAligned {
+    using value_type = T;
+    static constexpr std::align_val_t kAlign{64};
+    LineAligned() = default;
+    template <typename U>
+    LineAligned(const LineAligned<U>&) {}
+    T* allocate(size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), kAlign)); }
+    void deallocate(T* p, size_t) { ::operator delete(p, kAlign); }
+    template <typename U>
+    bool operator==(const LineAligned<U>&) const {
+        return true;
+    }
+};
+
 // One thread's lane state for one program.
 template <typename T>
 struct LaneWorkspace {
-    std::vector<T> v, g;
+    std::vector<T, LineAligned<T>> v, g;
     LaneScratch<T> scratch;
     const Program<T>* laid_out_for = nullptr;
     size_t B = 0;
