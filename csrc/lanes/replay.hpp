@@ -85,6 +85,9 @@ struct LaneWorkspace {
     // its sweep: Program::sweep_grads but the slots a first writer writes.
     std::vector<uint8_t> first;
     std::vector<Span> zero;
+    // The root's grad is local and zeroed before each sweep: the seed is then stored (0 + seed,
+    // the same bits) rather than added into a line memset just wrote, and `zero` leaves it out.
+    bool seed_stores = false;
 };
 
 // Which scalar records of P's sweep reach an argument's grad first (in the sweep's order, the
@@ -113,9 +116,14 @@ void plan_first_writes(const Program<T>& P, LaneWorkspace<T>& L) {
         }
     }
     L.zero.clear();
+    L.seed_stores = false;
     for (const Span& sp : P.sweep_grads)
         for (uint32_t j = sp.first; j < sp.first + sp.second; ++j) {
             if (written[j]) continue;
+            if (j == P.root && j >= P.n_ext) {
+                L.seed_stores = true;
+                continue;
+            }
             if (!L.zero.empty() && L.zero.back().first + L.zero.back().second == j)
                 ++L.zero.back().second;
             else
@@ -235,7 +243,10 @@ void replay_blocks(const Program<T>& P, LaneWorkspace<T>& L, const T* arena_valu
         for (const Span& sp : L.zero) std::fill_n(g + size_t(sp.first) * B, size_t(sp.second) * B, T(0));
         std::fill_n(g, size_t(P.n_ext) * B, T(0));
         T* gr = g + size_t(P.root) * B;
-        BT_LANES_SIMD for (size_t l = 0; l < B; ++l) gr[l] += seed;
+        if (L.seed_stores)
+            std::fill_n(gr, B, T(0) + seed);
+        else
+            BT_LANES_SIMD for (size_t l = 0; l < B; ++l) gr[l] += seed;
         for (size_t i = P.sweep.size(); i-- > 0;)
             backward_lanes<B>(v, g, P.recs[P.sweep[i]], args, L.scratch, L.first[i]);
         if (reduce == Reduce::rows && !any_bad) {  // sample after sample, each row in turn
