@@ -183,6 +183,22 @@ void store_rows(const T* const* src, T* out, size_t m, size_t k) {
     }
 }
 
+// Asks for the cache lines of [p, p + bytes): the next block's rows of X (read) and of the outputs
+// (write). A block's reads of X come in a burst at its start and its stores in a burst at its end;
+// asked for one block ahead, the lines arrive while this block computes, instead of stalling those
+// bursts line by line when the caller's arrays are not in cache (out= arrays reused between calls
+// usually are not: other work ran in between).
+template <bool Write>
+inline void prefetch_lines(const void* p, size_t bytes) {
+#if defined(__GNUC__) || defined(__clang__)
+    const char* c = static_cast<const char*>(p);
+    for (size_t off = 0; off < bytes; off += 64) __builtin_prefetch(c + off, Write ? 1 : 0, 3);
+#else
+    (void)p;
+    (void)bytes;
+#endif
+}
+
 template <size_t B, typename T>
 void replay_blocks(const Program<T>& P, LaneWorkspace<T>& L, const T* arena_values, const Samples& in, Reduce reduce,
                    T seed, double* values, T* rows, double* sum, ReplayResult& res) {
@@ -207,6 +223,12 @@ void replay_blocks(const Program<T>& P, LaneWorkspace<T>& L, const T* arena_valu
         for (uint32_t t = 0; t < sp.second; ++t) gw.push_back(g + size_t(sp.first + t) * B);
     for (size_t s0 = 0; s0 < in.n; s0 += B) {
         const size_t m = std::min(B, in.n - s0);  // real lanes; the rest repeat sample s0 + m - 1
+        if (s0 + B < in.n) {
+            const size_t s1 = s0 + B, m1 = std::min(B, in.n - s1);
+            if (k) prefetch_lines<false>(in.x + s1 * k, m1 * k * sizeof(double));
+            if (values) prefetch_lines<true>(values + s1, m1 * sizeof(double));
+            if (reduce == Reduce::rows && nw) prefetch_lines<true>(rows + s1 * nw, m1 * nw * sizeof(T));
+        }
         if (k) load_rows(xin.data(), in.x + s0 * k, m, k);
         for (size_t i = 0; i < k; ++i)
             for (size_t l = m; l < B; ++l) xin[i][l] = xin[i][m - 1];
