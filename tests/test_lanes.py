@@ -243,6 +243,29 @@ def test_map_out_bad_arrays_raise_and_write_nothing():
         with pytest.raises(exc, match=msg):
             f.map(X, out=out)
         assert (v == 3.0).all()
+    # out= must not overlap what the replay reads: X (as passed, or as converted) and the ids
+    XX = X.copy()
+    for out in ((v, XX), (XX.reshape(-1)[8:], good), (XX.reshape(-1)[:8], None)):
+        with pytest.raises(ValueError, match="overlaps the inputs"):
+            f.map(XX, out=out)
+        np.testing.assert_array_equal(XX, X)
+        assert (v == 3.0).all() and (good == 0.0).all()
+    f.map(XX, out=(v.copy(), XX.copy()))  # copies of them are fine
+    buf = X.copy()  # a strided X is read through a copy; out= over the caller's X is refused anyway
+    with pytest.raises(ValueError, match="overlaps the inputs"):
+        f.map(buf[:, ::-1], out=(v, buf))
+    np.testing.assert_array_equal(buf, X)
+    ids = np.arange(8, dtype=np.int64)
+    fi = bt.value_and_grad(lambda a, i: a * 2.0, ids=(1,))
+    with pytest.raises(ValueError, match="overlaps the inputs"):
+        fi.map(X[:, 0].copy(), ids=[ids], out=(ids.view(np.float64), np.zeros((8, 1))))
+    np.testing.assert_array_equal(ids, np.arange(8))
+    # a non-finite input is refused before anything is written
+    Xn, gg = X.copy(), np.full((8, 2), 3.0)
+    Xn[5, 1] = np.nan
+    with pytest.raises(ValueError, match="sample 5, input 1 is not finite"):
+        f.map(Xn, out=(v, gg))
+    assert (v == 3.0).all() and (gg == 3.0).all()
     with pytest.raises(TypeError, match="dtype float64"):
         f.map(X, reduce="mean", out=(None, np.zeros(2, np.float32)))
     with pytest.raises(ValueError, match=r"shape \(2,\)"):

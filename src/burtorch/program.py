@@ -319,6 +319,8 @@ class Compiled:
         if reduce not in (None, "mean"):
             raise ValueError(f"reduce must be None or 'mean', got {reduce!r}")
         _check_grad_enabled()
+        # the caller's own arrays, before any conversion: out= must not overlap them
+        inputs = [a for a in (X, *(ids or ())) if isinstance(a, np.ndarray)]
         X, id_cols, N = _batch(X, ids)
         id_shape = tuple(0 if c.ndim == 1 else c.shape[1] for c in id_cols)
         if len(id_shape) != len(self.ids):
@@ -329,7 +331,7 @@ class Compiled:
         row_args = _sample_args(X, id_cols, 0, self.ids, nargs)
         floats, id_args, id_shape0, wrt_pos = self._split(row_args)
         mode = "sum" if reduce == "mean" else "rows"
-        given = self._outputs(out, self._arena().dtype, N, mode) if out is not None else None
+        given = self._outputs(out, self._arena().dtype, N, mode, inputs + [X]) if out is not None else None
         if _core.is_anomaly_enabled():  # every sample eagerly, its ops checked (see __call__)
             return self._map_eager(X, id_cols, N, nargs, reduce, given)
         key, progs, arena = self._programs(row_args, floats, id_args, id_shape0, wrt_pos)
@@ -346,8 +348,10 @@ class Compiled:
                 grads[s] = g
         return (value, grads) if self._with_value else grads
 
-    def _outputs(self, out, dtype, N, mode):
-        """The caller's (values, grads) for map(out=...), checked: (values, grads) arrays."""
+    def _outputs(self, out, dtype, N, mode, inputs=()):
+        """The caller's (values, grads) for map(out=...), checked: (values, grads) arrays, neither
+        overlapping the other nor any of `inputs` (X and ids: the replay reads them while it
+        writes, and a failed guard's sample is read again afterwards)."""
         import numpy as np
 
         if self._with_value:
@@ -377,6 +381,9 @@ class Compiled:
             checked.append(a)
         if checked[0] is not None and checked[1] is not None and np.may_share_memory(checked[0], checked[1]):
             raise ValueError("out: values and grads overlap")
+        for name, a in (("values", checked[0]), ("grads", checked[1])):
+            if a is not None and any(np.may_share_memory(a, x) for x in inputs):
+                raise ValueError(f"out: {name} overlaps the inputs (X or ids)")
         return checked
 
     def _map_eager(self, X, id_cols, N, nargs, reduce, given=None):
