@@ -337,15 +337,41 @@ class Compiled:
         key, progs, arena = self._programs(row_args, floats, id_args, id_shape0, wrt_pos)
         prog = progs[-1]
         ids = np.concatenate([c.reshape(N, -1) for c in id_cols], axis=1) if id_cols else np.zeros((N, 0), np.int64)
-        value, grads, failed = _run(prog, X, np.ascontiguousarray(ids, dtype=np.int64), mode,
-                                    1.0 / N if reduce else 1.0, given)
-        for s in failed:  # guards that came out differently: recomputed by a (re)trace
+        ids = np.ascontiguousarray(ids, dtype=np.int64)
+        value, grads, failed = _run(prog, X, ids, mode, 1.0 / N if reduce else 1.0, given)
+        if not failed:
+            return (value, grads) if self._with_value else grads
+        # Guards that came out differently: those samples go through the other variants already
+        # traced (newest first, as a call tries them), each variant over all the samples still
+        # failing in one lane replay, with seed 1 as a call replays them; what none of them
+        # takes is recomputed by a call, which traces its branch. A sample's value and grads
+        # are those of a call with that sample alone whichever variant takes it (a variant
+        # whose guards all hold recorded that sample's very branch).
+        todo = np.asarray(failed, dtype=np.intp)
+        added = []  # with reduce: (samples, their grads) to add after the others
+        for other in list(reversed(progs[:-1])):
+            if not len(todo):
+                break
+            v, g, miss = _run(other, X[todo], ids[todo], "rows", 1.0)
+            took = np.ones(len(todo), dtype=bool)
+            took[miss] = False
+            value[todo[took]] = v[took]
+            if reduce:
+                added.append((todo[took], g[took]))
+            else:
+                grads[todo[took]] = g[took]
+            todo = todo[~took]
+        for s in todo.tolist():
             v, g = self._call_raw(_sample_args(X, id_cols, s, self.ids, nargs))
             value[s] = v
             if reduce:
-                grads += np.asarray(g, dtype=np.float64) / N
+                added.append((np.array([s]), np.array([g])))
             else:
                 grads[s] = g
+        if reduce:  # one sample after another in ascending order (accumulate adds sequentially)
+            at = np.concatenate([a for a, _ in added])
+            rows = np.concatenate([np.asarray(g, dtype=np.float64) for _, g in added])[np.argsort(at)]
+            grads[...] = np.add.accumulate(np.vstack([grads[None], rows / N]), axis=0)[-1]
         return (value, grads) if self._with_value else grads
 
     def _outputs(self, out, dtype, N, mode, inputs=()):
