@@ -304,13 +304,16 @@ class Compiled:
         list of L ids. Returns (values (N,), grads (N, len(argnums))), or with reduce="mean"
         (values (N,), the mean gradient (len(argnums),): each sample's sweep seeded with 1/N and
         the samples' grads added in float64 in ascending sample order, a fixed order; samples
-        whose guard failed are recomputed and added after the others). grad() returns the grads
-        only.
+        whose guard failed are recomputed and added after the others, in ascending order). grad()
+        returns the grads only. Samples whose guard fails go through the other variants already
+        traced, each over all of them in one replay; those no variant takes, through a call.
 
         out: arrays the results are written into (and returned), instead of new ones: for
         value_and_grad a pair (values, grads), for grad the grads array alone. values is float64
         (N,); grads is (N, len(argnums)) of the program's dtype (float64 or float32), or float64
-        (len(argnums),) with reduce="mean"; each C-contiguous and writeable.
+        (len(argnums),) with reduce="mean"; each C-contiguous, writeable, and overlapping neither
+        the other nor X or the ids. A bad array, or a NaN or inf in X, raises before anything is
+        written.
 
         Programs made of scalar ops only (no vector/range ops) run their samples in blocks of
         SIMD lanes, each sample's numbers bitwise those of a call with that sample alone."""
