@@ -20,16 +20,17 @@ dispatches each call to a worker thread and waits for it, and on one core that t
 with the caller (and, spinning after its work, with the next row); jax_cpu_enable_async_dispatch
 off runs the computation on the calling thread. XLA_FLAGS gets --xla_cpu_multi_thread_eigen=false
 (Eigen's own pool off); the often-quoted `intra_op_parallelism_threads=1` is no XLA flag (XLA
-ignores it without the dashes and refuses it with them), so it is not set. PyTorch is not loaded
-by this benchmark. --peers default leaves JAX as installed. Each row also reports the CPU time the
-process's other threads used per call (from /proc/self/task/*/schedstat): a row whose helpers run
-beside it on the one core shows it there.
+ignores it without the dashes and refuses it with them), so it is not set. No row uses PyTorch;
+if something loaded it, one-core sets its threads to 1. --peers default leaves the peers as
+installed. Each row also reports the CPU time the process's other threads used per call (from
+/proc/self/task/*/schedstat): a row whose helpers run beside it on the one core shows it there.
 """
 from __future__ import annotations
 
 import argparse
 import os
 import statistics
+import sys
 import threading
 import time
 
@@ -72,6 +73,13 @@ def configure_peers(mode: str) -> list[str]:
         if ONE_CORE_XLA_FLAG.split("=")[0] not in flags:
             os.environ["XLA_FLAGS"] = f"{flags} {ONE_CORE_XLA_FLAG}".strip()
     lines.append(f"XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}")
+    torch = sys.modules.get("torch")  # no row uses it; if something loaded it, its pool is idle
+    if torch is None:
+        lines.append("torch not loaded")
+    else:
+        if mode == "one-core":
+            torch.set_num_threads(1)
+        lines.append(f"torch loaded: {torch.get_num_threads()} threads")
     try:
         import jax
     except ImportError as exc:
@@ -196,7 +204,7 @@ def main(argv=None):
     print(f"lane width: {_core.lane_width(_core.float64)} FP64 / {_core.lane_width(_core.float32)} FP32 "
           f"({_core.simd}); cores {cores}" + ("" if cores and len(cores) == 1 else
                                              " (pin to one core, taskset -c 0, for one-core figures)"))
-    print(f"peers: {args.peers}; " + "; ".join(peers) + "; torch not loaded")
+    print(f"peers: {args.peers}; " + "; ".join(peers))
     print("floor: np.copyto(grads, X) + values.fill(0): reads X once, writes values and grads once")
     bench("W1", w1_expr, w1_expr, args.n1, args.reps)
     bench("W2", _w2, _w2_jax, args.n2, args.reps)
