@@ -68,9 +68,8 @@ class ClientGroup(LocalClients):
         how a Ray actor is called. Ray's own serialization of many small replies (dataclasses
         holding numpy arrays) can cost more than the clients' compute of a small model's round;
         one pickle each way does not."""
-        if isinstance(ctx, bytes):
-            ctx = pickle.loads(ctx)
-        return pickle.dumps(self.run_shared(ctx, participants, evaluate), protocol=pickle.HIGHEST_PROTOCOL)
+        round_: Round | SharedRound = pickle.loads(ctx) if isinstance(ctx, bytes) else ctx
+        return pickle.dumps(self.run_shared(round_, participants, evaluate), protocol=pickle.HIGHEST_PROTOCOL)
 
     # what a driver may ask over a connection (serve)
     REQUESTS = ("run_shared", "get_states", "load_states", "where", "busy_seconds")

@@ -10,7 +10,7 @@ import pickle
 import tempfile
 import weakref
 from multiprocessing.connection import Connection, wait
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -60,12 +60,12 @@ def answers(conns: list[Connection], what: str) -> list[Any]:
     got: dict[int, Any] = {}
     pending = {id(c): c for c in conns}
     while pending:
-        for conn in wait(list(pending.values())):
+        for ready in wait(list(pending.values())):
+            conn = pending.pop(id(ready))
             try:
                 got[id(conn)] = conn.recv()
             except EOFError:
                 got[id(conn)] = ("error", "the worker exited")
-            del pending[id(conn)]
     for conn in conns:
         status, value = got[id(conn)]
         if status != "ok":
@@ -146,7 +146,7 @@ class PointBuffer:
         self._view[:self.n] = ctx.x
         if ctx.x_prev is not None:
             self._view[self.n:] = ctx.x_prev
-        return SharedRound(dataclasses.replace(ctx, x=None, x_prev=None), self.path, self.dtype.str, self.n,
+        return SharedRound(dataclasses.replace(ctx, x=cast(Any, None), x_prev=None), self.path, self.dtype.str, self.n,
                            ctx.x_prev is not None)
 
     def close(self) -> None:
@@ -225,7 +225,7 @@ class MetricWriter:
         for r in replies:
             if r.metric is not None and r.metric[1] is not None:
                 block[r.client] = r.metric[1]
-                r.metric = (r.metric[0], None)
+                r.metric = cast(Any, (r.metric[0], None))  # the driver's fill() puts the row back
         del block
 
     def close(self) -> None:
