@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import pickle
-import socket
 import sys
 import time
 import traceback
@@ -63,21 +62,21 @@ class ClientGroup(LocalClients):
     def busy_seconds(self) -> float:
         return self.busy
 
-    def run_packed(self, ctx: bytes | SharedRound, participants: list[int], evaluate: bool) -> bytes:
-        """:meth:`run_shared` with the replies as one pickle (and a round sent whole as one):
-        how a Ray actor is called. Ray's own serialization of many small replies (dataclasses
-        holding numpy arrays) can cost more than the clients' compute of a small model's round;
-        one pickle each way does not."""
-        round_: Round | SharedRound = pickle.loads(ctx) if isinstance(ctx, bytes) else ctx
-        return pickle.dumps(self.run_shared(round_, participants, evaluate), protocol=pickle.HIGHEST_PROTOCOL)
+    def run_packed(self, ctx: bytes, participants: list[int], evaluate: bool) -> bytes:
+        """:meth:`run_shared` with the round and the replies as pickles: how a Ray actor is
+        called. Ray's own serialization of many small replies (dataclasses holding numpy arrays)
+        can cost more than the clients' compute of a small model's round; one pickle does not."""
+        replies = self.run_shared(pickle.loads(ctx), participants, evaluate)
+        return pickle.dumps(replies, protocol=pickle.HIGHEST_PROTOCOL)
 
     # what a driver may ask over a connection (serve)
     REQUESTS = ("run_shared", "get_states", "load_states", "where", "busy_seconds")
 
     def serve(self, conn: Connection) -> None:
         """Answers requests ``(name, *args)`` from ``conn`` with ``("ok", result)`` or
-        ``("error", traceback)`` until ``("stop",)``: how a worker process, or a Ray actor on the
-        driver's machine, takes its rounds. The wait for the next request is a blocking read."""
+        ``("error", traceback)`` until ``("stop",)``: how a worker process of the processes
+        executor takes its rounds over its pipe. The wait for the next request is a blocking
+        read."""
         while True:
             request = conn.recv()
             if request[0] == "stop":
@@ -88,31 +87,6 @@ class ClientGroup(LocalClients):
                 conn.send(("ok", getattr(self, request[0])(*request[1:])))
             except BaseException:
                 conn.send(("error", traceback.format_exc()))
-
-    def serve_at(self, path: str) -> None:
-        """:meth:`serve` over the Unix socket the driver listens on at ``path`` (a Ray actor on
-        the driver's machine: its rounds then bypass Ray's calls, which cost more CPU per call, on
-        the driver and in the actor, than a pipe's message)."""
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            sock.connect(path)
-        except BaseException:
-            sock.close()
-            raise
-        conn = Connection(sock.detach())
-        try:
-            self.serve(conn)
-        finally:
-            conn.close()
-
-    def can_read(self, path: str, token: bytes) -> bool:
-        """Whether this process sees the driver's shared buffer at ``path`` (it holds ``token``):
-        false on another machine of a cluster."""
-        try:
-            with open(path, "rb") as f:
-                return f.read(len(token)) == token
-        except OSError:
-            return False
 
     def where(self) -> tuple[int, str | None]:
         """(process id, Ray node id or None): where this group lives."""

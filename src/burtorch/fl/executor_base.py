@@ -97,7 +97,8 @@ class SharedRound:
 class PointBuffer:
     """The driver's side of the round's point in memory every worker on this machine maps: written
     once per round, read by each worker with one copy, instead of a pickle of d floats sent down
-    every worker's pipe (or through Ray's object store) and unpickled there.
+    every worker's pipe and unpickled there (the processes executor's workers; Ray's actors get
+    the point through Ray's object store).
 
     The driver writes only between rounds, after every worker asked in the previous round has
     replied, so a worker never reads a half-written point."""
@@ -133,13 +134,6 @@ class PointBuffer:
     def fits(self, ctx: Round) -> bool:
         return all(isinstance(v, np.ndarray) and v.ndim == 1 and v.dtype == self.dtype and len(v) == self.n
                    for v in (ctx.x, *(() if ctx.x_prev is None else (ctx.x_prev,))))
-
-    def write_token(self, token: bytes) -> bytes:
-        """Puts ``token`` (cut to the buffer's size) at the start, where the first round overwrites
-        it, and returns what was written: a worker that reads it back maps the same memory."""
-        token = token[:len(self._map)]
-        self._map[:len(token)] = token
-        return token
 
     def share(self, ctx: Round) -> SharedRound:
         """Writes ctx's point(s) and returns what to send in their place (ctx must fit)."""

@@ -11,15 +11,12 @@ from __future__ import annotations
 import contextlib
 import os
 import pickle
-import shutil
 import socket
-import tempfile
 from collections.abc import Iterator
-from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any
 
 from .client import ClientGroup
-from .executor_base import SHARED_DIR, Executor, RoundSharing, answers, blocks, check_picklable, check_workers
+from .executor_base import Executor, blocks, check_picklable, check_workers
 
 if TYPE_CHECKING:
     from ..optim.methods import Method
@@ -27,9 +24,6 @@ if TYPE_CHECKING:
     from .problem import Problem
 
 _INLINE_BYTES = 1 << 17  # rounds up to this size are sent by value with each call
-_UNIX_PATH_MAX = 104  # the shortest limit of a Unix socket's path among the OSes (macOS's)
-_CONNECT_SECONDS = 60.0
-_ACCEPT_POLL_SECONDS = 0.2  # between checks that the actor's serve_at call is still waiting
 
 INSTALL_HINT = "the ray executor needs Ray: pip install \"burtorch[fl]\" (or pip install ray)"
 
@@ -123,18 +117,12 @@ def session(workers: int | None = None, address: str | None = None) -> Iterator[
 
 
 class RayExecutor(Executor):
-    """Clients on Ray actors. An actor on the driver's machine takes its rounds over a Unix socket
-    to the driver, with the point in memory both map (the PointBuffer), as a worker process does:
-    Ray places the actor and owns its lifetime, but a Ray call per round costs the driver and the
-    actor about a millisecond of CPU each, which on a machine of few cores is taken from the
-    clients' compute. Actors on other machines take their rounds as Ray calls."""
+    """Clients on Ray actors: every round, and every other request, is a Ray actor call."""
 
     name = "ray"
 
-    def __init__(self, workers: int | None = None, address: str | None = None, *, sockets: bool = True) -> None:
-        """``sockets=False``: every actor takes its rounds as Ray calls, as on another machine."""
+    def __init__(self, workers: int | None = None, address: str | None = None) -> None:
         self.ray = import_ray()
-        self.sockets = bool(sockets)
         self.workers = check_workers(workers)
         if address is not None:
             if not isinstance(address, str):
@@ -144,9 +132,6 @@ class RayExecutor(Executor):
         self.actors: list[Any] = []
         self.blocks: list[list[int]] = []
         self._started_ray = False
-        self.sharing = RoundSharing()
-        self.conns: list[Connection | None] = []  # per actor: its socket when on this machine
-        self._serving: list[Any] = []  # the actors' serve_at calls, which return on "stop"
 
     def start(self, problem: Problem, method: Method) -> None:
         ray = self.ray
@@ -162,137 +147,42 @@ class RayExecutor(Executor):
         self.actors = [actor.options(scheduling_strategy="SPREAD").remote(problem.only(ids), method, ids, 1)
                        for ids in self.blocks]
         ray.get([a.shard_size.remote(ids[0]) for a, ids in zip(self.actors, self.blocks)])  # surface start errors
-        try:
-            self._connect_local()
-        except BaseException:
-            self.close()
-            raise
-
-    def _connect_local(self) -> None:
-        """A socket to each actor that sees this machine's shared memory (a random token written
-        there and read back by the actor); the others keep Ray calls, as does an actor whose
-        connection fails."""
-        ray = self.ray
-        self.conns = [None] * len(self.actors)
-        if not self.sockets:
-            return
-        # private (0700): only this user connects; in /dev/shm where there is one, which no other
-        # machine sees (a temporary directory might be shared over the network)
-        folder = tempfile.mkdtemp(prefix="burtorch-fl-", dir=SHARED_DIR)
-        try:
-            token = os.urandom(16)
-            with open(os.path.join(folder, "token"), "wb") as f:
-                f.write(token)
-            path = os.path.join(folder, "s")
-            local = ray.get([a.can_read.remote(os.path.join(folder, "token"), token) for a in self.actors])
-            if not any(local) or len(path.encode()) >= _UNIX_PATH_MAX:
-                return
-            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
-                listener.bind(path)
-                listener.listen(len(self.actors))
-                listener.settimeout(_ACCEPT_POLL_SECONDS)
-                for i, a in enumerate(self.actors):
-                    if local[i]:
-                        # one at a time, so the connection accepted is this actor's
-                        self.conns[i] = self._accept(listener, a.serve_at.remote(path))
-        finally:
-            shutil.rmtree(folder, ignore_errors=True)
-
-    def _accept(self, listener: socket.socket, serving: Any) -> Connection | None:
-        """The connection of the actor whose serve_at call is ``serving``; None when that call
-        failed (the actor then takes Ray calls)."""
-        waited = 0.0
-        while True:
-            try:
-                sock, _ = listener.accept()
-                break
-            except TimeoutError:
-                waited += _ACCEPT_POLL_SECONDS
-            ready, _ = self.ray.wait([serving], timeout=0)
-            if ready:  # the call ended without connecting
-                with contextlib.suppress(Exception):
-                    self.ray.get(ready)
-                return None
-            if waited >= _CONNECT_SECONDS:
-                raise RuntimeError(f"a Ray actor on this machine did not connect within {_CONNECT_SECONDS:.0f} s")
-        sock.setblocking(True)
-        self._serving.append(serving)
-        return Connection(sock.detach())
-
-    def _ask(self, requests: list[tuple[Any, ...] | None], what: str) -> list[Any]:
-        """Each actor's answer to its request (None: not asked), over its socket or as a Ray call;
-        the answers of the asked actors, in actor order."""
-        ray = self.ray
-        local: list[Connection] = []
-        futures = []
-        for a, conn, request in zip(self.actors, self.conns, requests):
-            if request is None:
-                continue
-            if conn is not None:
-                conn.send(request)
-                local.append(conn)
-            else:
-                futures.append(getattr(a, request[0]).remote(*request[1:]))
-        by_socket = iter(answers(local, what))
-        by_ray = iter(ray.get(futures))
-        return [next(by_socket) if conn is not None else next(by_ray)
-                for conn, request in zip(self.conns, requests) if request is not None]
 
     def run(self, ctx: Round, participants: list[int], evaluate: bool) -> list[Reply]:
         ray = self.ray
-        shared = self.sharing.send(ctx, evaluate) if any(c is not None for c in self.conns) else ctx
-        remote: Any = None
         chosen = set(participants)
-        requests: list[tuple[Any, ...] | None] = []
-        for ids, conn in zip(self.blocks, self.conns):
+        # The round travels as one pickle: by value when small (a ray.put is a round trip to the
+        # object store, dearer than sending a few bytes), through the object store once when
+        # large (a model's point), so that it is not copied into every call.
+        blob = pickle.dumps(ctx, protocol=pickle.HIGHEST_PROTOCOL)
+        arg = ray.put(blob) if len(blob) > _INLINE_BYTES else blob
+        futures = []
+        for a, ids in zip(self.actors, self.blocks):
             mine = [i for i in ids if i in chosen]
-            if not (mine or evaluate):
-                requests.append(None)
-            elif conn is not None:
-                requests.append(("run_shared", shared, mine, evaluate))
-            else:
-                # The round travels as one pickle: by value when small (a ray.put is a round trip
-                # to the object store, dearer than sending a few bytes), through the object store
-                # once when large (a model's point), so that it is not copied into every call.
-                if remote is None:
-                    blob = pickle.dumps(ctx, protocol=pickle.HIGHEST_PROTOCOL)
-                    remote = ray.put(blob) if len(blob) > _INLINE_BYTES else blob
-                requests.append(("run_packed", remote, mine, evaluate))
-        replies = []
-        for part in self._ask(requests, f"running round {ctx.t}"):
-            replies.extend(pickle.loads(part) if isinstance(part, bytes) else part)
-        self.sharing.received(shared, replies)
+            if mine or evaluate:
+                futures.append(a.run_packed.remote(arg, mine, evaluate))
+        replies = [r for part in ray.get(futures) for r in pickle.loads(part)]
         return sorted(replies, key=lambda r: r.client)
 
     def client_states(self) -> dict[int, dict[str, Any]]:
-        parts = self._ask([("get_states",)] * len(self.actors), "sending its client states")
+        parts = self.ray.get([a.get_states.remote() for a in self.actors])
         return {i: st for part in parts for i, st in part.items()}
 
     def load_client_states(self, states: dict[int, dict[str, Any]]) -> None:
-        self._ask([("load_states", {i: states[i] for i in ids if i in states}) for ids in self.blocks],
-                  "loading client states")
+        self.ray.get([a.load_states.remote({i: states[i] for i in ids if i in states})
+                      for a, ids in zip(self.actors, self.blocks)])
 
     def busy_seconds(self) -> list[float]:
-        return self._ask([("busy_seconds",)] * len(self.actors), "timing its rounds")
+        return self.ray.get([a.busy_seconds.remote() for a in self.actors])
 
     def placements(self) -> list[tuple[int, str | None]]:
         """(process id, Ray node id) of each actor: how the cluster spread the clients."""
-        return self._ask([("where",)] * len(self.actors), "saying where it runs")
+        return self.ray.get([a.where.remote() for a in self.actors])
 
     def close(self) -> None:
-        for conn in self.conns:
-            if conn is not None:
-                with contextlib.suppress(OSError):
-                    conn.send(("stop",))
-        with contextlib.suppress(Exception):
-            self.ray.get(self._serving, timeout=10)  # the actors left their loops
-        for conn in self.conns:
-            if conn is not None:
-                conn.close()
         for a in self.actors:
             self.ray.kill(a)
-        self.actors, self.conns, self._serving = [], [], []
-        self.sharing.close()
+        self.actors = []
         if self._started_ray:
             _stop(self.ray)
             self._started_ray = False
