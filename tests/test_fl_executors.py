@@ -121,6 +121,66 @@ def test_ray_local_and_two_node_cluster_match_serial_bitwise():
         cluster.shutdown()
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/maps")
+def test_ray_actors_read_the_point_in_place_from_the_object_store():
+    ray = pytest.importorskip("ray")
+    from burtorch.fl.ray_executor import _INLINE_BYTES, RayExecutor
+
+    def _spy_on_points(group):
+        """Run inside an actor (by __ray_call__): records, for each round, how the point and the
+        previous point reached the clients (writeable, owns its data, address, mapped file);
+        defined here, so that Ray sends it by value (the actor cannot import this module)."""
+        seen = group.seen = []
+        original = group.run
+
+        def where(v):
+            if v is None:
+                return None
+            address = v.ctypes.data
+            with open("/proc/self/maps") as f:
+                for line in f:
+                    fields = line.split()
+                    lo, hi = (int(h, 16) for h in fields[0].split("-"))
+                    if lo <= address < hi:
+                        return v.flags.writeable, v.flags.owndata, address, " ".join(fields[5:])
+            return v.flags.writeable, v.flags.owndata, address, None
+
+        def run(ctx, participants, evaluate):
+            seen.append((where(ctx.x), where(ctx.x_prev)))
+            return original(ctx, participants, evaluate)
+
+        group.run = run
+
+    d = 20000  # 160 KB of float64, over the size sent by value
+    assert d * 8 > _INLINE_BYTES
+
+    def run(executor):
+        problem = synthetic(4, 24, d, seed=2)
+        with fl.Federation(problem, fl.MARINA(0.05, fl.RandK(d, 40), p=0.5, batch=3), executor=executor,
+                           seed=4) as fed:
+            if isinstance(executor, RayExecutor):
+                ray.get([a.__ray_call__.remote(_spy_on_points) for a in executor.actors])
+            fed.run(3)
+            seen = (ray.get([a.__ray_call__.remote(lambda g: g.seen) for a in executor.actors])
+                    if isinstance(executor, RayExecutor) else None)
+            return fed.x.copy(), [r["bits"] for r in fed.records], seen
+
+    x, bits, _ = run("serial")
+    xr, bitsr, seen = run(RayExecutor(2))
+    assert np.array_equal(x, xr) and bits == bitsr
+    assert len(seen) == 2
+    for rounds in seen:
+        assert len(rounds) == 3 and rounds[0][1] is None  # round 0 has no previous point
+        for t, (point, prev) in enumerate(rounds):
+            # a read-only view into the object store's shared memory: no copy, no unpickling
+            writeable, owndata, _, mapped = point
+            assert not writeable and not owndata and mapped is not None and "plasma" in mapped
+            if t:
+                # the previous point is the object put for the round before, not a second put
+                assert prev[:2] == (False, False) and prev[2] == rounds[t - 1][0][2]
+    assert not ray.is_initialized()
+
+
 def test_unreachable_ray_address_fails_before_any_round():
     pytest.importorskip("ray")
     problem = synthetic(3, 30, 4, seed=1)

@@ -8,6 +8,7 @@ method vectors.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import pickle
 import sys
@@ -16,6 +17,8 @@ import traceback
 from collections.abc import Iterable
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING
+
+import numpy as np
 
 from .. import _core
 from ..optim.methods import Method
@@ -62,12 +65,18 @@ class ClientGroup(LocalClients):
     def busy_seconds(self) -> float:
         return self.busy
 
-    def run_packed(self, ctx: bytes, participants: list[int], evaluate: bool) -> bytes:
-        """:meth:`run_shared` with the round and the replies as pickles: how a Ray actor is
-        called. Ray's own serialization of many small replies (dataclasses holding numpy arrays)
-        can cost more than the clients' compute of a small model's round; one pickle does not."""
-        replies = self.run_shared(pickle.loads(ctx), participants, evaluate)
-        return pickle.dumps(replies, protocol=pickle.HIGHEST_PROTOCOL)
+    def run_ray(self, head: bytes, participants: list[int], evaluate: bool, x: np.ndarray | None = None,
+                x_prev: np.ndarray | None = None) -> bytes:
+        """:meth:`run_shared` as a Ray actor is called: ``head`` is the round pickled (with a small
+        point inside it), ``x`` and ``x_prev`` a large point and previous point when they were
+        put in Ray's object store. Ray resolves those into read-only arrays over the store's
+        shared memory, which the clients read in place (they copy what they change). The replies
+        go back as one pickle: Ray's own serialization of many small replies (dataclasses holding
+        numpy arrays) can cost more than the clients' compute of a small model's round."""
+        ctx = pickle.loads(head)
+        if x is not None or x_prev is not None:
+            ctx = dataclasses.replace(ctx, x=ctx.x if x is None else x, x_prev=ctx.x_prev if x_prev is None else x_prev)
+        return pickle.dumps(self.run_shared(ctx, participants, evaluate), protocol=pickle.HIGHEST_PROTOCOL)
 
     # what a driver may ask over a connection (serve)
     REQUESTS = ("run_shared", "get_states", "load_states", "where", "busy_seconds")

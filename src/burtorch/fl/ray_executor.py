@@ -9,11 +9,14 @@ call per worker, not one per client).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import pickle
 import socket
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
+
+import numpy as np
 
 from .client import ClientGroup
 from .executor_base import Executor, blocks, check_picklable, check_workers
@@ -23,7 +26,7 @@ if TYPE_CHECKING:
     from ..optim.rounds import Reply, Round
     from .problem import Problem
 
-_INLINE_BYTES = 1 << 17  # rounds up to this size are sent by value with each call
+_INLINE_BYTES = 1 << 17  # points up to this size are sent by value with each call
 
 INSTALL_HINT = "the ray executor needs Ray: pip install \"burtorch[fl]\" (or pip install ray)"
 
@@ -117,7 +120,10 @@ def session(workers: int | None = None, address: str | None = None) -> Iterator[
 
 
 class RayExecutor(Executor):
-    """Clients on Ray actors: every round, and every other request, is a Ray actor call."""
+    """Clients on Ray actors: every round, and every other request, is a Ray actor call. The round's
+    point goes through Ray's object store, put once per round and read in place by every actor on
+    the machine that holds it (Ray copies it to the other machines' stores); the round's other
+    fields go by value; each actor's replies come back as one pickle."""
 
     name = "ray"
 
@@ -132,6 +138,8 @@ class RayExecutor(Executor):
         self.actors: list[Any] = []
         self.blocks: list[list[int]] = []
         self._started_ray = False
+        # the last round's point and what carried it (an ObjectRef when large)
+        self._last: tuple[Any, Any] = (None, None)
 
     def start(self, problem: Problem, method: Method) -> None:
         ray = self.ray
@@ -148,20 +156,42 @@ class RayExecutor(Executor):
                        for ids in self.blocks]
         ray.get([a.shard_size.remote(ids[0]) for a, ids in zip(self.actors, self.blocks)])  # surface start errors
 
+    @staticmethod
+    def _large(v: Any) -> bool:
+        """Whether the array ``v`` goes through the object store (put once, read in place by each
+        actor) rather than by value with each call (a put costs a round trip to the store, more
+        than sending a few KiB)."""
+        return isinstance(v, np.ndarray) and v.nbytes > _INLINE_BYTES
+
     def run(self, ctx: Round, participants: list[int], evaluate: bool) -> list[Reply]:
         ray = self.ray
         chosen = set(participants)
-        # The round travels as one pickle: by value when small (a ray.put is a round trip to the
-        # object store, dearer than sending a few bytes), through the object store once when
-        # large (a model's point), so that it is not copied into every call.
-        blob = pickle.dumps(ctx, protocol=pickle.HIGHEST_PROTOCOL)
-        arg = ray.put(blob) if len(blob) > _INLINE_BYTES else blob
+        x = ray.put(ctx.x) if self._large(ctx.x) else None
+        # The previous point of methods that use it is the point of the round before (the server's
+        # step makes a new array): its object is in the store already.
+        x_prev = None
+        if self._large(ctx.x_prev):
+            last, last_ref = self._last
+            same = last_ref is not None and ctx.x_prev is last and ctx.x_prev is not ctx.x
+            x_prev = last_ref if same else ray.put(ctx.x_prev)
+        # The round's other fields (and a small point) by value, as one pickle made once for all
+        # the calls: Ray serializes each argument of each call on its own.
+        head = pickle.dumps(dataclasses.replace(ctx, x=ctx.x if x is None else cast(Any, None),
+                                                x_prev=ctx.x_prev if x_prev is None else None),
+                            protocol=pickle.HIGHEST_PROTOCOL)
+        # the object references only when there are any: every argument of a call costs the
+        # driver and the actor their share of Ray's serialization
+        points = (x, x_prev) if x_prev is not None else (x,) if x is not None else ()
         futures = []
         for a, ids in zip(self.actors, self.blocks):
             mine = [i for i in ids if i in chosen]
             if mine or evaluate:
-                futures.append(a.run_packed.remote(arg, mine, evaluate))
+                futures.append(a.run_ray.remote(head, mine, evaluate, *points))
+        # One blocking ray.get for all the actors' replies: taking them as they arrive (ray.wait
+        # for one at a time) costs the driver a call into Ray per actor, more than it saves by
+        # unpickling one actor's replies while another computes.
         replies = [r for part in ray.get(futures) for r in pickle.loads(part)]
+        self._last = (ctx.x, x)  # held until the next round, whose previous point it is
         return sorted(replies, key=lambda r: r.client)
 
     def client_states(self) -> dict[int, dict[str, Any]]:
@@ -182,7 +212,7 @@ class RayExecutor(Executor):
     def close(self) -> None:
         for a in self.actors:
             self.ray.kill(a)
-        self.actors = []
+        self.actors, self._last = [], (None, None)
         if self._started_ray:
             _stop(self.ray)
             self._started_ray = False
