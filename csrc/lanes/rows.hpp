@@ -1,0 +1,299 @@
+// Per-sample gradient rows written straight into the caller's matrix, for programs with range
+// records (a model's per-sample program: lookup, linear layers, maps, a loss). The one-sample
+// replay (program.hpp) sweeps each sample into its frame, where the parameters' grads sit beside
+// the activations' (zeroed before the sample, added into by the sweep, copied out as the row, then
+// zeroed again): three passes over d values per sample besides the row's own write. Here the
+// records that reach the parameters write their part of the row themselves, once:
+//   - a linear layer over one row: gW[o, i] = madd(gy[o], x[i], 0) and gb[o] = 0 + gy[o] (the
+//     one-sample kernels' chains, which start from the zeroed grads: gemm::grad_weight and
+//     grad_bias over one row), each vector of the row stored as soon as it is made;
+//   - a lookup: its table's grads summed in a small buffer, in the record's order (gather.hpp's
+//     backward into zeroed grads), then stored;
+//   - the row's columns no record reaches: zeros.
+// Everything else (the forward, and the backward of the activations) runs the one-sample
+// kernels themselves on the sample's frame, so every value of a row has the bits the one-sample
+// replay gives it. A reused output takes non-temporal stores (nothing reads the row back soon,
+// and memory that was written before need not be read for ownership first).
+//
+// A program qualifies when every record of its sweep that reads an external (parameter) slot is
+// a linear layer over one row whose W and b are external (and x local), or a lookup of an
+// external table; no two of those reach the same parameter; and the wrt spans are external and
+// disjoint. Others keep the one-sample replay.
+#pragma once
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "../kernels/gemm.hpp"
+#include "../kernels/simd.hpp"
+#include "../program.hpp"
+
+namespace bt::lanes {
+
+// What a record of the sweep does to the row: its own backward (touches no parameter), a linear
+// layer's, or a lookup's.
+enum class RowKind : uint8_t { other, linear, gather };
+
+struct RowRecord {
+    RowKind kind = RowKind::other;
+    int64_t col_w = -1;  // the row's column of the record's first parameter grad (W, or the table); -1: not wrt
+    int64_t col_b = -1;  // a linear layer's b (-1: none, or not wrt)
+};
+
+template <typename T>
+struct RowsPlan {
+    const Program<T>* laid_out_for = nullptr;
+    int usable = -1;
+    std::vector<RowRecord> recs;                       // per entry of P.sweep
+    std::vector<Span> zero_local;                      // P.sweep_grads' local slots
+    std::vector<std::pair<size_t, size_t>> zero_cols;  // (column, count) no record writes
+    std::vector<T> buf;                                // a lookup's table grads, zero between samples
+    std::vector<T> xs, gx;                             // a linear layer's x gathered, its gx
+};
+
+namespace rows_detail {
+
+// The column of frame slots [first, first + len) in a row, -1 when outside every wrt span, -2
+// when it straddles one (the program then does not qualify).
+template <typename T>
+int64_t column_of(const Program<T>& P, uint32_t first, uint32_t len) {
+    size_t col = 0;
+    for (const Span& w : P.wrt) {
+        const uint32_t we = w.first + w.second;
+        if (first >= w.first && first + len <= we) return int64_t(col + (first - w.first));
+        if (first < we && first + len > w.first) return -2;
+        col += w.second;
+    }
+    return -1;
+}
+
+template <typename T>
+bool plan(const Program<T>& P, RowsPlan<T>& L) {
+    const uint32_t ne = P.n_ext;
+    // wrt: external, pairwise disjoint (a slot twice in a row would need two writes)
+    std::vector<char> in_wrt(ne, 0);
+    for (const Span& w : P.wrt) {
+        if (size_t(w.first) + w.second > ne) return false;
+        for (uint32_t j = w.first; j < w.first + w.second; ++j) {
+            if (in_wrt[j]) return false;
+            in_wrt[j] = 1;
+        }
+    }
+    std::vector<char> reached(ne, 0);  // external slots whose grads a record writes
+    auto claim = [&](uint32_t first, uint32_t len) {
+        for (uint32_t j = first; j < first + len; ++j) {
+            if (reached[j]) return false;
+            reached[j] = 1;
+        }
+        return true;
+    };
+    L.recs.assign(P.sweep.size(), RowRecord{});
+    for (size_t i = 0; i < P.sweep.size(); ++i) {
+        const Record& r = P.recs[P.sweep[i]];
+        const uint32_t* a = P.args.data() + r.a;
+        bool reads_ext = false;
+        for_each_arg_span(r, a, [&](uint32_t f, uint32_t) { reads_ext |= f < ne; });
+        if (!reads_ext) continue;
+        if (op_info(r.op).kind != OpKind::range) return false;
+        const Operands o = decode_operands(a);
+        RowRecord& rr = L.recs[i];
+        if (r.op == Op::linear) {
+            const bool has_b = o.tail[3] != 0;
+            if (o.tail[0] != 1 || o.v[1].n != 1 || (has_b && o.v[2].n != 1)) return false;
+            for (uint32_t k = 0; k < o.v[0].n; ++k)
+                if (o.v[0].first(k) < ne) return false;  // x's grads would reach a parameter
+            const uint32_t w = o.v[1].first(0), nw = o.v[1].len(0);
+            if (size_t(w) + nw > ne || nw != size_t(o.tail[1]) * o.tail[2] || !claim(w, nw)) return false;
+            rr.kind = RowKind::linear;
+            rr.col_w = column_of(P, w, nw);
+            if (has_b) {
+                const uint32_t b = o.v[2].first(0), nb = o.v[2].len(0);
+                if (size_t(b) + nb > ne || nb != o.tail[2] || !claim(b, nb)) return false;
+                rr.col_b = column_of(P, b, nb);
+            }
+            if (rr.col_w == -2 || rr.col_b == -2) return false;
+        } else if (r.op == Op::gather) {
+            const uint32_t t = o.v[0].first(0), nt = o.v[0].len(0);
+            if (o.v[0].n != 1 || size_t(t) + nt > ne || !claim(t, nt)) return false;
+            rr.kind = RowKind::gather;
+            rr.col_w = column_of(P, t, nt);
+            if (rr.col_w == -2) return false;
+            if (rr.col_w >= 0 && L.buf.size() < nt) L.buf.assign(nt, T(0));
+        } else {
+            return false;
+        }
+    }
+    // the columns no record writes: zeros
+    L.zero_cols.clear();
+    size_t col = 0;
+    for (const Span& w : P.wrt)
+        for (uint32_t j = w.first; j < w.first + w.second; ++j, ++col) {
+            if (reached[j]) continue;
+            if (!L.zero_cols.empty() && L.zero_cols.back().first + L.zero_cols.back().second == col)
+                ++L.zero_cols.back().second;
+            else
+                L.zero_cols.emplace_back(col, 1);
+        }
+    L.zero_local.clear();
+    for (const Span& s : P.sweep_grads) {  // the external grads stay zero: nothing here adds into them
+        const uint32_t b = std::max(s.first, ne), e = s.first + s.second;
+        if (b < e) L.zero_local.emplace_back(b, e - b);
+    }
+    return true;
+}
+
+// dst[i] = f(i) for i < n (f(i0) gives the vector of elements i0 .. i0 + W - 1, f(i0, l) the first
+// l of them): whole vectors stream to dst aligned when `stream`, the ends stored masked.
+template <typename T, class F>
+BT_ALWAYS_INLINE void put(T* dst, size_t n, bool stream, F f) {
+    using S = simd::Simd<T>;
+    constexpr size_t W = size_t(S::W);
+    size_t i = 0;
+    if (stream) {
+        const size_t mis = (reinterpret_cast<uintptr_t>(dst) / sizeof(T)) % W;
+        if (reinterpret_cast<uintptr_t>(dst) % sizeof(T) == 0 && mis) {
+            const size_t h = std::min(n, W - mis);
+            S::store(dst, f(size_t(0), int(h)), int(h));
+            i = h;
+        }
+        if (reinterpret_cast<uintptr_t>(dst + i) % (W * sizeof(T)) == 0)
+            for (; i + W <= n; i += W) S::stream(dst + i, f(i));
+    }
+    for (; i + W <= n; i += W) S::store(dst + i, f(i));
+    if (i < n) S::store(dst + i, f(i, int(n - i)), int(n - i));
+}
+
+template <typename T>
+void put_zeros(T* dst, size_t n, bool stream) {
+    using S = simd::Simd<T>;
+    put(dst, n, stream, [](size_t, int = 0) { return S::zero(); });
+}
+
+template <typename T>
+void put_copy(T* dst, const T* src, size_t n, bool stream) {
+    using S = simd::Simd<T>;
+    put(dst, n, stream, [src](size_t i, int l = S::W) { return l == S::W ? S::load(src + i) : S::load(src + i, l); });
+}
+
+// A linear layer over one row whose W (and b) are parameters: x's grads as linear_backward
+// makes them, W's and b's into the row.
+template <typename T>
+void linear_row(const Frame<T>& f, const Record& r, const uint32_t* args, bool live, bool writes, const RowRecord& rr,
+                T* row, bool stream, RowsPlan<T>& L) {
+    using S = simd::Simd<T>;
+    const Operands o = decode_operands(args + r.a);
+    const uint32_t in = o.tail[1], out = o.tail[2];
+    const bool has_b = o.tail[3] != 0;
+    T* g = f.grads();
+    if (!live) {  // as run_backward skips it: W's and b's grads stay zero
+        if (writes) zero_spans(g, o.v[0]);
+        if (rr.col_w >= 0) put_zeros(row + rr.col_w, size_t(in) * out, stream);
+        if (has_b && rr.col_b >= 0) put_zeros(row + rr.col_b, out, stream);
+        return;
+    }
+    const T* gy = g + r.out;
+    const bool one_span = o.v[0].n == 1, in_place = writes && one_span;
+    if (!one_span && L.xs.size() < in) L.xs.resize(in);
+    const T* x = contiguous(f.values(), o.v[0], L.xs.data());
+    T* gx = g + (one_span ? o.v[0].first(0) : 0);
+    if (!in_place) {
+        if (L.gx.size() < in) L.gx.resize(in);
+        gx = L.gx.data();
+    }
+    // linear_bwd over one row: the input gradient written (from zero), as a sum where in place
+    gemm::grad_input(gy, f.weight(o.v[1].first(0)), gx, 1, in, out, 0, 1, 0, size_t(-1), false, in_place);
+    if (!in_place) scatter_add(g, o.v[0], gx, writes);
+    if (rr.col_w >= 0)
+        for (uint32_t u = 0; u < out; ++u) {
+            const typename S::V a = S::set1(gy[u]);
+            put(row + rr.col_w + size_t(u) * in, in, stream, [a, x](size_t i, int l = S::W) {
+                return S::madd(a, l == S::W ? S::load(x + i) : S::load(x + i, l), S::zero());
+            });
+        }
+    if (has_b && rr.col_b >= 0)
+        for (uint32_t u = 0; u < out; ++u) row[rr.col_b + u] = T(0) + gy[u];
+}
+
+// A lookup of a parameter table: its grads, summed as gather_backward sums them into zeroed
+// grads, into the row.
+template <typename T>
+void gather_row(const Frame<T>& f, const Record& r, const uint32_t* args, bool live, const RowRecord& rr, T* row,
+                bool stream, RowsPlan<T>& L) {
+    if (rr.col_w < 0) return;
+    const Operands o = decode_operands(args + r.a);
+    const uint32_t n = o.tail[0], d = o.tail[1], nt = o.v[0].len(0);
+    const uint32_t* ids = o.tail + 2;
+    if (!live) return put_zeros(row + rr.col_w, nt, stream);
+    T* gt = L.buf.data();  // zero between samples
+    const T* gy = f.grads() + r.out;
+    for (uint32_t i = 0; i < n; ++i) {
+        T* dst = gt + size_t(ids[i]) * d;
+        const T* src = gy + size_t(i) * d;
+        for (uint32_t j = 0; j < d; ++j) dst[j] += src[j];
+    }
+    put_copy(row + rr.col_w, gt, nt, stream);
+    for (uint32_t i = 0; i < n; ++i) std::fill_n(gt + size_t(ids[i]) * d, d, T(0));
+}
+
+}  // namespace rows_detail
+
+// Whether P's per-sample rows can be written by replay_rows (planned once per program).
+template <typename T>
+bool rows_usable(const Program<T>& P, RowsPlan<T>& L) {
+    if (L.laid_out_for != &P) {
+        L.laid_out_for = &P;
+        L.buf.clear();
+        L.usable = rows_detail::plan(P, L) ? 1 : 0;
+        std::fill(L.buf.begin(), L.buf.end(), T(0));
+    }
+    return L.usable == 1;
+}
+
+// replay(P, W, in, Reduce::rows, ...) for a program rows_usable: each sample's row of `rows`
+// (num_wrt wide) written once, its value into `values` (if not null). Returns the samples whose
+// guards failed (nothing written for them).
+template <typename T>
+ReplayResult replay_rows(const Program<T>& P, Workspace<T>& W, RowsPlan<T>& L, const T* arena_values, const Samples& in,
+                         T seed, double* values, T* rows, bool stream) {
+    ReplayResult res;
+    prepare(P, W, arena_values, in.n);
+    const size_t k = P.inputs.size(), nid = P.num_ids, nw = P.num_wrt;
+    const Frame<T> f = W.frame();
+    Frame<T> first = f;
+    first.first_write = true;
+    const uint32_t* args = W.args.data();
+    T* g = W.g.data();
+    for (size_t s = 0; s < in.n; ++s) {
+        set_sample(P, W, in.x + s * k, in.ids + s * nid);
+        if (run_forward(P, W) >= 0) {
+            res.failed.push_back(s);
+            continue;
+        }
+        if (values) values[s] = double(W.v[P.root]);
+        T* row = rows + s * nw;
+        for (const Span& sp : L.zero_local) std::fill_n(g + sp.first, sp.second, T(0));
+        g[P.root] += seed;
+        for (size_t i = P.sweep.size(); i-- > 0;) {
+            const Record& r = P.recs[P.sweep[i]];
+            bool live = g[r.out] != T(0);
+            for (uint32_t j = 1; !live && j < r.nout; ++j) live = g[r.out + j] != T(0);
+            const bool writes = P.first_write[P.sweep[i]] != 0;
+            const RowRecord& rr = L.recs[i];
+            if (rr.kind == RowKind::linear)
+                rows_detail::linear_row(f, r, args, live, writes, rr, row, stream, L);
+            else if (rr.kind == RowKind::gather)
+                rows_detail::gather_row(f, r, args, live, rr, row, stream, L);
+            else if (live)
+                backward_record(writes ? first : f, r, args);
+            else if (writes)
+                zero_spans(g, decode_operands(args + r.a).v[0]);
+        }
+        for (const auto& [c, n] : L.zero_cols) rows_detail::put_zeros(row + c, n, stream);
+    }
+    if (stream) simd::stream_fence();
+    // the frame's external grads were never written: zero, as prepare() left them
+    W.wrt_grads_zero = true;
+    return res;
+}
+
+}  // namespace bt::lanes
