@@ -7,9 +7,10 @@
 //   - a linear layer over one row: gW[o, i] = madd(gy[o], x[i], 0) and gb[o] = 0 + gy[o] (the
 //     one-sample kernels' chains, which start from the zeroed grads: gemm::grad_weight and
 //     grad_bias over one row), each vector of the row stored as soon as it is made;
-//   - a lookup: its table's grads summed in a small buffer, in the record's order (gather.hpp's
-//     backward into zeroed grads), then stored;
+//   - a lookup: its table's grads summed in the record's order (gather.hpp's backward into
+//     zeroed grads);
 //   - the row's columns no record reaches: zeros.
+// Each row is made in a buffer, then stored into the matrix in one pass.
 // Everything else (the forward, and the backward of the activations) runs the one-sample
 // kernels themselves on the sample's frame, so every value of a row has the bits the one-sample
 // replay gives it. A reused output takes non-temporal stores (nothing reads the row back soon,
@@ -44,11 +45,11 @@ template <typename T>
 struct RowsPlan {
     const Program<T>* laid_out_for = nullptr;
     int usable = -1;
-    std::vector<RowRecord> recs;                       // per entry of P.sweep
-    std::vector<Span> zero_local;                      // P.sweep_grads' local slots
-    std::vector<std::pair<size_t, size_t>> zero_cols;  // (column, count) no record writes
-    std::vector<T> buf;                                // a lookup's table grads, zero between samples
-    std::vector<T> xs, gx;                             // a linear layer's x gathered, its gx
+    std::vector<RowRecord> recs;       // per entry of P.sweep
+    std::vector<Span> zero_local;      // P.sweep_grads' local slots
+    std::vector<T> xs, gx;             // a linear layer's x gathered, its gx
+    std::vector<uint32_t> head, next;  // a lookup's positions by table row
+    std::vector<T> row;                // the row being made
 };
 
 namespace rows_detail {
@@ -118,22 +119,10 @@ bool plan(const Program<T>& P, RowsPlan<T>& L) {
             rr.kind = RowKind::gather;
             rr.col_w = column_of(P, t, nt);
             if (rr.col_w == -2) return false;
-            if (rr.col_w >= 0 && L.buf.size() < nt) L.buf.assign(nt, T(0));
         } else {
             return false;
         }
     }
-    // the columns no record writes: zeros
-    L.zero_cols.clear();
-    size_t col = 0;
-    for (const Span& w : P.wrt)
-        for (uint32_t j = w.first; j < w.first + w.second; ++j, ++col) {
-            if (reached[j]) continue;
-            if (!L.zero_cols.empty() && L.zero_cols.back().first + L.zero_cols.back().second == col)
-                ++L.zero_cols.back().second;
-            else
-                L.zero_cols.emplace_back(col, 1);
-        }
     L.zero_local.clear();
     for (const Span& s : P.sweep_grads) {  // the external grads stay zero: nothing here adds into them
         const uint32_t b = std::max(s.first, ne), e = s.first + s.second;
@@ -215,24 +204,31 @@ void linear_row(const Frame<T>& f, const Record& r, const uint32_t* args, bool l
 }
 
 // A lookup of a parameter table: its grads, summed as gather_backward sums them into zeroed
-// grads, into the row.
+// grads (each table row 0 + the grads of the positions that read it, in position order), in the
+// row being made, whose table columns are zero here (clear_gather zeroes them after the row).
 template <typename T>
-void gather_row(const Frame<T>& f, const Record& r, const uint32_t* args, bool live, const RowRecord& rr, T* row,
-                bool stream, RowsPlan<T>& L) {
-    if (rr.col_w < 0) return;
+void gather_row(const Frame<T>& f, const Record& r, const uint32_t* args, bool live, const RowRecord& rr, T* row) {
+    if (rr.col_w < 0 || !live) return;
     const Operands o = decode_operands(args + r.a);
-    const uint32_t n = o.tail[0], d = o.tail[1], nt = o.v[0].len(0);
+    const uint32_t n = o.tail[0], d = o.tail[1];
     const uint32_t* ids = o.tail + 2;
-    if (!live) return put_zeros(row + rr.col_w, nt, stream);
-    T* gt = L.buf.data();  // zero between samples
+    T* gt = row + rr.col_w;
     const T* gy = f.grads() + r.out;
     for (uint32_t i = 0; i < n; ++i) {
         T* dst = gt + size_t(ids[i]) * d;
         const T* src = gy + size_t(i) * d;
         for (uint32_t j = 0; j < d; ++j) dst[j] += src[j];
     }
-    put_copy(row + rr.col_w, gt, nt, stream);
-    for (uint32_t i = 0; i < n; ++i) std::fill_n(gt + size_t(ids[i]) * d, d, T(0));
+}
+
+// The table rows gather_row wrote, zeroed again for the next sample.
+template <typename T>
+void clear_gather(const Record& r, const uint32_t* args, const RowRecord& rr, T* row) {
+    if (rr.col_w < 0) return;
+    const Operands o = decode_operands(args + r.a);
+    const uint32_t n = o.tail[0], d = o.tail[1];
+    const uint32_t* ids = o.tail + 2;
+    for (uint32_t i = 0; i < n; ++i) std::fill_n(row + rr.col_w + size_t(ids[i]) * d, d, T(0));
 }
 
 }  // namespace rows_detail
@@ -242,9 +238,7 @@ template <typename T>
 bool rows_usable(const Program<T>& P, RowsPlan<T>& L) {
     if (L.laid_out_for != &P) {
         L.laid_out_for = &P;
-        L.buf.clear();
         L.usable = rows_detail::plan(P, L) ? 1 : 0;
-        std::fill(L.buf.begin(), L.buf.end(), T(0));
     }
     return L.usable == 1;
 }
@@ -263,6 +257,12 @@ ReplayResult replay_rows(const Program<T>& P, Workspace<T>& W, RowsPlan<T>& L, c
     first.first_write = true;
     const uint32_t* args = W.args.data();
     T* g = W.g.data();
+    // Each row is made in L1 (or L2) and then stored in one pass: the records' parts of a row are
+    // short runs (a bias, a table row), and stored straight into the matrix, the cache lines they
+    // share would each be read from memory before being written. The columns no record writes
+    // stay zero in it.
+    L.row.assign(nw, T(0));
+    T* row = L.row.data();
     for (size_t s = 0; s < in.n; ++s) {
         set_sample(P, W, in.x + s * k, in.ids + s * nid);
         if (run_forward(P, W) >= 0) {
@@ -270,7 +270,6 @@ ReplayResult replay_rows(const Program<T>& P, Workspace<T>& W, RowsPlan<T>& L, c
             continue;
         }
         if (values) values[s] = double(W.v[P.root]);
-        T* row = rows + s * nw;
         for (const Span& sp : L.zero_local) std::fill_n(g + sp.first, sp.second, T(0));
         g[P.root] += seed;
         for (size_t i = P.sweep.size(); i-- > 0;) {
@@ -280,15 +279,17 @@ ReplayResult replay_rows(const Program<T>& P, Workspace<T>& W, RowsPlan<T>& L, c
             const bool writes = P.first_write[P.sweep[i]] != 0;
             const RowRecord& rr = L.recs[i];
             if (rr.kind == RowKind::linear)
-                rows_detail::linear_row(f, r, args, live, writes, rr, row, stream, L);
+                rows_detail::linear_row(f, r, args, live, writes, rr, row, false, L);
             else if (rr.kind == RowKind::gather)
-                rows_detail::gather_row(f, r, args, live, rr, row, stream, L);
+                rows_detail::gather_row(f, r, args, live, rr, row);
             else if (live)
                 backward_record(writes ? first : f, r, args);
             else if (writes)
                 zero_spans(g, decode_operands(args + r.a).v[0]);
         }
-        for (const auto& [c, n] : L.zero_cols) rows_detail::put_zeros(row + c, n, stream);
+        rows_detail::put_copy(rows + s * nw, row, nw, stream);
+        for (size_t i = 0; i < P.sweep.size(); ++i)
+            if (L.recs[i].kind == RowKind::gather) rows_detail::clear_gather(P.recs[P.sweep[i]], args, L.recs[i], row);
     }
     if (stream) simd::stream_fence();
     // the frame's external grads were never written: zero, as prepare() left them
