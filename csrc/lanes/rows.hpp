@@ -164,6 +164,34 @@ void put_copy(T* dst, const T* src, size_t n, bool stream) {
     put(dst, n, stream, [src](size_t i, int l = S::W) { return l == S::W ? S::load(src + i) : S::load(src + i, l); });
 }
 
+// gx[i] = the chain madd(gy[o], W[o, i], .) over o in order from zero (then 0 + it, as_sum):
+// gemm::grad_input over one row written (add = false), each element the same chain, but held in
+// registers over all of W's rows instead of zeroed, then loaded and stored per four rows, then
+// passed over again for as_sum.
+template <typename T>
+void grad_input_row(const T* gy, const T* W, T* gx, size_t in, size_t out, bool as_sum) {
+    using S = simd::Simd<T>;
+    using V = typename S::V;
+    constexpr size_t w = size_t(S::W), U = 4;
+    size_t i = 0;
+    for (; i + U * w <= in; i += U * w) {
+        V acc[U];
+        for (size_t u = 0; u < U; ++u) acc[u] = S::zero();
+        for (size_t o = 0; o < out; ++o) {
+            const V a = S::set1(gy[o]);
+            const T* wo = W + o * in + i;
+            for (size_t u = 0; u < U; ++u) acc[u] = S::madd(a, S::load(wo + u * w), acc[u]);
+        }
+        for (size_t u = 0; u < U; ++u) S::store(gx + i + u * w, as_sum ? S::add(acc[u], S::zero()) : acc[u]);
+    }
+    for (; i < in; i += w) {
+        const int l = int(std::min(w, in - i));
+        V acc = S::zero();
+        for (size_t o = 0; o < out; ++o) acc = S::madd(S::set1(gy[o]), S::load(W + o * in + i, l), acc);
+        S::store(gx + i, as_sum ? S::add(acc, S::zero()) : acc, l);
+    }
+}
+
 // A linear layer over one row whose W (and b) are parameters: x's grads as linear_backward
 // makes them, W's and b's into the row.
 template <typename T>
@@ -190,7 +218,8 @@ void linear_row(const Frame<T>& f, const Record& r, const uint32_t* args, bool l
         gx = L.gx.data();
     }
     // linear_bwd over one row: the input gradient written (from zero), as a sum where in place
-    gemm::grad_input(gy, f.weight(o.v[1].first(0)), gx, 1, in, out, 0, 1, 0, size_t(-1), false, in_place);
+    // (gemm::grad_input's chains, kept in registers)
+    grad_input_row(gy, f.weight(o.v[1].first(0)), gx, in, out, in_place);
     if (!in_place) scatter_add(g, o.v[0], gx, writes);
     if (rr.col_w >= 0)
         for (uint32_t u = 0; u < out; ++u) {
