@@ -153,6 +153,49 @@ def test_unknown_and_unverified_names(toy, monkeypatch):
     assert registry.resolve("a path that is no set") == "a path that is no set"
 
 
+def test_a_set_with_a_third_party_md5(toy, monkeypatch, capsys):
+    handler, cache = toy
+    md5 = hashlib.md5(PAYLOAD).hexdigest()
+    toy_md5 = registry.DataSet("toy", "toy.txt", "https://example.invalid/toy.txt", None, None, "test",
+                               "md5 only", md5=md5, checksum_source="a test's own digest")
+    monkeypatch.setitem(registry.DATASETS, "toy", toy_md5)
+    assert registry.fetch("toy").read_bytes() == PAYLOAD  # verified by its MD5: no flag needed
+    (cache / "toy.txt").unlink()
+    handler.mode = "corrupt"
+    with pytest.raises(registry.ChecksumError, match="MD5 .*a test's own digest.*--unverified"):
+        registry.fetch("toy")
+    assert not (cache / "toy.txt").exists() and list(cache.iterdir()) == []  # the bad download is gone
+    assert registry.fetch("toy", unverified=True).read_bytes() != PAYLOAD  # the user's call, reported
+    assert "(unverified) has SHA-256" in capsys.readouterr().err
+    assert main(["data", "list"]) == 0
+    assert f"md5 {md5} from a test's own digest" in capsys.readouterr().out
+
+
+def test_the_registered_libsvm_sets_name_their_checksum_or_lack_of_one():
+    rcv1 = registry.dataset("rcv1")
+    assert rcv1.verified and rcv1.sha256 is None and len(rcv1.md5) == 32 and "epfml/pax" in rcv1.checksum_source
+    assert rcv1.filename.endswith(".bz2") and rcv1.url.endswith(rcv1.filename)
+    assert not registry.dataset("a9a").verified
+
+
+def test_burtorch_fl_takes_a_registered_libsvm_name(toy, monkeypatch, capsys):
+    import bz2
+
+    handler, cache = toy
+    rng = __import__("random").Random(0)
+    lines = [f"{rng.choice('+-')}1 " + " ".join(f"{j}:{rng.random():.3f}" for j in sorted(rng.sample(range(1, 40), 4)))
+             for _ in range(60)]
+    packed = bz2.compress(("\n".join(lines) + "\n").encode())
+    rcv1 = registry.dataset("rcv1")
+    handler.files = {rcv1.filename: packed}
+    monkeypatch.setitem(registry.DATASETS, "rcv1", registry.DataSet(
+        "rcv1", rcv1.filename, rcv1.url, None, None, rcv1.licence, rcv1.description,
+        md5=hashlib.md5(packed).hexdigest(), checksum_source="this test"))
+    assert main(["fl", "--libsvm", "rcv1", "--clients", "3", "--rounds", "3", "--quiet", "--seed", "0"]) == 0
+    assert "ef21: round 2  loss" in capsys.readouterr().out
+    assert handler.requests == 1 and (cache / rcv1.filename).read_bytes() == packed
+
+
 def test_default_cache_dir_is_the_platform_user_cache(monkeypatch, tmp_path):
     monkeypatch.delenv("BURTORCH_DATA", raising=False)
     monkeypatch.setattr(registry.sys, "platform", "linux")

@@ -84,6 +84,28 @@ def test_reader_sparse_and_dense_agree_and_errors(tmp_path):
     assert np.array_equal(S.toarray(), [[5.0, 0, 2.0], [0, 1.0, 0]])
 
 
+def test_a_bz2_file_reads_as_the_plain_one_and_a_cut_one_is_refused(tmp_path):
+    import bz2
+
+    A = sparse_matrix(30, 7, 0.5)
+    y = np.where(np.arange(30) % 2 == 0, 1.0, -1.0)
+    plain = tmp_path / "a.svm"
+    write_svm(plain, A, y)
+    packed = tmp_path / "a.svm.bz2"
+    packed.write_bytes(bz2.compress(plain.read_bytes()))
+    S, ys = read_libsvm(str(packed), sparse=True)
+    P, yp = read_libsvm(str(plain), sparse=True)
+    assert np.array_equal(S.toarray(), P.toarray()) and np.array_equal(ys, yp)
+    cut = tmp_path / "cut.svm.bz2"
+    cut.write_bytes(packed.read_bytes()[: len(packed.read_bytes()) // 2])
+    with pytest.raises(ValueError, match="not a readable bzip2 file"):
+        read_libsvm(str(cut), sparse=True)
+    foreign = tmp_path / "foreign.svm.bz2"
+    foreign.write_bytes(plain.read_bytes())  # named .bz2, not compressed
+    with pytest.raises(ValueError, match="not a readable bzip2 file"):
+        read_libsvm(str(foreign), sparse=True)
+
+
 def test_a_huge_feature_index_stays_sparse(tmp_path):
     path = tmp_path / "wide.svm"
     path.write_text("+1 1:1 1000000:2\n-1 5:1\n+1 7:0.5\n-1 999999:3\n")

@@ -5,7 +5,8 @@ import sys
 
 DESCRIPTION = """\
 The paper's data sets by name. 'get' downloads one into the cache directory ($BURTORCH_DATA,
-else the platform's user cache) once, verifies its SHA-256 and prints its path; a file that does
+else the platform's user cache) once, verifies its SHA-256 (or, for a set whose source publishes
+none, an MD5 published by a third party, named in 'list') and prints its path; a file that does
 not match is refused. Offline, place the file in the cache directory by hand (the error says where).
 'list' shows every name with its source, licence and whether a checksum is recorded."""
 
@@ -46,7 +47,12 @@ def _list(args) -> int:
     print(f"cache directory: {registry.cache_dir()}")
     for ds in registry.DATASETS.values():
         cached = (registry.cache_dir() / ds.filename).is_file()
-        check = f"sha256 {ds.sha256[:16]}..." if ds.sha256 else "no checksum recorded (unverified)"
+        if ds.sha256:
+            check = f"sha256 {ds.sha256[:16]}..."
+        elif ds.md5:
+            check = f"md5 {ds.md5} from {ds.checksum_source}"
+        else:
+            check = "no checksum recorded (unverified)"
         print(f"\n{ds.name}{' (cached)' if cached else ''}: {ds.description}\n  source:  {ds.url}\n"
               f"  licence: {ds.licence}\n  {check}")
     return 0

@@ -73,7 +73,9 @@ def register(sub) -> None:
     data = p.add_mutually_exclusive_group()
     data.add_argument("--data", default=None, help="a words file (names.txt) or a data set's name "
                       "(names): the makemore MLP per client")
-    data.add_argument("--libsvm", default=None, help="a LibSVM-format file: logistic regression on it")
+    data.add_argument("--libsvm", default=None, help="a LibSVM-format file (.bz2 read as it is) or a "
+                      "registered LibSVM set's name (rcv1, a9a, w8a; see 'burtorch data list'): "
+                      "logistic regression on it")
     p.add_argument("--samples", type=positive_int, default=1000, help="default problem: samples in all (default 1000)")
     p.add_argument("--dim", type=positive_int, default=30, help="default problem: features (default 30)")
     p.add_argument("--lam", type=non_negative_float, default=0.1,
@@ -103,8 +105,9 @@ def register(sub) -> None:
 
 
 def build_problem(args, seed: int):
+    from ..data import resolve
+
     if args.data is not None:
-        from ..data import resolve
         from ..fl.names import from_file
 
         path = os.fspath(resolve(args.data) or args.data)
@@ -113,7 +116,8 @@ def build_problem(args, seed: int):
     from ..fl.logistic import from_libsvm, synthetic
 
     if args.libsvm is not None:
-        return from_libsvm(args.libsvm, args.clients, args.lam, args.split, args.alpha, seed)
+        path = os.fspath(resolve(args.libsvm) or args.libsvm)
+        return from_libsvm(path, args.clients, args.lam, args.split, args.alpha, seed)
     return synthetic(args.clients, args.samples, args.dim, args.lam, args.split, args.alpha, seed)
 
 

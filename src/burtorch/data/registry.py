@@ -1,4 +1,4 @@
-"""Data sets by name: where each comes from, under which licence, and its SHA-256.
+"""Data sets by name: where each comes from, under which licence, and its checksum.
 
 ``fetch("names")`` returns the path of the cached file, downloading it once into the cache
 directory (``$BURTORCH_DATA``, else the platform's user cache) and verifying its checksum. A
@@ -41,6 +41,10 @@ class DataSet:
         size: its size in bytes, or None when unknown.
         licence: the licence the source publishes it under.
         description: what it is and which of the paper's workloads use it.
+        md5: an MD5 published for the file elsewhere, checked when no SHA-256 is recorded (a set
+            whose source publishes no checksum, and which could not be fetched where this
+            registry was written).
+        checksum_source: where ``md5`` was published, so that a user knows whose word it is.
     """
 
     name: str
@@ -50,10 +54,12 @@ class DataSet:
     size: int | None
     licence: str
     description: str
+    md5: str | None = None
+    checksum_source: str = ""
 
     @property
     def verified(self) -> bool:
-        return self.sha256 is not None
+        return self.sha256 is not None or self.md5 is not None
 
 
 DATASETS: dict[str, DataSet] = {d.name: d for d in (
@@ -67,14 +73,22 @@ DATASETS: dict[str, DataSet] = {d.name: d for d in (
             "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed", 1115394,
             "MIT (karpathy/char-rnn); the text is Shakespeare's, in the public domain",
             "1,115,394 characters of Shakespeare, 65 distinct: the paper's W5 (the mini GPT)"),
-    # The LibSVM sets of the federated guide. No copy could be fetched where this registry was
-    # written, so no checksum is recorded: they download only with ``unverified=True``.
+    # The LibSVM sets of the federated guide. The LibSVM page publishes no checksums and no copy
+    # could be fetched where this registry was written: a set with no MD5 published by a third
+    # party downloads only with ``unverified=True``.
     DataSet("a9a", "a9a", "https://www.csie.ntu.edu.tw/~cjlin/libsvmtools/datasets/binary/a9a",
             None, None, "LibSVM data sets page (UCI Adult, Kohavi 1996); cite as the page asks",
             "UCI Adult, 32,561 samples, 123 binary features: federated logistic regression"),
     DataSet("w8a", "w8a", "https://www.csie.ntu.edu.tw/~cjlin/libsvmtools/datasets/binary/w8a",
             None, None, "LibSVM data sets page (Platt 1998); cite as the page asks",
             "49,749 web pages, 300 binary features: federated logistic regression"),
+    DataSet("rcv1", "rcv1_train.binary.bz2",
+            "https://www.csie.ntu.edu.tw/~cjlin/libsvmtools/datasets/binary/rcv1_train.binary.bz2",
+            None, None, "LibSVM data sets page (RCV1-v2, Lewis et al. 2004); cite as the page asks",
+            "rcv1.binary's training part, 20,242 documents x 47,236 features (sparse, bzip2): "
+            "the EF21 reproduction", md5="1aeda848408e621468c0fe6944d9382f",
+            checksum_source="the MD5 in the LibSVM loader of github.com/epfml/pax "
+                            "(pax/tasks/datasets/libsvm.py); not verified against the file here"),
 )}
 
 
@@ -83,7 +97,7 @@ class DataUnavailableError(FileNotFoundError):
 
 
 class ChecksumError(ValueError):
-    """A file's SHA-256 (or size) is not the registered one."""
+    """A file's SHA-256 (or MD5, or size) is not the registered one."""
 
 
 def cache_dir() -> Path:
@@ -119,21 +133,38 @@ def source_url(ds: DataSet) -> str:
     return f"{mirror.rstrip('/')}/{ds.filename}" if mirror else ds.url
 
 
-def _digest(path: Path) -> tuple[str, int]:
-    h = hashlib.sha256()
-    size = 0
+class _Digests:
+    """SHA-256 and MD5 of a byte stream fed in chunks, and its size."""
+
+    def __init__(self) -> None:
+        self.sha256 = hashlib.sha256()
+        self.md5 = hashlib.md5(usedforsecurity=False)
+        self.size = 0
+
+    def update(self, chunk: bytes) -> None:
+        self.sha256.update(chunk)
+        self.md5.update(chunk)
+        self.size += len(chunk)
+
+
+def _digest(path: Path) -> _Digests:
+    d = _Digests()
     with open(path, "rb") as f:
         while chunk := f.read(_CHUNK):
-            h.update(chunk)
-            size += len(chunk)
-    return h.hexdigest(), size
+            d.update(chunk)
+    return d
 
 
-def _check(ds: DataSet, digest: str, size: int, what: str) -> None:
-    if ds.size is not None and size != ds.size:
-        raise ChecksumError(f"{what} has {size} bytes; {ds.name}'s {ds.filename} has {ds.size}")
-    if ds.sha256 is not None and digest != ds.sha256:
-        raise ChecksumError(f"{what} has SHA-256 {digest}; {ds.name}'s {ds.filename} has {ds.sha256}")
+def _check(ds: DataSet, d: _Digests, what: str) -> None:
+    if ds.size is not None and d.size != ds.size:
+        raise ChecksumError(f"{what} has {d.size} bytes; {ds.name}'s {ds.filename} has {ds.size}")
+    if ds.sha256 is not None and d.sha256.hexdigest() != ds.sha256:
+        raise ChecksumError(f"{what} has SHA-256 {d.sha256.hexdigest()}; {ds.name}'s {ds.filename} "
+                            f"has {ds.sha256}")
+    if ds.sha256 is None and ds.md5 is not None and d.md5.hexdigest() != ds.md5:
+        raise ChecksumError(f"{what} has MD5 {d.md5.hexdigest()}; {ds.name}'s {ds.filename} has "
+                            f"{ds.md5} ({ds.checksum_source}); fetch it with unverified=True "
+                            f"(--unverified) if you trust the file")
 
 
 def _offline_message(ds: DataSet, url: str, dest: Path, reason: str) -> str:
@@ -142,29 +173,27 @@ def _offline_message(ds: DataSet, url: str, dest: Path, reason: str) -> str:
             f"(or set ${ENV_VAR} to a directory holding {ds.filename})")
 
 
-def _download(ds: DataSet, url: str, dest: Path) -> None:
+def _download(ds: DataSet, url: str, dest: Path, unverified: bool = False) -> None:
     """Downloads ``url`` into ``dest`` atomically: a temporary file, verified, then renamed."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{ds.filename}.", suffix=".part", dir=dest.parent)
     tmp = Path(tmp_name)
     try:
-        h = hashlib.sha256()
-        size = 0
+        d = _Digests()
         limit = ds.size if ds.size is not None else 1 << 31
         with os.fdopen(fd, "wb") as out:
             try:
                 with urllib.request.urlopen(url, timeout=_TIMEOUT) as response:
                     announced = response.headers.get("Content-Length")
                     while chunk := response.read(_CHUNK):
-                        size += len(chunk)
-                        if size > limit:
+                        if d.size + len(chunk) > limit:
                             raise ChecksumError(f"the download of {url} exceeds {ds.filename}'s {limit} bytes")
-                        h.update(chunk)
+                        d.update(chunk)
                         out.write(chunk)
                 # A connection closed early can end the body without an error from urllib.
-                if announced is not None and announced.isdigit() and size < int(announced):
+                if announced is not None and announced.isdigit() and d.size < int(announced):
                     raise DataUnavailableError(_offline_message(
-                        ds, url, dest, f"the transfer ended after {size} of {announced} bytes"))
+                        ds, url, dest, f"the transfer ended after {d.size} of {announced} bytes"))
             except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError) as e:
                 if isinstance(e, (ChecksumError, DataUnavailableError)):
                     raise
@@ -172,7 +201,8 @@ def _download(ds: DataSet, url: str, dest: Path) -> None:
                 raise DataUnavailableError(_offline_message(ds, url, dest, str(reason))) from None
             out.flush()
             os.fsync(out.fileno())
-        _check(ds, h.hexdigest(), size, f"the download of {url}")
+        if not (unverified and ds.sha256 is None):
+            _check(ds, d, f"the download of {url}")
         os.replace(tmp, dest)
     except BaseException:
         tmp.unlink(missing_ok=True)
@@ -185,7 +215,8 @@ def fetch(name: str, *, download: bool = True, unverified: bool = False) -> Path
     Args:
         name: a key of :data:`DATASETS` (``"names"``, ``"tinyshakespeare"``, ...).
         download: when False, never use the network (an uncached set raises DataUnavailableError).
-        unverified: allow a set with no recorded checksum (its digest is printed to stderr).
+        unverified: allow a set with no recorded checksum, or whose file does not match an MD5
+            published by a third party (its digests are printed to stderr).
 
     Returns:
         The cached file's path.
@@ -206,11 +237,13 @@ def fetch(name: str, *, download: bool = True, unverified: bool = False) -> Path
     if not dest.is_file():
         if not download:
             raise DataUnavailableError(_offline_message(ds, url, dest, "downloads disabled"))
-        _download(ds, url, dest)
-    digest, size = _digest(dest)
-    _check(ds, digest, size, str(dest))
-    if not ds.verified:
-        print(f"burtorch: {dest} (unverified) has SHA-256 {digest}", file=sys.stderr)
+        _download(ds, url, dest, unverified)
+    d = _digest(dest)
+    if unverified and ds.sha256 is None:
+        print(f"burtorch: {dest} (unverified) has SHA-256 {d.sha256.hexdigest()}, MD5 "
+              f"{d.md5.hexdigest()}", file=sys.stderr)
+    else:
+        _check(ds, d, str(dest))
     return dest
 
 

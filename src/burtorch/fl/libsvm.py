@@ -7,6 +7,7 @@ reported with its number.
 """
 from __future__ import annotations
 
+import bz2
 import math
 import os
 from typing import Any
@@ -23,13 +24,15 @@ def read_libsvm(path: str, max_features: int = 10_000_000, sparse: bool = False,
 
     Binary labels of any two values are mapped to -1 (the smaller) and +1 (the larger). A
     feature index given twice on one line, a non-finite label or value are errors. max_cells
-    bounds samples x features of the dense matrix (never allocated above it)."""
+    bounds samples x features of the dense matrix (never allocated above it). A path ending in
+    ``.bz2`` (the LibSVM page's compressed files) is decompressed while it is read."""
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"path must be a str, got {type(path).__name__}")
     if not os.path.isfile(path):
         raise FileNotFoundError(f"LibSVM file not found: {path}")
     lengths, cols, vals, labels, width = [0], [], [], [], 0
-    with open(path, encoding="utf-8", errors="strict") as f:
+    opener = bz2.open if os.fspath(path).endswith(".bz2") else open
+    with opener(path, "rt", encoding="utf-8", errors="strict") as f:
         try:
             for number, line in enumerate(f, 1):
                 line = line.split("#", 1)[0].strip()
@@ -51,6 +54,11 @@ def read_libsvm(path: str, max_features: int = 10_000_000, sparse: bool = False,
                 labels.append(label)
         except UnicodeDecodeError as e:
             raise ValueError(f"{path} is not a LibSVM text file ({e.reason})") from None
+        except (OSError, EOFError) as e:
+            if opener is open:
+                raise
+            # a .bz2 that is not one, or is cut short
+            raise ValueError(f"{path} is not a readable bzip2 file ({e})") from None
     if not labels:
         raise ValueError(f"{path} has no samples")
     classes = sorted(set(labels))
