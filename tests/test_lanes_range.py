@@ -82,6 +82,15 @@ def test_rows_match_one_sample_w4(hidden):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("emb", [8, 9])
+def test_rows_match_one_sample_wide_layers(dtype, emb):
+    """A layer wide enough for its weight grads' whole cache lines to go into a reused output
+    directly (the rest through the row's buffer), rows of W aligned or not with those lines."""
+    m = model(dtype, vocab=13, block=8, emb=emb, hidden=5, seed=5)
+    assert_rows_match(m, batch_for(m, 19, seed=6))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
 def test_rows_match_for_a_subset_of_parameters(dtype):
     """wrt in another order than the parameters, part of them: the columns follow wrt."""
     m = model(dtype)

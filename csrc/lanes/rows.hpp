@@ -6,11 +6,12 @@
 // records that reach the parameters write their part of the row themselves, once:
 //   - a linear layer over one row: gW[o, i] = madd(gy[o], x[i], 0) and gb[o] = 0 + gy[o] (the
 //     one-sample kernels' chains, which start from the zeroed grads: gemm::grad_weight and
-//     grad_bias over one row), each vector of the row stored as soon as it is made;
+//     grad_bias over one row);
 //   - a lookup: its table's grads summed in the record's order (gather.hpp's backward into
 //     zeroed grads);
 //   - the row's columns no record reaches: zeros.
-// Each row is made in a buffer, then stored into the matrix in one pass.
+// Each row is made in a buffer, then stored into the matrix in one pass; into a reused matrix
+// (streamed), the whole cache lines of a wide layer's weight grads go there directly instead.
 // Everything else (the forward, and the backward of the activations) runs the one-sample
 // kernels themselves on the sample's frame, so every value of a row has the bits the one-sample
 // replay gives it. A reused output takes non-temporal stores (nothing reads the row back soon,
@@ -45,11 +46,12 @@ template <typename T>
 struct RowsPlan {
     const Program<T>* laid_out_for = nullptr;
     int usable = -1;
-    std::vector<RowRecord> recs;       // per entry of P.sweep
-    std::vector<Span> zero_local;      // P.sweep_grads' local slots
-    std::vector<T> xs, gx;             // a linear layer's x gathered, its gx
-    std::vector<uint32_t> head, next;  // a lookup's positions by table row
-    std::vector<T> row;                // the row being made
+    std::vector<RowRecord> recs;                   // per entry of P.sweep
+    std::vector<Span> zero_local;                  // P.sweep_grads' local slots
+    std::vector<T> xs, gx;                         // a linear layer's x gathered, its gx
+    std::vector<uint32_t> head, next;              // a lookup's positions by table row
+    std::vector<T> row;                            // the row being made
+    std::vector<std::pair<size_t, size_t>> holes;  // its columns stored into the matrix directly
 };
 
 namespace rows_detail {
@@ -196,7 +198,7 @@ void grad_input_row(const T* gy, const T* W, T* gx, size_t in, size_t out, bool 
 // makes them, W's and b's into the row.
 template <typename T>
 void linear_row(const Frame<T>& f, const Record& r, const uint32_t* args, bool live, bool writes, const RowRecord& rr,
-                T* row, bool stream, RowsPlan<T>& L) {
+                T* row, T* direct, std::vector<std::pair<size_t, size_t>>& holes, RowsPlan<T>& L) {
     using S = simd::Simd<T>;
     const Operands o = decode_operands(args + r.a);
     const uint32_t in = o.tail[1], out = o.tail[2];
@@ -204,8 +206,8 @@ void linear_row(const Frame<T>& f, const Record& r, const uint32_t* args, bool l
     T* g = f.grads();
     if (!live) {  // as run_backward skips it: W's and b's grads stay zero
         if (writes) zero_spans(g, o.v[0]);
-        if (rr.col_w >= 0) put_zeros(row + rr.col_w, size_t(in) * out, stream);
-        if (has_b && rr.col_b >= 0) put_zeros(row + rr.col_b, out, stream);
+        if (rr.col_w >= 0) put_zeros(row + rr.col_w, size_t(in) * out, false);
+        if (has_b && rr.col_b >= 0) put_zeros(row + rr.col_b, out, false);
         return;
     }
     const T* gy = g + r.out;
@@ -221,12 +223,25 @@ void linear_row(const Frame<T>& f, const Record& r, const uint32_t* args, bool l
     // (gemm::grad_input's chains, kept in registers)
     grad_input_row(gy, f.weight(o.v[1].first(0)), gx, in, out, in_place);
     if (!in_place) scatter_add(g, o.v[0], gx, writes);
+    constexpr size_t w = size_t(S::W);
     if (rr.col_w >= 0)
         for (uint32_t u = 0; u < out; ++u) {
             const typename S::V a = S::set1(gy[u]);
-            put(row + rr.col_w + size_t(u) * in, in, stream, [a, x](size_t i, int l = S::W) {
+            const size_t c0 = size_t(rr.col_w) + size_t(u) * in;
+            // Into the matrix directly (when it is streamed): the whole cache lines of this row of
+            // W's grads, [c0 + h, c0 + e); the lines it shares with its neighbours go through `row`.
+            size_t h = in, e = in;
+            if (direct && reinterpret_cast<uintptr_t>(direct) % sizeof(T) == 0 && in >= 4 * w) {
+                h = (w - (reinterpret_cast<uintptr_t>(direct + c0) / sizeof(T)) % w) % w;
+                e = h + (in - h) / w * w;
+                for (size_t i = h; i < e; i += w) S::stream(direct + c0 + i, S::madd(a, S::load(x + i), S::zero()));
+                holes.emplace_back(c0 + h, c0 + e);
+            }
+            auto chain = [a, x](size_t i, int l = S::W) {
                 return S::madd(a, l == S::W ? S::load(x + i) : S::load(x + i, l), S::zero());
-            });
+            };
+            put(row + c0, h, false, chain);
+            put(row + c0 + e, in - e, false, [&](size_t i, int l = S::W) { return chain(e + i, l); });
         }
     if (has_b && rr.col_b >= 0)
         for (uint32_t u = 0; u < out; ++u) row[rr.col_b + u] = T(0) + gy[u];
@@ -299,6 +314,8 @@ ReplayResult replay_rows(const Program<T>& P, Workspace<T>& W, RowsPlan<T>& L, c
             continue;
         }
         if (values) values[s] = double(W.v[P.root]);
+        T* direct = stream ? rows + s * nw : nullptr;  // into fresh pages, plain stores of whole rows
+        L.holes.clear();
         for (const Span& sp : L.zero_local) std::fill_n(g + sp.first, sp.second, T(0));
         g[P.root] += seed;
         for (size_t i = P.sweep.size(); i-- > 0;) {
@@ -308,7 +325,7 @@ ReplayResult replay_rows(const Program<T>& P, Workspace<T>& W, RowsPlan<T>& L, c
             const bool writes = P.first_write[P.sweep[i]] != 0;
             const RowRecord& rr = L.recs[i];
             if (rr.kind == RowKind::linear)
-                rows_detail::linear_row(f, r, args, live, writes, rr, row, false, L);
+                rows_detail::linear_row(f, r, args, live, writes, rr, row, direct, L.holes, L);
             else if (rr.kind == RowKind::gather)
                 rows_detail::gather_row(f, r, args, live, rr, row);
             else if (live)
@@ -316,7 +333,14 @@ ReplayResult replay_rows(const Program<T>& P, Workspace<T>& W, RowsPlan<T>& L, c
             else if (writes)
                 zero_spans(g, decode_operands(args + r.a).v[0]);
         }
-        rows_detail::put_copy(rows + s * nw, row, nw, stream);
+        // the row from `row` into the matrix, but for what went there directly
+        std::sort(L.holes.begin(), L.holes.end());
+        size_t at = 0;
+        for (const auto& [h0, h1] : L.holes) {
+            rows_detail::put_copy(rows + s * nw + at, row + at, h0 - at, stream);
+            at = h1;
+        }
+        rows_detail::put_copy(rows + s * nw + at, row + at, nw - at, stream);
         for (size_t i = 0; i < P.sweep.size(); ++i)
             if (L.recs[i].kind == RowKind::gather) rows_detail::clear_gather(P.recs[P.sweep[i]], args, L.recs[i], row);
     }
