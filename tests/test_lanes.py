@@ -152,6 +152,48 @@ def test_guards_lanes_disagree(dtype):
     np.testing.assert_array_equal(bits(vals[0]), bits(vals[1]))  # failed samples: left as they were
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("reduce", [None, "mean"])
+def test_failed_samples_go_through_traced_variants_in_lanes(dtype, reduce, monkeypatch):
+    """Once both branches are traced, a .map whose lanes disagree recomputes the failing samples
+    by replaying the other variant over them (no call per sample), with the numbers of a call per
+    sample: the one-sample map's bits, and for a mean its order (failed samples last, ascending)."""
+    rng = np.random.default_rng(12)
+    X = rng.normal(size=(203, 2))
+    X[0] = (2.0, 1.0)
+    f = bt.value_and_grad(branchy, argnums=(0, 1), dtype=dtype)
+    f.map(X)  # traces a > b, then a <= b for the first sample that fails
+    assert f.traces == 2
+
+    def one_call_per_failed_sample(Xo):
+        """What .map computed before: the newest variant over all samples, then a call per
+        sample it failed (there, the older variant dropped, so the call traces it again)."""
+        f0 = bt.value_and_grad(branchy, argnums=(0, 1), dtype=dtype)
+        run(f0, X, False)  # the same history: a > b traced first, then a <= b
+        for progs in f0._cache.values():
+            del progs[:-1]
+        want = run(f0, Xo, False, reduce=reduce)
+        assert f0.traces == 3
+        return want
+
+    for Xo in (X, X[::-1].copy()):
+        calls = []
+        monkeypatch.setattr(f, "_call_raw", lambda args: calls.append(args))
+        v1, g1 = f.map(Xo, reduce=reduce)
+        monkeypatch.undo()
+        assert calls == [] and f.traces == 2
+        v0, g0 = one_call_per_failed_sample(Xo)
+        np.testing.assert_array_equal(bits(v1), bits(v0))
+        np.testing.assert_array_equal(bits(g1), bits(g0))
+    # a third branch is still traced by a call
+    cube = bt.value_and_grad(lambda a: a * 2.0 if a > 1 else (a * a if a > -1 else -a), dtype=dtype)
+    xs = np.array([2.0, 0.5, -2.0, 3.0, 0.0, -3.0])
+    v, g = cube.map(xs)
+    assert cube.traces == 3
+    assert v.tolist() == [4.0, 0.25, 2.0, 6.0, 0.0, 3.0]
+    assert g.ravel().tolist() == [2.0, 1.0, -1.0, 2.0, 0.0, -1.0]
+
+
 def test_guards_mean_keeps_order():
     X = np.random.default_rng(6).normal(size=(300, 2))
     X[0] = (2.0, 1.0)
@@ -243,6 +285,29 @@ def test_map_out_bad_arrays_raise_and_write_nothing():
         with pytest.raises(exc, match=msg):
             f.map(X, out=out)
         assert (v == 3.0).all()
+    # out= must not overlap what the replay reads: X (as passed, or as converted) and the ids
+    XX = X.copy()
+    for out in ((v, XX), (XX.reshape(-1)[8:], good), (XX.reshape(-1)[:8], None)):
+        with pytest.raises(ValueError, match="overlaps the inputs"):
+            f.map(XX, out=out)
+        np.testing.assert_array_equal(XX, X)
+        assert (v == 3.0).all() and (good == 0.0).all()
+    f.map(XX, out=(v.copy(), XX.copy()))  # copies of them are fine
+    buf = X.copy()  # a strided X is read through a copy; out= over the caller's X is refused anyway
+    with pytest.raises(ValueError, match="overlaps the inputs"):
+        f.map(buf[:, ::-1], out=(v, buf))
+    np.testing.assert_array_equal(buf, X)
+    ids = np.arange(8, dtype=np.int64)
+    fi = bt.value_and_grad(lambda a, i: a * 2.0, ids=(1,))
+    with pytest.raises(ValueError, match="overlaps the inputs"):
+        fi.map(X[:, 0].copy(), ids=[ids], out=(ids.view(np.float64), np.zeros((8, 1))))
+    np.testing.assert_array_equal(ids, np.arange(8))
+    # a non-finite input is refused before anything is written
+    Xn, gg = X.copy(), np.full((8, 2), 3.0)
+    Xn[5, 1] = np.nan
+    with pytest.raises(ValueError, match="sample 5, input 1 is not finite"):
+        f.map(Xn, out=(v, gg))
+    assert (v == 3.0).all() and (gg == 3.0).all()
     with pytest.raises(TypeError, match="dtype float64"):
         f.map(X, reduce="mean", out=(None, np.zeros(2, np.float32)))
     with pytest.raises(ValueError, match=r"shape \(2,\)"):

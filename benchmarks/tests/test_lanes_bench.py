@@ -2,6 +2,11 @@
 benchmark cross-checks them before timing), and it prints a row per path for W1 and W2."""
 from __future__ import annotations
 
+import os
+import time
+
+import pytest
+
 import burtorch as bt
 from burtorch_bench import lanes
 
@@ -15,10 +20,45 @@ def test_lanes_bench_runs_and_leaves_lanes_on(capsys):
                 "traffic floor"):
         assert out.count(row) == 2
     assert bt.lanes_enabled()
+    # the header says how the peers were set up and what the floor is
+    assert "peers: one-core; XLA_FLAGS=" in out and "torch not loaded" in out
+    assert "floor: np.copyto(grads, X) + values.fill(0)" in out
+
+
+def test_peers_one_core_sets_the_xla_flag_once(monkeypatch):
+    monkeypatch.setenv("XLA_FLAGS", "--xla_dump_to=/nonexistent")
+    lanes.configure_peers("one-core")
+    lanes.configure_peers("one-core")
+    assert lanes.os.environ["XLA_FLAGS"] == "--xla_dump_to=/nonexistent --xla_cpu_multi_thread_eigen=false"
+    monkeypatch.delenv("XLA_FLAGS")
+    lanes.configure_peers("default")
+    assert "XLA_FLAGS" not in lanes.os.environ
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/task"), reason="no /proc: the column stays empty")
+def test_others_cpu_counts_another_threads_work():
+    import threading
+
+    stop = threading.Event()
+
+    def spin():
+        while not stop.is_set():
+            sum(i * i for i in range(1000))
+
+    t = threading.Thread(target=spin)
+    t.start()
+    try:
+        before = lanes.others_cpu_ns()
+        time.sleep(0.05)
+        after = lanes.others_cpu_ns()
+    finally:
+        stop.set()
+        t.join()
+    assert after > before
 
 
 def test_lanes_bench_refuses_bad_sizes(capsys):
-    import pytest
-
     with pytest.raises(SystemExit):
         lanes.main(["--n1", "1"])
+    with pytest.raises(SystemExit):
+        lanes.main(["--peers", "all"])

@@ -16,6 +16,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <new>
 #include <vector>
 
 #include "../program.hpp"
@@ -54,10 +55,28 @@ size_t block_lanes(size_t slots) {
     return W;
 }
 
+// The frame's storage, aligned to a cache line: a slot is B lanes, a multiple of the vector width,
+// so with the base aligned no vector load or store of a kernel straddles two lines (from malloc's
+// 16-byte alignment most would).
+template <typename T>
+struct LineAligned {
+    using value_type = T;
+    static constexpr std::align_val_t kAlign{64};
+    LineAligned() = default;
+    template <typename U>
+    LineAligned(const LineAligned<U>&) {}
+    T* allocate(size_t n) { return static_cast<T*>(::operator new(n * sizeof(T), kAlign)); }
+    void deallocate(T* p, size_t) { ::operator delete(p, kAlign); }
+    template <typename U>
+    bool operator==(const LineAligned<U>&) const {
+        return true;
+    }
+};
+
 // One thread's lane state for one program.
 template <typename T>
 struct LaneWorkspace {
-    std::vector<T> v, g;
+    std::vector<T, LineAligned<T>> v, g;
     LaneScratch<T> scratch;
     const Program<T>* laid_out_for = nullptr;
     size_t B = 0;
@@ -66,6 +85,9 @@ struct LaneWorkspace {
     // its sweep: Program::sweep_grads but the slots a first writer writes.
     std::vector<uint8_t> first;
     std::vector<Span> zero;
+    // The root's grad is local and zeroed before each sweep: the seed is then stored (0 + seed,
+    // the same bits) rather than added into a line memset just wrote, and `zero` leaves it out.
+    bool seed_stores = false;
 };
 
 // Which scalar records of P's sweep reach an argument's grad first (in the sweep's order, the
@@ -94,9 +116,14 @@ void plan_first_writes(const Program<T>& P, LaneWorkspace<T>& L) {
         }
     }
     L.zero.clear();
+    L.seed_stores = false;
     for (const Span& sp : P.sweep_grads)
         for (uint32_t j = sp.first; j < sp.first + sp.second; ++j) {
             if (written[j]) continue;
+            if (j == P.root && j >= P.n_ext) {
+                L.seed_stores = true;
+                continue;
+            }
             if (!L.zero.empty() && L.zero.back().first + L.zero.back().second == j)
                 ++L.zero.back().second;
             else
@@ -156,6 +183,22 @@ void store_rows(const T* const* src, T* out, size_t m, size_t k) {
     }
 }
 
+// Asks for the cache lines of [p, p + bytes): the next block's rows of X (read) and of the outputs
+// (write). A block's reads of X come in a burst at its start and its stores in a burst at its end;
+// asked for one block ahead, the lines arrive while this block computes, instead of stalling those
+// bursts line by line when the caller's arrays are not in cache (out= arrays reused between calls
+// usually are not: other work ran in between).
+template <bool Write>
+inline void prefetch_lines(const void* p, size_t bytes) {
+#if defined(__GNUC__) || defined(__clang__)
+    const char* c = static_cast<const char*>(p);
+    for (size_t off = 0; off < bytes; off += 64) __builtin_prefetch(c + off, Write ? 1 : 0, 3);
+#else
+    (void)p;
+    (void)bytes;
+#endif
+}
+
 template <size_t B, typename T>
 void replay_blocks(const Program<T>& P, LaneWorkspace<T>& L, const T* arena_values, const Samples& in, Reduce reduce,
                    T seed, double* values, T* rows, double* sum, ReplayResult& res) {
@@ -180,6 +223,12 @@ void replay_blocks(const Program<T>& P, LaneWorkspace<T>& L, const T* arena_valu
         for (uint32_t t = 0; t < sp.second; ++t) gw.push_back(g + size_t(sp.first + t) * B);
     for (size_t s0 = 0; s0 < in.n; s0 += B) {
         const size_t m = std::min(B, in.n - s0);  // real lanes; the rest repeat sample s0 + m - 1
+        if (s0 + B < in.n) {
+            const size_t s1 = s0 + B, m1 = std::min(B, in.n - s1);
+            if (k) prefetch_lines<false>(in.x + s1 * k, m1 * k * sizeof(double));
+            if (values) prefetch_lines<true>(values + s1, m1 * sizeof(double));
+            if (reduce == Reduce::rows && nw) prefetch_lines<true>(rows + s1 * nw, m1 * nw * sizeof(T));
+        }
         if (k) load_rows(xin.data(), in.x + s0 * k, m, k);
         for (size_t i = 0; i < k; ++i)
             for (size_t l = m; l < B; ++l) xin[i][l] = xin[i][m - 1];
@@ -216,7 +265,10 @@ void replay_blocks(const Program<T>& P, LaneWorkspace<T>& L, const T* arena_valu
         for (const Span& sp : L.zero) std::fill_n(g + size_t(sp.first) * B, size_t(sp.second) * B, T(0));
         std::fill_n(g, size_t(P.n_ext) * B, T(0));
         T* gr = g + size_t(P.root) * B;
-        BT_LANES_SIMD for (size_t l = 0; l < B; ++l) gr[l] += seed;
+        if (L.seed_stores)
+            std::fill_n(gr, B, T(0) + seed);
+        else
+            BT_LANES_SIMD for (size_t l = 0; l < B; ++l) gr[l] += seed;
         for (size_t i = P.sweep.size(); i-- > 0;)
             backward_lanes<B>(v, g, P.recs[P.sweep[i]], args, L.scratch, L.first[i]);
         if (reduce == Reduce::rows && !any_bad) {  // sample after sample, each row in turn

@@ -304,13 +304,16 @@ class Compiled:
         list of L ids. Returns (values (N,), grads (N, len(argnums))), or with reduce="mean"
         (values (N,), the mean gradient (len(argnums),): each sample's sweep seeded with 1/N and
         the samples' grads added in float64 in ascending sample order, a fixed order; samples
-        whose guard failed are recomputed and added after the others). grad() returns the grads
-        only.
+        whose guard failed are recomputed and added after the others, in ascending order). grad()
+        returns the grads only. Samples whose guard fails go through the other variants already
+        traced, each over all of them in one replay; those no variant takes, through a call.
 
         out: arrays the results are written into (and returned), instead of new ones: for
         value_and_grad a pair (values, grads), for grad the grads array alone. values is float64
         (N,); grads is (N, len(argnums)) of the program's dtype (float64 or float32), or float64
-        (len(argnums),) with reduce="mean"; each C-contiguous and writeable.
+        (len(argnums),) with reduce="mean"; each C-contiguous, writeable, and overlapping neither
+        the other nor X or the ids. A bad array, or a NaN or inf in X, raises before anything is
+        written.
 
         Programs made of scalar ops only (no vector/range ops) run their samples in blocks of
         SIMD lanes, each sample's numbers bitwise those of a call with that sample alone."""
@@ -319,6 +322,8 @@ class Compiled:
         if reduce not in (None, "mean"):
             raise ValueError(f"reduce must be None or 'mean', got {reduce!r}")
         _check_grad_enabled()
+        # the caller's own arrays, before any conversion: out= must not overlap them
+        inputs = [a for a in (X, *(ids or ())) if isinstance(a, np.ndarray)]
         X, id_cols, N = _batch(X, ids)
         id_shape = tuple(0 if c.ndim == 1 else c.shape[1] for c in id_cols)
         if len(id_shape) != len(self.ids):
@@ -329,25 +334,53 @@ class Compiled:
         row_args = _sample_args(X, id_cols, 0, self.ids, nargs)
         floats, id_args, id_shape0, wrt_pos = self._split(row_args)
         mode = "sum" if reduce == "mean" else "rows"
-        given = self._outputs(out, self._arena().dtype, N, mode) if out is not None else None
+        given = self._outputs(out, self._arena().dtype, N, mode, inputs + [X]) if out is not None else None
         if _core.is_anomaly_enabled():  # every sample eagerly, its ops checked (see __call__)
             return self._map_eager(X, id_cols, N, nargs, reduce, given)
         key, progs, arena = self._programs(row_args, floats, id_args, id_shape0, wrt_pos)
         prog = progs[-1]
         ids = np.concatenate([c.reshape(N, -1) for c in id_cols], axis=1) if id_cols else np.zeros((N, 0), np.int64)
-        value, grads, failed = _run(prog, X, np.ascontiguousarray(ids, dtype=np.int64), mode,
-                                    1.0 / N if reduce else 1.0, given)
-        for s in failed:  # guards that came out differently: recomputed by a (re)trace
+        ids = np.ascontiguousarray(ids, dtype=np.int64)
+        value, grads, failed = _run(prog, X, ids, mode, 1.0 / N if reduce else 1.0, given)
+        if not failed:
+            return (value, grads) if self._with_value else grads
+        # Guards that came out differently: those samples go through the other variants already
+        # traced (newest first, as a call tries them), each variant over all the samples still
+        # failing in one lane replay, with seed 1 as a call replays them; what none of them
+        # takes is recomputed by a call, which traces its branch. A sample's value and grads
+        # are those of a call with that sample alone whichever variant takes it (a variant
+        # whose guards all hold recorded that sample's very branch).
+        todo = np.asarray(failed, dtype=np.intp)
+        added = []  # with reduce: (samples, their grads) to add after the others
+        for other in list(reversed(progs[:-1])):
+            if not len(todo):
+                break
+            v, g, miss = _run(other, X[todo], ids[todo], "rows", 1.0)
+            took = np.ones(len(todo), dtype=bool)
+            took[miss] = False
+            value[todo[took]] = v[took]
+            if reduce:
+                added.append((todo[took], g[took]))
+            else:
+                grads[todo[took]] = g[took]
+            todo = todo[~took]
+        for s in todo.tolist():
             v, g = self._call_raw(_sample_args(X, id_cols, s, self.ids, nargs))
             value[s] = v
             if reduce:
-                grads += np.asarray(g, dtype=np.float64) / N
+                added.append((np.array([s]), np.array([g])))
             else:
                 grads[s] = g
+        if reduce:  # one sample after another in ascending order (accumulate adds sequentially)
+            at = np.concatenate([a for a, _ in added])
+            rows = np.concatenate([np.asarray(g, dtype=np.float64) for _, g in added])[np.argsort(at)]
+            grads[...] = np.add.accumulate(np.vstack([grads[None], rows / N]), axis=0)[-1]
         return (value, grads) if self._with_value else grads
 
-    def _outputs(self, out, dtype, N, mode):
-        """The caller's (values, grads) for map(out=...), checked: (values, grads) arrays."""
+    def _outputs(self, out, dtype, N, mode, inputs=()):
+        """The caller's (values, grads) for map(out=...), checked: (values, grads) arrays, neither
+        overlapping the other nor any of `inputs` (X and ids: the replay reads them while it
+        writes, and a failed guard's sample is read again afterwards)."""
         import numpy as np
 
         if self._with_value:
@@ -377,6 +410,9 @@ class Compiled:
             checked.append(a)
         if checked[0] is not None and checked[1] is not None and np.may_share_memory(checked[0], checked[1]):
             raise ValueError("out: values and grads overlap")
+        for name, a in (("values", checked[0]), ("grads", checked[1])):
+            if a is not None and any(np.may_share_memory(a, x) for x in inputs):
+                raise ValueError(f"out: {name} overlaps the inputs (X or ids)")
         return checked
 
     def _map_eager(self, X, id_cols, N, nargs, reduce, given=None):

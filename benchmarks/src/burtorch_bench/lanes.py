@@ -4,20 +4,34 @@ program replayed one sample at a time (lanes off: .map before lane replay) and J
 jit(vmap(value_and_grad)), FP64, one core.
 
     taskset -c 0 python -m burtorch_bench.lanes [--n1 100000] [--n2 20000] [--reps 15]
+                                                [--peers one-core|default]
 
 Rows per graph: burtorch .map allocating its outputs (as JAX does), .map(out=...) writing into
-arrays the caller passes and reuses, the one-sample replay, JAX, and the traffic floor: one pass
-that reads the inputs (N x 2 doubles) and writes as many bytes as the outputs (values N, grads
-N x 2), i.e. numpy copying X into the grads array and filling the values. Each repetition runs
-every row once, in turn (the order rotating from one repetition to the next), so all rows see the
-same load; medians of --reps after a warm-up. The
-ratios are what to read: on a shared host the single figures move with the load.
+arrays the caller passes and reuses, the one-sample replay, JAX, and the traffic floor: the
+cheapest pass that reads X (N x 2 doubles) once and writes the outputs once, with the dtypes and
+shapes .map writes (values N, grads N x 2, float64) into arrays reused as out= reuses them:
+np.copyto(grads, X) then values.fill(0), two numpy calls timed like every other row. Each
+repetition runs every row once, in turn (the order rotating from one repetition to the next), so
+all rows see the same load; medians of --reps after a warm-up. The ratios are what to read: on a
+shared host the single figures move with the load.
+
+One core, configured as a careful user would (--peers one-core, the default): JAX's CPU client
+dispatches each call to a worker thread and waits for it, and on one core that thread competes
+with the caller (and, spinning after its work, with the next row); jax_cpu_enable_async_dispatch
+off runs the computation on the calling thread. XLA_FLAGS gets --xla_cpu_multi_thread_eigen=false
+(Eigen's own pool off); the often-quoted `intra_op_parallelism_threads=1` is no XLA flag (XLA
+ignores it without the dashes and refuses it with them), so it is not set. No row uses PyTorch;
+if something loaded it, one-core sets its threads to 1. --peers default leaves the peers as
+installed. Each row also reports the CPU time the process's other threads used per call (from
+/proc/self/task/*/schedstat): a row whose helpers run beside it on the one core shows it there.
 """
 from __future__ import annotations
 
 import argparse
 import os
 import statistics
+import sys
+import threading
 import time
 
 import numpy as np
@@ -48,8 +62,36 @@ def _burtorch_rows(expr, X):
             ("burtorch .map one-sample", one)]
 
 
+ONE_CORE_XLA_FLAG = "--xla_cpu_multi_thread_eigen=false"
+
+
+def configure_peers(mode: str) -> list[str]:
+    """Sets the peers up for `mode` before JAX is imported; returns the lines the header prints."""
+    lines = []
+    if mode == "one-core":
+        flags = os.environ.get("XLA_FLAGS", "")
+        if ONE_CORE_XLA_FLAG.split("=")[0] not in flags:
+            os.environ["XLA_FLAGS"] = f"{flags} {ONE_CORE_XLA_FLAG}".strip()
+    lines.append(f"XLA_FLAGS={os.environ.get('XLA_FLAGS', '')!r}")
+    torch = sys.modules.get("torch")  # no row uses it; if something loaded it, its pool is idle
+    if torch is None:
+        lines.append("torch not loaded")
+    else:
+        if mode == "one-core":
+            torch.set_num_threads(1)
+        lines.append(f"torch loaded: {torch.get_num_threads()} threads")
+    try:
+        import jax
+    except ImportError as exc:
+        return lines + [f"jax not installed ({exc.name}): its rows are left out"]
+    if mode == "one-core":
+        jax.config.update("jax_cpu_enable_async_dispatch", False)
+    lines.append(f"jax {jax.__version__}: async dispatch "
+                 f"{'on' if jax.config.read('jax_cpu_enable_async_dispatch') else 'off'}")
+    return lines
+
+
 def _jax_row(expr, X):
-    os.environ.setdefault("XLA_FLAGS", "--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1")
     import jax
 
     jax.config.update("jax_enable_x64", True)
@@ -62,6 +104,21 @@ def _jax_row(expr, X):
 
     once()  # compile
     return [("jax jit(vmap(value_and_grad))", once)]
+
+
+def others_cpu_ns() -> int | None:
+    """CPU time (ns) the process's threads other than this one have used so far, or None where
+    /proc has no schedstat (not Linux)."""
+    me = threading.get_native_id()
+    total = 0
+    try:
+        for tid in os.listdir("/proc/self/task"):
+            if int(tid) != me:
+                with open(f"/proc/self/task/{tid}/schedstat") as fh:
+                    total += int(fh.read().split()[0])
+    except OSError:
+        return None
+    return total
 
 
 def _floor_row(X):
@@ -107,19 +164,25 @@ def bench(name, expr, jax_expr, n, reps, seed=0):
             np.testing.assert_allclose(out[0], ref_v, rtol=1e-9, atol=1e-9, err_msg=label)
             np.testing.assert_allclose(out[1], ref_g, rtol=1e-9, atol=1e-9, err_msg=label)
     times = {label: [] for label, _ in rows}
+    others = {label: 0 for label, _ in rows}
     for rep in range(reps):
         # the order rotates per repetition: whichever row runs first in a round ran faster
         # on the shared host, whatever it was
         for label, fn in rows[rep % len(rows):] + rows[:rep % len(rows)]:
+            c = others_cpu_ns()
             t = time.perf_counter()
             fn()
             times[label].append(time.perf_counter() - t)
+            if c is not None:
+                others[label] += others_cpu_ns() - c
     med = {label: statistics.median(ts) for label, ts in times.items()}
     lanes_out = med["burtorch .map(out=) (lanes)"]
+    floor = med["traffic floor (numpy pass)"]
     print(f"{name}: N = {n:,} inputs, value and 2 grads each, FP64; medians of {reps}")
-    print(f"  {'row':<32} {'median ms':>10} {'min':>8} {'x lanes(out=)':>14}")
+    print(f"  {'row':<32} {'median ms':>10} {'min':>8} {'x lanes(out=)':>14} {'x floor':>8} {'others ms':>10}")
     for label, ts in times.items():
-        print(f"  {label:<32} {1e3 * med[label]:>10.3f} {1e3 * min(ts):>8.3f} {med[label] / lanes_out:>14.2f}")
+        print(f"  {label:<32} {1e3 * med[label]:>10.3f} {1e3 * min(ts):>8.3f} {med[label] / lanes_out:>14.2f}"
+              f" {med[label] / floor:>8.2f} {1e-6 * others[label] / reps:>10.3f}")
     return med
 
 
@@ -128,14 +191,21 @@ def main(argv=None):
     ap.add_argument("--n1", type=int, default=100_000, help="W1 inputs")
     ap.add_argument("--n2", type=int, default=20_000, help="W2 inputs")
     ap.add_argument("--reps", type=int, default=15)
+    ap.add_argument("--peers", choices=("one-core", "default"), default="one-core",
+                    help="one-core: JAX set up for one core (see above); default: as installed")
     args = ap.parse_args(argv)
     if args.n1 < 2 or args.n2 < 2 or args.reps < 1:
         ap.error("--n1 and --n2 must be at least 2, --reps at least 1")
+    peers = configure_peers(args.peers)
     from burtorch import _core
     from burtorch.paper_graphs import w1_expr
 
+    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
     print(f"lane width: {_core.lane_width(_core.float64)} FP64 / {_core.lane_width(_core.float32)} FP32 "
-          f"({_core.simd}); pin to one core (taskset -c 0) for one-core figures")
+          f"({_core.simd}); cores {cores}" + ("" if cores and len(cores) == 1 else
+                                             " (pin to one core, taskset -c 0, for one-core figures)"))
+    print(f"peers: {args.peers}; " + "; ".join(peers))
+    print("floor: np.copyto(grads, X) + values.fill(0): reads X once, writes values and grads once")
     bench("W1", w1_expr, w1_expr, args.n1, args.reps)
     bench("W2", _w2, _w2_jax, args.n2, args.reps)
 
