@@ -11,19 +11,7 @@ import burtorch as bt
 from burtorch import _core
 from burtorch.nn import MakemoreMLP
 from burtorch.oracle_compiled import sample_program
-
-DTYPES = [bt.float64, bt.float32]
-
-
-@pytest.fixture(autouse=True)
-def _lanes_on():
-    yield
-    _core.set_lanes_enabled(True)
-
-
-def bits(a):
-    a = np.ascontiguousarray(a)
-    return a.view(np.uint64 if a.dtype == np.float64 else np.uint32)
+from lane_bits import DTYPES, bits, lanes_restored  # noqa: F401 (lanes_restored: an autouse fixture)
 
 
 def model(dtype, vocab=11, block=3, emb=5, hidden=7, seed=0):
