@@ -1,8 +1,10 @@
 // Lane replay (csrc/lanes/): whether replays over many samples may run them in blocks of SIMD
-// lanes, and the vector width this build's lanes use per dtype.
+// lanes, the vector width this build's lanes use per dtype, and whether a program's per-sample
+// rows are written by its records (csrc/lanes/rows.hpp).
 #include "../csrc/lanes/replay.hpp"
 
 #include "common.hpp"
+#include "program.hpp"
 
 namespace btpy {
 
@@ -21,6 +23,12 @@ void init_lanes(nb::module_& m) {
             return d == bt::DType::float64 ? bt::lanes::vector_width<double>() : bt::lanes::vector_width<float>();
         },
         nb::arg("dtype"), "Samples one vector register holds in this build's lanes, for dtype.");
+    m.def(
+        "_rows_by_records",
+        [](ProgramBox& box) { return box.visit([](auto& R) { return bt::lanes::rows_usable(R.prog, R.rows_plan); }); },
+        nb::arg("program"),
+        "Whether per_sample_grads over this program has the records that reach the parameters write their parts\n"
+        "of each row (lanes enabled), rather than replaying each sample into its frame.");
 }
 
 }  // namespace btpy

@@ -19,6 +19,7 @@
 
 #include "fused_sgd.hpp"
 #include "lanes/replay.hpp"
+#include "lanes/rows.hpp"
 #include "program.hpp"
 #include "replay_threads.hpp"
 
@@ -39,6 +40,7 @@ struct Replayer {
     std::vector<Span> wrt_arena;
     std::vector<Workspace<T>> task_ws;
     lanes::LaneWorkspace<T> lane_ws;  // the lane replay's frame (lanes/replay.hpp)
+    lanes::RowsPlan<T> rows_plan;     // per-sample rows written by their records (lanes/rows.hpp)
 };
 
 // The default of the drivers' Unlock parameter: a type constructed around the part that runs on
@@ -185,6 +187,11 @@ std::vector<size_t> replay_samples(Replayer<T>& R, Arena<T>& A, const Samples& i
     if (!to_arena && in.n > 1 && lanes::enabled() && lanes::usable(P, R.lane_ws))
         return std::move(
             lanes::replay(P, R.lane_ws, A.values(), in, reduce, static_cast<T>(seed), values, rows, sum).failed);
+    // Per-sample rows of a program with range records: the records that reach the parameters
+    // write their parts of each row themselves, once (the same bits as the replay below).
+    if (!to_arena && reduce == Reduce::rows && in.n > 1 && lanes::enabled() && lanes::rows_usable(P, R.rows_plan))
+        return std::move(
+            lanes::replay_rows(P, W, R.rows_plan, A.values(), in, static_cast<T>(seed), values, rows, stream).failed);
     prepare(P, W, A.values(), in.n);
     T* ag = A.grads();
     if (to_arena && !zero)  // continue from the grads already there, so additions happen in the eager order

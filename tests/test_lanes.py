@@ -11,21 +11,9 @@ from hypothesis import given, settings
 import burtorch as bt
 from burtorch import _core
 from burtorch.paper_graphs import w1_expr, w2_expr
+from lane_bits import DTYPES, bits, lanes_restored  # noqa: F401 (lanes_restored: an autouse fixture)
 from op_table import BINARY, NARY, UNARY
 from test_random_graphs import evaluate, inputs, programs
-
-DTYPES = [bt.float64, bt.float32]
-
-
-@pytest.fixture(autouse=True)
-def _lanes_on():
-    yield
-    _core.set_lanes_enabled(True)
-
-
-def bits(a):
-    a = np.ascontiguousarray(a)
-    return a.view(np.uint64 if a.dtype == np.float64 else np.uint32)
 
 
 def run(f, X, on, **kw):

@@ -5,7 +5,9 @@ e = 64 (d = 69,083), N = 1,024 samples, FP32, one core.
 
 Rows: burtorch's per_sample_grads (recorded program, rows written straight into one numpy
 buffer) allocating a fresh (N, d) output per call like the peers do, and the same writing into an
-output passed as out= and reused across calls (no fresh pages to fault in); an eager burtorch
+output passed as out= and reused across calls (no fresh pages to fault in); that again with the
+lanes switched off (bt.set_lanes_enabled(False): each sample replayed into its frame and its row
+copied out, the path before rows were written by their records); an eager burtorch
 loop (build, backward, copy the grads out, rewind); torch.func.vmap(torch.func.grad(...)) and
 jax.jit(jax.vmap(jax.grad(...))) where installed (their per-parameter arrays concatenated into
 the same (N, d) layout); and the traffic floor: one write-only pass over a reused (N, d) array,
@@ -14,8 +16,11 @@ weights and batch; each row's gradients are cross-checked against burtorch's. Ea
 runs every row once, in turn (the order rotating from one repetition to the next), so all rows
 see the same load; medians of --reps after one warm-up. On a shared host read the ratios.
 
-W4's per-sample program has range records (gather, linear, tanh, cross-entropy), so its samples
-replay one at a time: the SIMD-lane replay takes scalar programs only (docs/guides/programs.md).
+W4's per-sample program has range records (gather, linear, tanh, cross-entropy): with the lanes
+on, the records that reach the parameters write their parts of each row themselves, once, and
+each row is stored whole (streamed into a reused out=); the forward and the activations' backward
+run the one-sample kernels, so every row is bitwise the one-sample replay's (docs/guides/
+programs.md). The "x lanes-off" column is each row's time over the lanes-off row's.
 """
 from __future__ import annotations
 
@@ -79,6 +84,22 @@ def run_burtorch_compiled_out(p, X, Y, V, hidden):
 
     def once():
         return bt.per_sample_grads(m, batch, out=out)[0]
+    return once
+
+
+def run_burtorch_out_lanes_off(p, X, Y, V, hidden):
+    import burtorch as bt
+
+    m = _burtorch_model(p, V, hidden)
+    batch = [(x, int(y)) for x, y in zip(X.tolist(), Y.tolist())]
+    out = bt.per_sample_grads(m, batch)[0]
+
+    def once():
+        bt.set_lanes_enabled(False)
+        try:
+            return bt.per_sample_grads(m, batch, out=out)[0]
+        finally:
+            bt.set_lanes_enabled(True)
     return once
 
 
@@ -150,6 +171,7 @@ def run_floor(p, X, Y, V, hidden):
 
 
 ROWS = (("burtorch-compiled", run_burtorch_compiled), ("burtorch-compiled-out", run_burtorch_compiled_out),
+        ("burtorch-out-lanes-off", run_burtorch_out_lanes_off),
         ("burtorch-eager-loop", run_burtorch_eager),
         ("torch-func-vmap-grad", run_torch), ("jax-jit-vmap-grad", run_jax), ("traffic-floor", run_floor))
 
@@ -164,8 +186,8 @@ def main(argv=None):
     d = sum(v.size for v in p.values())
     print(f"per-sample gradients: W4 MLP e={args.hidden}, d={d:,}, N={args.n:,}, FP32, "
           f"output {args.n * d * 4 / 1e6:.0f} MB; medians of {args.reps} runs")
-    print(f"{'framework':<22} {'median ms':>10} {'min':>8} {'max':>8} {'x torch':>8} {'x out=':>7}  "
-          "max |G - burtorch| / max |G|")
+    print(f"{'framework':<22} {'median ms':>10} {'min':>8} {'max':>8} {'x torch':>8} {'x out=':>7} "
+          f"{'x lanes-off':>11}  max |G - burtorch| / max |G|")
     runs = {}
     for name, make in ROWS:
         try:
@@ -190,6 +212,7 @@ def main(argv=None):
     reference = runs["burtorch-compiled"]().copy()
     torch_ms = statistics.median(times["torch-func-vmap-grad"]) if "torch-func-vmap-grad" in times else None
     out_ms = statistics.median(times["burtorch-compiled-out"]) if "burtorch-compiled-out" in times else None
+    off_ms = statistics.median(times["burtorch-out-lanes-off"]) if "burtorch-out-lanes-off" in times else None
     for name, once in runs.items():
         G = once()
         if G is None:  # the floor computes nothing to compare
@@ -197,11 +220,15 @@ def main(argv=None):
         else:
             err = float(np.max(np.abs(G - reference)) / np.max(np.abs(reference)))
             check = f"{err:.2e} " + ("ok" if err < 1e-4 else "MISMATCH")
+            if name.startswith("burtorch-compiled") or name == "burtorch-out-lanes-off":  # one program's bits
+                same = np.array_equal(G.view(np.uint32), reference.view(np.uint32))
+                check += ", bitwise" if same else ", NOT BITWISE"
         med = statistics.median(times[name])
         rel = f"{med / torch_ms:8.3f}" if torch_ms else f"{'-':>8}"
         rel_out = f"{med / out_ms:7.2f}" if out_ms else f"{'-':>7}"
-        print(f"{name:<22} {1e3 * med:>10.1f} {1e3 * min(times[name]):>8.1f} {1e3 * max(times[name]):>8.1f} {rel} "
-              f"{rel_out}  {check}")
+        rel_off = f"{med / off_ms:11.2f}" if off_ms else f"{'-':>11}"
+        print(f"{name:<22} {1e3 * med:>10.2f} {1e3 * min(times[name]):>8.2f} {1e3 * max(times[name]):>8.2f} {rel} "
+              f"{rel_out} {rel_off}  {check}")
         del G
 
 

@@ -1,0 +1,353 @@
+// Per-sample gradient rows written straight into the caller's matrix, for programs with range
+// records (a model's per-sample program: lookup, linear layers, maps, a loss). The one-sample
+// replay (program.hpp) sweeps each sample into its frame, where the parameters' grads sit beside
+// the activations' (zeroed before the sample, added into by the sweep, copied out as the row, then
+// zeroed again): three passes over d values per sample besides the row's own write. Here the
+// records that reach the parameters write their part of the row themselves, once:
+//   - a linear layer over one row: gW[o, i] = madd(gy[o], x[i], 0) and gb[o] = 0 + gy[o] (the
+//     one-sample kernels' chains, which start from the zeroed grads: gemm::grad_weight and
+//     grad_bias over one row);
+//   - a lookup: its table's grads summed in the record's order (gather.hpp's backward into
+//     zeroed grads);
+//   - the row's columns no record reaches: zeros.
+// Each row is made in a buffer, then stored into the matrix in one pass; into a reused matrix
+// (streamed), the whole cache lines of a wide layer's weight grads go there directly instead.
+// Everything else (the forward, and the backward of the activations) runs the one-sample
+// kernels themselves on the sample's frame, so every value of a row has the bits the one-sample
+// replay gives it. A reused output takes non-temporal stores (nothing reads the row back soon,
+// and memory that was written before need not be read for ownership first).
+//
+// A program qualifies when every record of its sweep that reads an external (parameter) slot is
+// a linear layer over one row whose W and b are external (and x local), or a lookup of an
+// external table; no two of those reach the same parameter; and the wrt spans are external and
+// disjoint. Others keep the one-sample replay.
+#pragma once
+#include <algorithm>
+#include <cstdint>
+#include <vector>
+
+#include "../kernels/gemm.hpp"
+#include "../kernels/simd.hpp"
+#include "../program.hpp"
+
+namespace bt::lanes {
+
+// What a record of the sweep does to the row: its own backward (touches no parameter), a linear
+// layer's, or a lookup's.
+enum class RowKind : uint8_t { other, linear, gather };
+
+struct RowRecord {
+    RowKind kind = RowKind::other;
+    int64_t col_w = -1;  // the row's column of the record's first parameter grad (W, or the table); -1: not wrt
+    int64_t col_b = -1;  // a linear layer's b (-1: none, or not wrt)
+};
+
+template <typename T>
+struct RowsPlan {
+    const Program<T>* laid_out_for = nullptr;
+    int usable = -1;
+    std::vector<RowRecord> recs;                   // per entry of P.sweep
+    std::vector<Span> zero_local;                  // P.sweep_grads' local slots
+    std::vector<T> xs, gx;                         // a linear layer's x gathered, its gx
+    std::vector<uint32_t> head, next;              // a lookup's positions by table row
+    std::vector<T> row;                            // the row being made
+    std::vector<std::pair<size_t, size_t>> holes;  // its columns stored into the matrix directly
+};
+
+namespace rows_detail {
+
+// The column of frame slots [first, first + len) in a row, -1 when outside every wrt span, -2
+// when it straddles one (the program then does not qualify).
+template <typename T>
+int64_t column_of(const Program<T>& P, uint32_t first, uint32_t len) {
+    size_t col = 0;
+    for (const Span& w : P.wrt) {
+        const uint32_t we = w.first + w.second;
+        if (first >= w.first && first + len <= we) return int64_t(col + (first - w.first));
+        if (first < we && first + len > w.first) return -2;
+        col += w.second;
+    }
+    return -1;
+}
+
+template <typename T>
+bool plan(const Program<T>& P, RowsPlan<T>& L) {
+    const uint32_t ne = P.n_ext;
+    // wrt: external, pairwise disjoint (a slot twice in a row would need two writes)
+    std::vector<char> in_wrt(ne, 0);
+    for (const Span& w : P.wrt) {
+        if (size_t(w.first) + w.second > ne) return false;
+        for (uint32_t j = w.first; j < w.first + w.second; ++j) {
+            if (in_wrt[j]) return false;
+            in_wrt[j] = 1;
+        }
+    }
+    std::vector<char> reached(ne, 0);  // external slots whose grads a record writes
+    auto claim = [&](uint32_t first, uint32_t len) {
+        for (uint32_t j = first; j < first + len; ++j) {
+            if (reached[j]) return false;
+            reached[j] = 1;
+        }
+        return true;
+    };
+    L.recs.assign(P.sweep.size(), RowRecord{});
+    for (size_t i = 0; i < P.sweep.size(); ++i) {
+        const Record& r = P.recs[P.sweep[i]];
+        const uint32_t* a = P.args.data() + r.a;
+        bool reads_ext = false;
+        for_each_arg_span(r, a, [&](uint32_t f, uint32_t) { reads_ext |= f < ne; });
+        if (!reads_ext) continue;
+        if (op_info(r.op).kind != OpKind::range) return false;
+        const Operands o = decode_operands(a);
+        RowRecord& rr = L.recs[i];
+        if (r.op == Op::linear) {
+            const bool has_b = o.tail[3] != 0;
+            if (o.tail[0] != 1 || o.v[1].n != 1 || (has_b && o.v[2].n != 1)) return false;
+            for (uint32_t k = 0; k < o.v[0].n; ++k)
+                if (o.v[0].first(k) < ne) return false;  // x's grads would reach a parameter
+            const uint32_t w = o.v[1].first(0), nw = o.v[1].len(0);
+            if (size_t(w) + nw > ne || nw != size_t(o.tail[1]) * o.tail[2] || !claim(w, nw)) return false;
+            rr.kind = RowKind::linear;
+            rr.col_w = column_of(P, w, nw);
+            if (has_b) {
+                const uint32_t b = o.v[2].first(0), nb = o.v[2].len(0);
+                if (size_t(b) + nb > ne || nb != o.tail[2] || !claim(b, nb)) return false;
+                rr.col_b = column_of(P, b, nb);
+            }
+            if (rr.col_w == -2 || rr.col_b == -2) return false;
+        } else if (r.op == Op::gather) {
+            const uint32_t t = o.v[0].first(0), nt = o.v[0].len(0);
+            if (o.v[0].n != 1 || size_t(t) + nt > ne || !claim(t, nt)) return false;
+            rr.kind = RowKind::gather;
+            rr.col_w = column_of(P, t, nt);
+            if (rr.col_w == -2) return false;
+        } else {
+            return false;
+        }
+    }
+    L.zero_local.clear();
+    for (const Span& s : P.sweep_grads) {  // the external grads stay zero: nothing here adds into them
+        const uint32_t b = std::max(s.first, ne), e = s.first + s.second;
+        if (b < e) L.zero_local.emplace_back(b, e - b);
+    }
+    return true;
+}
+
+// dst[i] = f(i) for i < n (f(i0) gives the vector of elements i0 .. i0 + W - 1, f(i0, l) the first
+// l of them): whole vectors stream to dst aligned when `stream`, the ends stored masked.
+template <typename T, class F>
+BT_ALWAYS_INLINE void put(T* dst, size_t n, bool stream, F f) {
+    using S = simd::Simd<T>;
+    constexpr size_t W = size_t(S::W);
+    size_t i = 0;
+    if (stream) {
+        const size_t mis = (reinterpret_cast<uintptr_t>(dst) / sizeof(T)) % W;
+        if (reinterpret_cast<uintptr_t>(dst) % sizeof(T) == 0 && mis) {
+            const size_t h = std::min(n, W - mis);
+            S::store(dst, f(size_t(0), int(h)), int(h));
+            i = h;
+        }
+        if (reinterpret_cast<uintptr_t>(dst + i) % (W * sizeof(T)) == 0)
+            for (; i + W <= n; i += W) S::stream(dst + i, f(i));
+    }
+    for (; i + W <= n; i += W) S::store(dst + i, f(i));
+    if (i < n) S::store(dst + i, f(i, int(n - i)), int(n - i));
+}
+
+template <typename T>
+void put_zeros(T* dst, size_t n, bool stream) {
+    using S = simd::Simd<T>;
+    put(dst, n, stream, [](size_t, int = 0) { return S::zero(); });
+}
+
+template <typename T>
+void put_copy(T* dst, const T* src, size_t n, bool stream) {
+    using S = simd::Simd<T>;
+    put(dst, n, stream, [src](size_t i, int l = S::W) { return l == S::W ? S::load(src + i) : S::load(src + i, l); });
+}
+
+// gx[i] = the chain madd(gy[o], W[o, i], .) over o in order from zero (then 0 + it, as_sum):
+// gemm::grad_input over one row written (add = false), each element the same chain, but held in
+// registers over all of W's rows instead of zeroed, then loaded and stored per four rows, then
+// passed over again for as_sum.
+template <typename T>
+void grad_input_row(const T* gy, const T* W, T* gx, size_t in, size_t out, bool as_sum) {
+    using S = simd::Simd<T>;
+    using V = typename S::V;
+    constexpr size_t w = size_t(S::W), U = 4;
+    size_t i = 0;
+    for (; i + U * w <= in; i += U * w) {
+        V acc[U];
+        for (size_t u = 0; u < U; ++u) acc[u] = S::zero();
+        for (size_t o = 0; o < out; ++o) {
+            const V a = S::set1(gy[o]);
+            const T* wo = W + o * in + i;
+            for (size_t u = 0; u < U; ++u) acc[u] = S::madd(a, S::load(wo + u * w), acc[u]);
+        }
+        for (size_t u = 0; u < U; ++u) S::store(gx + i + u * w, as_sum ? S::add(acc[u], S::zero()) : acc[u]);
+    }
+    for (; i < in; i += w) {
+        const int l = int(std::min(w, in - i));
+        V acc = S::zero();
+        for (size_t o = 0; o < out; ++o) acc = S::madd(S::set1(gy[o]), S::load(W + o * in + i, l), acc);
+        S::store(gx + i, as_sum ? S::add(acc, S::zero()) : acc, l);
+    }
+}
+
+// A linear layer over one row whose W (and b) are parameters: x's grads as linear_backward
+// makes them, W's and b's into the row.
+template <typename T>
+void linear_row(const Frame<T>& f, const Record& r, const uint32_t* args, bool live, bool writes, const RowRecord& rr,
+                T* row, T* direct, std::vector<std::pair<size_t, size_t>>& holes, RowsPlan<T>& L) {
+    using S = simd::Simd<T>;
+    const Operands o = decode_operands(args + r.a);
+    const uint32_t in = o.tail[1], out = o.tail[2];
+    const bool has_b = o.tail[3] != 0;
+    T* g = f.grads();
+    if (!live) {  // as run_backward skips it: W's and b's grads stay zero
+        if (writes) zero_spans(g, o.v[0]);
+        if (rr.col_w >= 0) put_zeros(row + rr.col_w, size_t(in) * out, false);
+        if (has_b && rr.col_b >= 0) put_zeros(row + rr.col_b, out, false);
+        return;
+    }
+    const T* gy = g + r.out;
+    const bool one_span = o.v[0].n == 1, in_place = writes && one_span;
+    if (!one_span && L.xs.size() < in) L.xs.resize(in);
+    const T* x = contiguous(f.values(), o.v[0], L.xs.data());
+    T* gx = g + (one_span ? o.v[0].first(0) : 0);
+    if (!in_place) {
+        if (L.gx.size() < in) L.gx.resize(in);
+        gx = L.gx.data();
+    }
+    // linear_bwd over one row: the input gradient written (from zero), as a sum where in place
+    // (gemm::grad_input's chains, kept in registers)
+    grad_input_row(gy, f.weight(o.v[1].first(0)), gx, in, out, in_place);
+    if (!in_place) scatter_add(g, o.v[0], gx, writes);
+    constexpr size_t w = size_t(S::W);
+    if (rr.col_w >= 0)
+        for (uint32_t u = 0; u < out; ++u) {
+            const typename S::V a = S::set1(gy[u]);
+            const size_t c0 = size_t(rr.col_w) + size_t(u) * in;
+            // Into the matrix directly (when it is streamed): the whole cache lines of this row of
+            // W's grads, [c0 + h, c0 + e); the lines it shares with its neighbours go through `row`.
+            size_t h = in, e = in;
+            if (direct && reinterpret_cast<uintptr_t>(direct) % sizeof(T) == 0 && in >= 4 * w) {
+                h = (w - (reinterpret_cast<uintptr_t>(direct + c0) / sizeof(T)) % w) % w;
+                e = h + (in - h) / w * w;
+                for (size_t i = h; i < e; i += w) S::stream(direct + c0 + i, S::madd(a, S::load(x + i), S::zero()));
+                holes.emplace_back(c0 + h, c0 + e);
+            }
+            auto chain = [a, x](size_t i, int l = S::W) {
+                return S::madd(a, l == S::W ? S::load(x + i) : S::load(x + i, l), S::zero());
+            };
+            put(row + c0, h, false, chain);
+            put(row + c0 + e, in - e, false, [&](size_t i, int l = S::W) { return chain(e + i, l); });
+        }
+    if (has_b && rr.col_b >= 0)
+        for (uint32_t u = 0; u < out; ++u) row[rr.col_b + u] = T(0) + gy[u];
+}
+
+// A lookup of a parameter table: its grads, summed as gather_backward sums them into zeroed
+// grads (each table row 0 + the grads of the positions that read it, in position order), in the
+// row being made, whose table columns are zero here (clear_gather zeroes them after the row).
+template <typename T>
+void gather_row(const Frame<T>& f, const Record& r, const uint32_t* args, bool live, const RowRecord& rr, T* row) {
+    if (rr.col_w < 0 || !live) return;
+    const Operands o = decode_operands(args + r.a);
+    const uint32_t n = o.tail[0], d = o.tail[1];
+    const uint32_t* ids = o.tail + 2;
+    T* gt = row + rr.col_w;
+    const T* gy = f.grads() + r.out;
+    for (uint32_t i = 0; i < n; ++i) {
+        T* dst = gt + size_t(ids[i]) * d;
+        const T* src = gy + size_t(i) * d;
+        for (uint32_t j = 0; j < d; ++j) dst[j] += src[j];
+    }
+}
+
+// The table rows gather_row wrote, zeroed again for the next sample.
+template <typename T>
+void clear_gather(const Record& r, const uint32_t* args, const RowRecord& rr, T* row) {
+    if (rr.col_w < 0) return;
+    const Operands o = decode_operands(args + r.a);
+    const uint32_t n = o.tail[0], d = o.tail[1];
+    const uint32_t* ids = o.tail + 2;
+    for (uint32_t i = 0; i < n; ++i) std::fill_n(row + rr.col_w + size_t(ids[i]) * d, d, T(0));
+}
+
+}  // namespace rows_detail
+
+// Whether P's per-sample rows can be written by replay_rows (planned once per program).
+template <typename T>
+bool rows_usable(const Program<T>& P, RowsPlan<T>& L) {
+    if (L.laid_out_for != &P) {
+        L.laid_out_for = &P;
+        L.usable = rows_detail::plan(P, L) ? 1 : 0;
+    }
+    return L.usable == 1;
+}
+
+// replay(P, W, in, Reduce::rows, ...) for a program rows_usable: each sample's row of `rows`
+// (num_wrt wide) written once, its value into `values` (if not null). Returns the samples whose
+// guards failed (nothing written for them).
+template <typename T>
+ReplayResult replay_rows(const Program<T>& P, Workspace<T>& W, RowsPlan<T>& L, const T* arena_values, const Samples& in,
+                         T seed, double* values, T* rows, bool stream) {
+    ReplayResult res;
+    prepare(P, W, arena_values, in.n);
+    const size_t k = P.inputs.size(), nid = P.num_ids, nw = P.num_wrt;
+    const Frame<T> f = W.frame();
+    Frame<T> first = f;
+    first.first_write = true;
+    const uint32_t* args = W.args.data();
+    T* g = W.g.data();
+    // Each row is made in L1 (or L2) and then stored in one pass: the records' parts of a row are
+    // short runs (a bias, a table row), and stored straight into the matrix, the cache lines they
+    // share would each be read from memory before being written. The columns no record writes
+    // stay zero in it.
+    L.row.assign(nw, T(0));
+    T* row = L.row.data();
+    for (size_t s = 0; s < in.n; ++s) {
+        set_sample(P, W, in.x + s * k, in.ids + s * nid);
+        if (run_forward(P, W) >= 0) {
+            res.failed.push_back(s);
+            continue;
+        }
+        if (values) values[s] = double(W.v[P.root]);
+        T* direct = stream ? rows + s * nw : nullptr;  // into fresh pages, plain stores of whole rows
+        L.holes.clear();
+        for (const Span& sp : L.zero_local) std::fill_n(g + sp.first, sp.second, T(0));
+        g[P.root] += seed;
+        for (size_t i = P.sweep.size(); i-- > 0;) {
+            const Record& r = P.recs[P.sweep[i]];
+            bool live = g[r.out] != T(0);
+            for (uint32_t j = 1; !live && j < r.nout; ++j) live = g[r.out + j] != T(0);
+            const bool writes = P.first_write[P.sweep[i]] != 0;
+            const RowRecord& rr = L.recs[i];
+            if (rr.kind == RowKind::linear)
+                rows_detail::linear_row(f, r, args, live, writes, rr, row, direct, L.holes, L);
+            else if (rr.kind == RowKind::gather)
+                rows_detail::gather_row(f, r, args, live, rr, row);
+            else if (live)
+                backward_record(writes ? first : f, r, args);
+            else if (writes)
+                zero_spans(g, decode_operands(args + r.a).v[0]);
+        }
+        // the row from `row` into the matrix, but for what went there directly
+        std::sort(L.holes.begin(), L.holes.end());
+        size_t at = 0;
+        for (const auto& [h0, h1] : L.holes) {
+            rows_detail::put_copy(rows + s * nw + at, row + at, h0 - at, stream);
+            at = h1;
+        }
+        rows_detail::put_copy(rows + s * nw + at, row + at, nw - at, stream);
+        for (size_t i = 0; i < P.sweep.size(); ++i)
+            if (L.recs[i].kind == RowKind::gather) rows_detail::clear_gather(P.recs[P.sweep[i]], args, L.recs[i], row);
+    }
+    if (stream) simd::stream_fence();
+    // the frame's external grads were never written: zero, as prepare() left them
+    W.wrt_grads_zero = true;
+    return res;
+}
+
+}  // namespace bt::lanes

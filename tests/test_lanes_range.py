@@ -1,0 +1,205 @@
+"""per_sample_grads over programs with range records (gather, linear, maps, cross-entropy): with
+lanes enabled the records that reach the parameters write their parts of each row
+(csrc/lanes/rows.hpp); the rows, the losses and the failures are bitwise those of the one-sample
+replay (lanes off), FP32 and FP64, for N of 1, 2 and more, into fresh or reused (streamed)
+outputs; programs that do not qualify keep the one-sample replay; bad input leaves out as it was;
+the rows are the gradients (finite differences, and torch.func where installed)."""
+import numpy as np
+import pytest
+
+import burtorch as bt
+from burtorch import _core
+from burtorch.nn import MakemoreMLP
+from burtorch.oracle_compiled import sample_program
+from lane_bits import DTYPES, bits, lanes_restored  # noqa: F401 (lanes_restored: an autouse fixture)
+
+
+def model(dtype, vocab=11, block=3, emb=5, hidden=7, seed=0):
+    m = MakemoreMLP(vocab=vocab, block=block, emb=emb, hidden=hidden, dtype=dtype)
+    rng = np.random.default_rng(seed)
+    pv = m.parameter_vector()
+    pv.set_data((rng.normal(size=pv.size) * 0.5).tolist())
+    return m
+
+
+def batch_for(m, n, seed=1):
+    rng = np.random.default_rng(seed)
+    X = rng.integers(0, m.vocab, size=(n, m.block))
+    Y = rng.integers(0, m.vocab, size=n)
+    return [(x, int(y)) for x, y in zip(X.tolist(), Y.tolist())]
+
+
+def per_sample(m, batch, on, out=None, **kw):
+    _core.set_lanes_enabled(on)
+    try:
+        return bt.per_sample_grads(m, batch, out=out, **kw)
+    finally:
+        _core.set_lanes_enabled(True)
+
+
+def assert_rows_match(m, batch, **kw):
+    G0, L0 = per_sample(m, batch, False, **kw)
+    G1, L1 = per_sample(m, batch, True, **kw)
+    assert np.array_equal(bits(G0), bits(G1))
+    assert np.array_equal(bits(L0), bits(L1))
+    # a reused output, full of other numbers, takes non-temporal stores: the same bits
+    out = np.full_like(G0, np.nan)
+    G2, L2 = per_sample(m, batch, True, out=out, **kw)
+    assert G2 is out and np.array_equal(bits(G0), bits(out)) and np.array_equal(bits(L0), bits(L2))
+    return G0
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n", [1, 2, 5, 37])
+def test_rows_match_one_sample_small_mlp(dtype, n):
+    m = model(dtype)
+    batch = batch_for(m, n)
+    assert _core._rows_by_records(sample_program(m, batch[0]))
+    assert_rows_match(m, batch)
+
+
+@pytest.mark.parametrize("hidden", [4, 19])
+def test_rows_match_one_sample_w4(hidden):
+    """W4 as the benchmark runs it (block 16, embedding 64, FP32), N not a multiple of any width;
+    repeated ids in a context add into one table row in order."""
+    m = model(bt.float32, vocab=27, block=16, emb=64, hidden=hidden, seed=2)
+    batch = batch_for(m, 21, seed=3)
+    batch[0] = ([5] * 16, 3)
+    assert _core._rows_by_records(sample_program(m, batch[0]))
+    assert_rows_match(m, batch)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("emb", [8, 9])
+def test_rows_match_one_sample_wide_layers(dtype, emb):
+    """A layer wide enough for its weight grads' whole cache lines to go into a reused output
+    directly (the rest through the row's buffer), rows of W aligned or not with those lines."""
+    m = model(dtype, vocab=13, block=8, emb=emb, hidden=5, seed=5)
+    assert_rows_match(m, batch_for(m, 19, seed=6))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_rows_match_for_a_subset_of_parameters(dtype):
+    """wrt in another order than the parameters, part of them: the columns follow wrt."""
+    m = model(dtype)
+    batch = batch_for(m, 9)
+    wrt = [m.fc2.weight, m.embed.weight, m.fc1.bias]
+    assert _core._rows_by_records(sample_program(m, batch[0], wrt=wrt))
+    G = assert_rows_match(m, batch, wrt=wrt)
+    assert G.shape == (9, m.fc2.weight.size + m.embed.weight.size + m.fc1.bias.size)
+
+
+def test_zero_output_grads_leave_zero_rows():
+    """A seedless loss (times zero): every record's output grads are zero, the sweep skips them,
+    and their parts of the row are zeros, as in the one-sample replay."""
+    m = model(bt.float64)
+    batch = batch_for(m, 6)
+
+    def loss(model, sample):
+        return model.loss(*sample) * 0.0
+
+    assert _core._rows_by_records(sample_program(m, batch[0], loss))
+    G = assert_rows_match(m, batch, loss_fn=loss)
+    assert not np.any(G)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_programs_that_do_not_qualify_keep_the_one_sample_replay(dtype):
+    """A scalar op reading a parameter (a penalty), or two records reaching one parameter: the
+    rows are replayed one sample at a time, with the same numbers either way."""
+    m = model(dtype)
+    batch = batch_for(m, 8)
+
+    def penalty(model, sample):
+        return model.loss(*sample) + model.fc2.bias[0] * model.fc2.bias[1]
+
+    def twice(model, sample):
+        return model.loss(*sample) + model.loss(*sample) * 0.5
+
+    for loss in (penalty, twice):
+        assert not _core._rows_by_records(sample_program(m, batch[0], loss))
+        assert_rows_match(m, batch, loss_fn=loss)
+
+
+def test_guards_fail_the_same_way():
+    """A loss that branches on a value: the samples whose branch differs from the trace's are
+    reported as failed with lanes on as with lanes off."""
+    m = model(bt.float64)
+    batch = batch_for(m, 12)
+
+    def branchy(model, sample):
+        logits = model.forward(sample[0])
+        if logits[0] > 0:
+            return _core.cross_entropy(logits, sample[1])
+        return _core.cross_entropy(logits, sample[1]) * 2.0
+
+    messages = []
+    for on in (False, True):
+        with pytest.raises(RuntimeError, match="guards failed") as err:
+            per_sample(m, batch, on, loss_fn=branchy)
+        messages.append(str(err.value))
+    assert messages[0] == messages[1]
+
+
+def test_rows_are_the_gradients_finite_differences():
+    m = model(bt.float64, hidden=4)
+    batch = batch_for(m, 3)
+    G, L = per_sample(m, batch, True)
+    pv = m.parameter_vector()
+    theta = np.array(pv.tolist())
+    rng = np.random.default_rng(4)
+    h = 1e-6
+    for s, (ctx, y) in enumerate(batch):
+        assert L[s] == pytest.approx(m.loss(ctx, y).data, rel=1e-14)
+        for j in rng.choice(theta.size, size=25, replace=False):
+            up, down = theta.copy(), theta.copy()
+            up[j] += h
+            down[j] -= h
+            pv.set_data(up.tolist())
+            fu = m.loss(ctx, y).data
+            pv.set_data(down.tolist())
+            fd = m.loss(ctx, y).data
+            pv.set_data(theta.tolist())
+            assert G[s, j] == pytest.approx((fu - fd) / (2 * h), rel=1e-6, abs=1e-8)
+
+
+def test_rows_match_torch_func():
+    torch = pytest.importorskip("torch")
+    from torch.func import grad, vmap
+
+    m = model(bt.float64, hidden=6)
+    batch = batch_for(m, 10)
+    G, _ = per_sample(m, batch, True)
+    state = m.state_dict()
+    p = {k: torch.tensor(np.array(state[name].tolist()).reshape(shape)) for k, name, shape in (
+        ("C", "embed.weight", (m.vocab, m.emb_dim)), ("W1", "fc1.weight", (m.hidden, m.block * m.emb_dim)),
+        ("b1", "fc1.bias", (m.hidden,)), ("W2", "fc2.weight", (m.vocab, m.hidden)), ("b2", "fc2.bias", (m.vocab,)))}
+
+    def loss(params, x, y):
+        h = torch.tanh(params["C"][x].reshape(-1) @ params["W1"].T + params["b1"])
+        logits = h @ params["W2"].T + params["b2"]
+        return torch.nn.functional.cross_entropy(logits[None], y[None])
+
+    X = torch.tensor([x for x, _ in batch])
+    Y = torch.tensor([y for _, y in batch])
+    g = vmap(grad(loss), in_dims=(None, 0, 0))(p, X, Y)
+    T = np.concatenate([g[k].reshape(len(batch), -1).numpy() for k in ("C", "W1", "b1", "W2", "b2")], axis=1)
+    np.testing.assert_allclose(G, T, rtol=1e-10, atol=1e-12)
+
+
+def test_bad_input_raises_and_leaves_out_unchanged():
+    m = model(bt.float32)
+    batch = batch_for(m, 7)
+    G, _ = per_sample(m, batch, True)
+    out = np.full_like(G, 3.0)
+    for bad in (np.zeros((7, G.shape[1]), np.float64), np.zeros((6, G.shape[1]), np.float32),
+                np.zeros((7, G.shape[1] + 1), np.float32)):
+        with pytest.raises(ValueError, match="out must be"):
+            per_sample(m, batch, True, out=bad)
+    broken = list(batch)
+    broken[4] = ([0, 1, m.vocab], 2)  # an id past the table, in the middle of the batch
+    with pytest.raises((IndexError, ValueError)):
+        per_sample(m, broken, True, out=out)
+    assert np.all(out == 3.0)
+    G2, _ = per_sample(m, batch, True, out=out)  # and the program still replays afterwards
+    assert np.array_equal(bits(G), bits(G2))
