@@ -52,21 +52,24 @@ def wide_trajectory(executor, rounds=4):
 
 
 def test_processes_match_serial_bitwise():
-    # The pools start side by side (most of this test is worker start-up: each worker is a new
-    # interpreter importing numpy and burtorch), and the serial runs go while they start.
+    # The serial references first, alone in this process: run beside the pools' drivers, their
+    # numpy products could share the BLAS pool with them. Then the pools start side by side (most
+    # of this test is worker start-up: each worker is a new interpreter importing numpy and
+    # burtorch).
+    xs, rec, _ = trajectory("serial")
+    a = ef21_pp_trajectory("serial")
+    w = wide_trajectory("serial")
     with ThreadPoolExecutor(3) as pool:
         pooled = pool.submit(trajectory, "processes", workers=2)
         pooled_pp = pool.submit(ef21_pp_trajectory, "processes", workers=3)
         pooled_wide = pool.submit(wide_trajectory, fl.executors.ProcessExecutor(2))
-        xs, rec, _ = trajectory("serial")
-        a = ef21_pp_trajectory("serial")
-        w = wide_trajectory("serial")
         xp, recp, _ = pooled.result()
         b = pooled_pp.result()
         wp = pooled_wide.result()
     assert np.array_equal(xs, xp) and rec == recp
     assert np.array_equal(a[0], b[0]) and a[1] == b[1]
-    assert wp[2] and np.array_equal(w[0], wp[0]) and w[1] == wp[1]  # through the shared point
+    assert wp[2], "the wide point did not go through the shared buffer"
+    assert np.array_equal(w[0], wp[0]) and w[1] == wp[1]
 
 
 def test_point_buffer_round_trip_and_cleanup():
