@@ -73,7 +73,7 @@ def test_processes_match_serial_bitwise():
 
 
 def test_point_buffer_round_trip_and_cleanup():
-    from burtorch.fl.executor_base import PointBuffer, PointReader
+    from burtorch.fl.shared_memory import PointBuffer, PointReader
     from burtorch.optim.rounds import Round
 
     x, prev = np.linspace(-1, 1, 5000), np.arange(5000.0)
@@ -284,13 +284,13 @@ def test_point_buffer_without_room_falls_back_to_rounds_by_value(monkeypatch):
     import os
     import tempfile
 
-    from burtorch.fl import executor_base
+    from burtorch.fl import shared_memory
 
     def full(fd, offset, length):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    before = set(glob.glob(os.path.join(executor_base.SHARED_DIR or tempfile.gettempdir(), "burtorch-fl-point-*")))
+    before = set(glob.glob(os.path.join(shared_memory.SHARED_DIR or tempfile.gettempdir(), "burtorch-fl-point-*")))
     monkeypatch.setattr(os, "posix_fallocate", full, raising=False)
-    assert executor_base.PointBuffer.create(np.zeros(5000)) is None  # the executors then send x by value
-    after = set(glob.glob(os.path.join(executor_base.SHARED_DIR or tempfile.gettempdir(), "burtorch-fl-point-*")))
+    assert shared_memory.PointBuffer.create(np.zeros(5000)) is None  # the executors then send x by value
+    after = set(glob.glob(os.path.join(shared_memory.SHARED_DIR or tempfile.gettempdir(), "burtorch-fl-point-*")))
     assert after <= before  # the reserved file was removed

@@ -35,26 +35,24 @@ def _children() -> dict[int, list[int]]:
     return kids
 
 
-def _rss_kb(pid: int) -> int:
+def _field_kb(path: str, key: str) -> int:
+    """The kB figure of the line starting with ``key`` in a /proc file (0 if the process is gone)."""
     try:
-        with open(f"/proc/{pid}/status") as f:
+        with open(path) as f:
             for line in f:
-                if line.startswith("VmRSS:"):
+                if line.startswith(key):
                     return int(line.split()[1])
     except OSError:
         pass
     return 0
+
+
+def _rss_kb(pid: int) -> int:
+    return _field_kb(f"/proc/{pid}/status", "VmRSS:")
 
 
 def _pss_kb(pid: int) -> int:
-    try:
-        with open(f"/proc/{pid}/smaps_rollup") as f:
-            for line in f:
-                if line.startswith("Pss:"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
+    return _field_kb(f"/proc/{pid}/smaps_rollup", "Pss:")
 
 
 def _name(pid: int) -> str:

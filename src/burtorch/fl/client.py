@@ -24,7 +24,7 @@ from .. import _core
 from ..optim.methods import Method
 from ..optim.rounds import Oracle, Reply, Round
 from ..optim.server import LocalClients
-from .executor_base import MetricWriter, PointReader, SharedRound
+from .shared_memory import MetricWriter, PointReader, SharedRound
 
 if TYPE_CHECKING:
     from .problem import Problem

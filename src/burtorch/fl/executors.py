@@ -23,7 +23,8 @@ from multiprocessing.process import BaseProcess
 from typing import TYPE_CHECKING, Any
 
 from .client import ClientGroup, Reply, Round
-from .executor_base import Executor, RoundSharing, answers, blocks, check_picklable, check_workers
+from .executor_base import Executor, answers, blocks, check_picklable, check_workers
+from .shared_memory import RoundSharing
 
 if TYPE_CHECKING:
     from ..optim.methods import Method
