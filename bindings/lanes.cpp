@@ -2,6 +2,7 @@
 // lanes, the vector width this build's lanes use per dtype, and whether a program's per-sample
 // rows are written by its records (csrc/lanes/rows.hpp).
 #include "../csrc/lanes/replay.hpp"
+#include "../csrc/lanes/rows.hpp"
 
 #include "common.hpp"
 #include "program.hpp"
@@ -29,6 +30,24 @@ void init_lanes(nb::module_& m) {
         nb::arg("program"),
         "Whether per_sample_grads over this program has the records that reach the parameters write their parts\n"
         "of each row (lanes enabled), rather than replaying each sample into its frame.");
+    m.def(
+        "_set_rows_store",
+        [](const std::string& how) {
+            using bt::lanes::RowsStore;
+            static const char* names[] = {"auto", "plain", "stream"};
+            const int old = int(bt::lanes::rows_store());
+            int i = 0;
+            while (i < 3 && how != names[i]) ++i;
+            if (i == 3) throw nb::value_error("_set_rows_store: how must be 'auto', 'plain' or 'stream'");
+            bt::lanes::set_rows_store(RowsStore(i));
+            return std::string(names[old]);
+        },
+        nb::arg("how"),
+        "How per-sample rows written by their records are stored (returns the previous setting): 'auto' (by\n"
+        "the output's size against the last-level cache), 'plain' (ordinary stores) or 'stream' (non-temporal\n"
+        "stores). The bits are the same; for tests and benchmarks.");
+    m.def("_last_level_cache_bytes", &bt::lanes::last_level_cache_bytes,
+          "The last-level data cache's size in bytes as the OS reports it (8 MiB when it reports none).");
 }
 
 }  // namespace btpy

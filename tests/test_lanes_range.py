@@ -1,8 +1,8 @@
 """per_sample_grads over programs with range records (gather, linear, maps, cross-entropy): with
 lanes enabled the records that reach the parameters write their parts of each row
 (csrc/lanes/rows.hpp); the rows, the losses and the failures are bitwise those of the one-sample
-replay (lanes off), FP32 and FP64, for N of 1, 2 and more, into fresh or reused (streamed)
-outputs; programs that do not qualify keep the one-sample replay; bad input leaves out as it was;
+replay (lanes off), FP32 and FP64, for N of 1, 2 and more, into fresh or reused outputs, aligned
+or not, with ordinary or non-temporal stores (both forced through _core._set_rows_store); programs that do not qualify keep the one-sample replay; bad input leaves out as it was;
 the rows are the gradients (finite differences, and torch.func where installed)."""
 import numpy as np
 import pytest
@@ -37,16 +37,45 @@ def per_sample(m, batch, on, out=None, **kw):
         _core.set_lanes_enabled(True)
 
 
+@pytest.fixture(autouse=True)
+def rows_store_restored():
+    yield
+    _core._set_rows_store("auto")
+
+
+def unaligned_like(G, shift):
+    """An array shaped and typed as G, C-contiguous, starting `shift` bytes past a 64-byte
+    boundary (so no row starts on a cache line), full of NaN."""
+    raw = np.empty(G.nbytes + 128, np.uint8)
+    start = (-raw.ctypes.data) % 64 + shift
+    out = raw[start:start + G.nbytes].view(G.dtype).reshape(G.shape)
+    out.fill(np.nan)
+    return out
+
+
 def assert_rows_match(m, batch, **kw):
     G0, L0 = per_sample(m, batch, False, **kw)
-    G1, L1 = per_sample(m, batch, True, **kw)
-    assert np.array_equal(bits(G0), bits(G1))
-    assert np.array_equal(bits(L0), bits(L1))
-    # a reused output, full of other numbers, takes non-temporal stores: the same bits
-    out = np.full_like(G0, np.nan)
-    G2, L2 = per_sample(m, batch, True, out=out, **kw)
-    assert G2 is out and np.array_equal(bits(G0), bits(out)) and np.array_equal(bits(L0), bits(L2))
+    for how in ("auto", "plain", "stream"):  # the bits do not depend on how the rows are stored
+        _core._set_rows_store(how)
+        G1, L1 = per_sample(m, batch, True, **kw)
+        assert np.array_equal(bits(G0), bits(G1)), how
+        assert np.array_equal(bits(L0), bits(L1)), how
+        # reused outputs full of other numbers, on a cache line's boundary or past it
+        for shift in (0, G0.itemsize, 3 * G0.itemsize):
+            out = unaligned_like(G0, shift)
+            G2, L2 = per_sample(m, batch, True, out=out, **kw)
+            assert G2 is out and np.array_equal(bits(G0), bits(out)), (how, shift)
+            assert np.array_equal(bits(L0), bits(L2)), (how, shift)
     return G0
+
+
+def test_rows_store_switch():
+    assert _core._set_rows_store("plain") == "auto"
+    assert _core._set_rows_store("stream") == "plain"
+    with pytest.raises(ValueError, match="'auto', 'plain' or 'stream'"):
+        _core._set_rows_store("temporal")
+    assert _core._set_rows_store("auto") == "stream"  # a bad value left the setting as it was
+    assert _core._last_level_cache_bytes() >= 1 << 16
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

@@ -7,15 +7,21 @@
 //   - a linear layer over one row: gW[o, i] = madd(gy[o], x[i], 0) and gb[o] = 0 + gy[o] (the
 //     one-sample kernels' chains, which start from the zeroed grads: gemm::grad_weight and
 //     grad_bias over one row);
-//   - a lookup: its table's grads summed in the record's order (gather.hpp's backward into
-//     zeroed grads);
+//   - a lookup: each table row 0 + the grads of the positions that read it, in position order
+//     (gather.hpp's backward into zeroed grads), zero for the rows no position reads;
 //   - the row's columns no record reaches: zeros.
-// Each row is made in a buffer, then stored into the matrix in one pass; into a reused matrix
-// (streamed), the whole cache lines of a wide layer's weight grads go there directly instead.
 // Everything else (the forward, and the backward of the activations) runs the one-sample
 // kernels themselves on the sample's frame, so every value of a row has the bits the one-sample
-// replay gives it. A reused output takes non-temporal stores (nothing reads the row back soon,
-// and memory that was written before need not be read for ownership first).
+// replay gives it.
+//
+// How the row reaches memory (rows_streamed): when the whole output is small against the
+// last-level cache, every part goes straight into its place in the matrix with ordinary stores
+// (the matrix stays in cache, so the lines a part shares with its neighbours cost nothing
+// extra). When it is not, the stores are non-temporal (nothing reads the row back soon, the
+// lines the next sample reads stay cached, and no line is read for ownership first): a wide layer's
+// weight grads stream there directly, whole cache lines only, and the other parts are made in a
+// buffer streamed out in one pass, since a non-temporal store of part of a line costs as much as
+// the whole line.
 //
 // A program qualifies when every record of its sweep that reads an external (parameter) slot is
 // a linear layer over one row whose W and b are external (and x local), or a lookup of an
@@ -23,14 +29,82 @@
 // disjoint. Others keep the one-sample replay.
 #pragma once
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
+#include <fstream>
+#include <string>
 #include <vector>
+#if defined(__unix__) || defined(__APPLE__)
+#include <unistd.h>
+#endif
 
 #include "../kernels/gemm.hpp"
 #include "../kernels/simd.hpp"
 #include "../program.hpp"
 
 namespace bt::lanes {
+
+// The size in bytes of the last-level data cache as the OS reports it: Linux's sysfs (the
+// highest level of cpu0's data or unified caches), then sysconf, then 8 MiB. sysfs comes first
+// because sysconf reads the CPU's cpuid, which under a hypervisor may describe the host's caches
+// rather than this machine's share of them.
+inline size_t last_level_cache_bytes() {
+    static const size_t bytes = [] {
+        size_t best = 0;
+        int best_level = 0;
+#if defined(__linux__)
+        for (int i = 0; i < 16; ++i) {
+            const std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(i) + "/";
+            std::ifstream lf(dir + "level"), tf(dir + "type"), sf(dir + "size");
+            int level = 0;
+            std::string type, size;
+            if (!(lf >> level) || !(tf >> type) || !(sf >> size)) break;
+            if (type == "Instruction" || level < best_level || size.empty()) continue;
+            size_t v = 0, k = 0;
+            for (; k < size.size() && size[k] >= '0' && size[k] <= '9'; ++k) v = v * 10 + size_t(size[k] - '0');
+            const char unit = k < size.size() ? size[k] : 'B';
+            v <<= unit == 'K' ? 10 : unit == 'M' ? 20 : unit == 'G' ? 30 : 0;
+            if (v) {
+                best = v;
+                best_level = level;
+            }
+        }
+#endif
+#if defined(_SC_LEVEL3_CACHE_SIZE)
+        if (!best) {
+            const long v = sysconf(_SC_LEVEL3_CACHE_SIZE);
+            if (v > 0) best = size_t(v);
+        }
+#endif
+        return best ? best : size_t(8) << 20;
+    }();
+    return bytes;
+}
+
+// How replay_rows stores rows: by the output's size (automatic), or always with ordinary or
+// non-temporal stores (for tests and benchmarks; the bits are the same).
+enum class RowsStore : int { automatic = 0, plain = 1, stream = 2 };
+
+inline std::atomic<int>& rows_store_flag() {
+    static std::atomic<int> flag{int(RowsStore::automatic)};
+    return flag;
+}
+inline RowsStore rows_store() { return RowsStore(rows_store_flag().load(std::memory_order_relaxed)); }
+inline void set_rows_store(RowsStore s) { rows_store_flag().store(int(s), std::memory_order_relaxed); }
+
+// Whether rows totalling `bytes` stream past the caches: when they take more than a quarter of the
+// last-level cache. Below that, ordinary stores win by a little (the matrix stays in cache, and the
+// caller reads it from there); above it they lose by much more, since the last-level cache is
+// shared with the program's frame and weights, the second level's victims, and every other core,
+// and rows stored through it evict the lines each sample's forward and backward read again (the
+// crossover measured on W4 lies between a quarter and a third of it: docs/guides/programs.md).
+inline bool rows_streamed(size_t bytes) {
+    switch (rows_store()) {
+        case RowsStore::plain: return false;
+        case RowsStore::stream: return true;
+        default: return bytes > last_level_cache_bytes() / 4;
+    }
+}
 
 // What a record of the sweep does to the row: its own backward (touches no parameter), a linear
 // layer's, or a lookup's.
@@ -50,7 +124,8 @@ struct RowsPlan {
     std::vector<Span> zero_local;                  // P.sweep_grads' local slots
     std::vector<T> xs, gx;                         // a linear layer's x gathered, its gx
     std::vector<uint32_t> head, next;              // a lookup's positions by table row
-    std::vector<T> row;                            // the row being made
+    std::vector<Span> zero_cols;                   // the row's columns no record writes
+    std::vector<T> row;                            // the row being made (streamed rows)
     std::vector<std::pair<size_t, size_t>> holes;  // its columns stored into the matrix directly
 };
 
@@ -125,6 +200,32 @@ bool plan(const Program<T>& P, RowsPlan<T>& L) {
             return false;
         }
     }
+    // the columns no record writes: zero in every row
+    std::vector<char> written(P.num_wrt, 0);
+    auto mark = [&](int64_t col, size_t len) {
+        if (col >= 0) std::fill_n(written.begin() + col, len, char(1));
+    };
+    for (size_t i = 0; i < P.sweep.size(); ++i) {
+        const RowRecord& rr = L.recs[i];
+        if (rr.kind == RowKind::other) continue;
+        const Operands o = decode_operands(P.args.data() + P.recs[P.sweep[i]].a);
+        if (rr.kind == RowKind::linear) {
+            mark(rr.col_w, size_t(o.tail[1]) * o.tail[2]);
+            mark(rr.col_b, o.tail[2]);
+        } else {
+            mark(rr.col_w, o.v[0].len(0));
+        }
+    }
+    L.zero_cols.clear();
+    for (size_t c = 0; c < written.size();) {
+        if (written[c]) {
+            ++c;
+            continue;
+        }
+        const size_t c0 = c;
+        while (c < written.size() && !written[c]) ++c;
+        L.zero_cols.emplace_back(uint32_t(c0), uint32_t(c - c0));
+    }
     L.zero_local.clear();
     for (const Span& s : P.sweep_grads) {  // the external grads stay zero: nothing here adds into them
         const uint32_t b = std::max(s.first, ne), e = s.first + s.second;
@@ -134,20 +235,20 @@ bool plan(const Program<T>& P, RowsPlan<T>& L) {
 }
 
 // dst[i] = f(i) for i < n (f(i0) gives the vector of elements i0 .. i0 + W - 1, f(i0, l) the first
-// l of them): whole vectors stream to dst aligned when `stream`, the ends stored masked.
+// l of them): whole vectors stored aligned to the vector's size (no store splits two cache
+// lines), streamed when `stream`, the ends stored masked.
 template <typename T, class F>
 BT_ALWAYS_INLINE void put(T* dst, size_t n, bool stream, F f) {
     using S = simd::Simd<T>;
     constexpr size_t W = size_t(S::W);
     size_t i = 0;
-    if (stream) {
+    if (n >= W && reinterpret_cast<uintptr_t>(dst) % sizeof(T) == 0) {
         const size_t mis = (reinterpret_cast<uintptr_t>(dst) / sizeof(T)) % W;
-        if (reinterpret_cast<uintptr_t>(dst) % sizeof(T) == 0 && mis) {
-            const size_t h = std::min(n, W - mis);
-            S::store(dst, f(size_t(0), int(h)), int(h));
-            i = h;
+        if (mis) {
+            i = W - mis;
+            S::store(dst, f(size_t(0), int(i)), int(i));
         }
-        if (reinterpret_cast<uintptr_t>(dst + i) % (W * sizeof(T)) == 0)
+        if (stream)
             for (; i + W <= n; i += W) S::stream(dst + i, f(i));
     }
     for (; i + W <= n; i += W) S::store(dst + i, f(i));
@@ -247,32 +348,51 @@ void linear_row(const Frame<T>& f, const Record& r, const uint32_t* args, bool l
         for (uint32_t u = 0; u < out; ++u) row[rr.col_b + u] = T(0) + gy[u];
 }
 
-// A lookup of a parameter table: its grads, summed as gather_backward sums them into zeroed
-// grads (each table row 0 + the grads of the positions that read it, in position order), in the
-// row being made, whose table columns are zero here (clear_gather zeroes them after the row).
+// A lookup of a parameter table: its grads as gather_backward sums them into zeroed grads, each
+// table row written once: 0 + the grads of the positions that read it, in position order (kept in
+// a register per vector of the row), or zero when none does (or the lookup gets no gradient).
 template <typename T>
-void gather_row(const Frame<T>& f, const Record& r, const uint32_t* args, bool live, const RowRecord& rr, T* row) {
-    if (rr.col_w < 0 || !live) return;
-    const Operands o = decode_operands(args + r.a);
-    const uint32_t n = o.tail[0], d = o.tail[1];
-    const uint32_t* ids = o.tail + 2;
-    T* gt = row + rr.col_w;
-    const T* gy = f.grads() + r.out;
-    for (uint32_t i = 0; i < n; ++i) {
-        T* dst = gt + size_t(ids[i]) * d;
-        const T* src = gy + size_t(i) * d;
-        for (uint32_t j = 0; j < d; ++j) dst[j] += src[j];
-    }
-}
-
-// The table rows gather_row wrote, zeroed again for the next sample.
-template <typename T>
-void clear_gather(const Record& r, const uint32_t* args, const RowRecord& rr, T* row) {
+void gather_row(const Frame<T>& f, const Record& r, const uint32_t* args, bool live, const RowRecord& rr, T* row,
+                RowsPlan<T>& L) {
+    using S = simd::Simd<T>;
+    using V = typename S::V;
     if (rr.col_w < 0) return;
     const Operands o = decode_operands(args + r.a);
     const uint32_t n = o.tail[0], d = o.tail[1];
+    const size_t nt = o.v[0].len(0);
+    T* gt = row + rr.col_w;
+    if (!live || d == 0) return put_zeros(gt, nt, false);
     const uint32_t* ids = o.tail + 2;
-    for (uint32_t i = 0; i < n; ++i) std::fill_n(row + rr.col_w + size_t(ids[i]) * d, d, T(0));
+    const size_t nrows = nt / d;
+    constexpr uint32_t none = ~uint32_t(0);
+    // the positions that read each table row, as lists in position order
+    L.head.assign(nrows, none);
+    if (L.next.size() < n) L.next.resize(n);
+    uint32_t* head = L.head.data();
+    uint32_t* next = L.next.data();
+    for (uint32_t i = n; i-- > 0;) {
+        next[i] = head[ids[i]];
+        head[ids[i]] = i;
+    }
+    const T* gy = f.grads() + r.out;
+    for (size_t t = 0; t < nrows; ++t) {
+        T* dst = gt + t * d;
+        const uint32_t p = head[t];
+        if (p == none) {
+            put_zeros(dst, d, false);
+            continue;
+        }
+        put(dst, d, false, [gy, d, p, next](size_t j, int l = S::W) {
+            auto at = [&](uint32_t q) {
+                const T* src = gy + size_t(q) * d + j;
+                return l == S::W ? S::load(src) : S::load(src, l);
+            };
+            V acc = S::add(S::zero(), at(p));
+            for (uint32_t q = next[p]; q != none; q = next[q]) acc = S::add(acc, at(q));
+            return acc;
+        });
+    }
+    put_zeros(gt + nrows * d, nt - nrows * d, false);  // a table whose size is not a multiple of d
 }
 
 }  // namespace rows_detail
@@ -288,25 +408,23 @@ bool rows_usable(const Program<T>& P, RowsPlan<T>& L) {
 }
 
 // replay(P, W, in, Reduce::rows, ...) for a program rows_usable: each sample's row of `rows`
-// (num_wrt wide) written once, its value into `values` (if not null). Returns the samples whose
-// guards failed (nothing written for them).
+// (num_wrt wide) written once, its value into `values` (if not null), with ordinary or non-temporal
+// stores (rows_streamed). Returns the samples whose guards failed (nothing written for them).
 template <typename T>
 ReplayResult replay_rows(const Program<T>& P, Workspace<T>& W, RowsPlan<T>& L, const T* arena_values, const Samples& in,
-                         T seed, double* values, T* rows, bool stream) {
+                         T seed, double* values, T* rows) {
     ReplayResult res;
     prepare(P, W, arena_values, in.n);
     const size_t k = P.inputs.size(), nid = P.num_ids, nw = P.num_wrt;
+    const bool stream = rows_streamed(in.n * nw * sizeof(T));
     const Frame<T> f = W.frame();
     Frame<T> first = f;
     first.first_write = true;
     const uint32_t* args = W.args.data();
     T* g = W.g.data();
-    // Each row is made in L1 (or L2) and then stored in one pass: the records' parts of a row are
-    // short runs (a bias, a table row), and stored straight into the matrix, the cache lines they
-    // share would each be read from memory before being written. The columns no record writes
-    // stay zero in it.
-    L.row.assign(nw, T(0));
-    T* row = L.row.data();
+    // Streamed, the parts of a row other than a wide layer's whole lines are made in `row` (whose
+    // columns no record writes stay zero) and streamed out after the sweep.
+    if (stream) L.row.assign(nw, T(0));
     for (size_t s = 0; s < in.n; ++s) {
         set_sample(P, W, in.x + s * k, in.ids + s * nid);
         if (run_forward(P, W) >= 0) {
@@ -314,8 +432,12 @@ ReplayResult replay_rows(const Program<T>& P, Workspace<T>& W, RowsPlan<T>& L, c
             continue;
         }
         if (values) values[s] = double(W.v[P.root]);
-        T* direct = stream ? rows + s * nw : nullptr;  // into fresh pages, plain stores of whole rows
+        T* const out = rows + s * nw;
+        T* const row = stream ? L.row.data() : out;
+        T* const direct = stream ? out : nullptr;
         L.holes.clear();
+        if (!stream)
+            for (const Span& c : L.zero_cols) rows_detail::put_zeros(out + c.first, c.second, false);
         for (const Span& sp : L.zero_local) std::fill_n(g + sp.first, sp.second, T(0));
         g[P.root] += seed;
         for (size_t i = P.sweep.size(); i-- > 0;) {
@@ -327,22 +449,21 @@ ReplayResult replay_rows(const Program<T>& P, Workspace<T>& W, RowsPlan<T>& L, c
             if (rr.kind == RowKind::linear)
                 rows_detail::linear_row(f, r, args, live, writes, rr, row, direct, L.holes, L);
             else if (rr.kind == RowKind::gather)
-                rows_detail::gather_row(f, r, args, live, rr, row);
+                rows_detail::gather_row(f, r, args, live, rr, row, L);
             else if (live)
                 backward_record(writes ? first : f, r, args);
             else if (writes)
                 zero_spans(g, decode_operands(args + r.a).v[0]);
         }
+        if (!stream) continue;
         // the row from `row` into the matrix, but for what went there directly
         std::sort(L.holes.begin(), L.holes.end());
         size_t at = 0;
         for (const auto& [h0, h1] : L.holes) {
-            rows_detail::put_copy(rows + s * nw + at, row + at, h0 - at, stream);
+            rows_detail::put_copy(out + at, row + at, h0 - at, true);
             at = h1;
         }
-        rows_detail::put_copy(rows + s * nw + at, row + at, nw - at, stream);
-        for (size_t i = 0; i < P.sweep.size(); ++i)
-            if (L.recs[i].kind == RowKind::gather) rows_detail::clear_gather(P.recs[P.sweep[i]], args, L.recs[i], row);
+        rows_detail::put_copy(out + at, row + at, nw - at, true);
     }
     if (stream) simd::stream_fence();
     // the frame's external grads were never written: zero, as prepare() left them
