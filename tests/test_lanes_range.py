@@ -2,8 +2,9 @@
 lanes enabled the records that reach the parameters write their parts of each row
 (csrc/lanes/rows.hpp); the rows, the losses and the failures are bitwise those of the one-sample
 replay (lanes off), FP32 and FP64, for N of 1, 2 and more, into fresh or reused outputs, aligned
-or not, with ordinary or non-temporal stores (both forced through _core._set_rows_store); programs that do not qualify keep the one-sample replay; bad input leaves out as it was;
-the rows are the gradients (finite differences, and torch.func where installed)."""
+or not, with ordinary or non-temporal stores (both forced through _core._set_rows_store);
+programs that do not qualify keep the one-sample replay; bad input leaves out as it was; the rows
+are the gradients (finite differences, and torch.func where installed)."""
 import numpy as np
 import pytest
 
