@@ -100,6 +100,18 @@ def test_rows_match_one_sample_w4(hidden):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("hidden", [3, 8, 32, 64])
+def test_rows_match_one_sample_narrow_output_layers(dtype, hidden):
+    """The output layer's forward runs across its units (in up to four vectors): its input one
+    partial vector, several, exactly four (FP32 64, FP64 32: the chains' main loop), or more
+    (the one-sample kernel again); a context that repeats one id adds into one table row."""
+    m = model(dtype, vocab=27, block=4, emb=6, hidden=hidden, seed=7)
+    batch = batch_for(m, 13, seed=8)
+    batch[2] = ([9] * 4, 1)
+    assert_rows_match(m, batch)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("emb", [8, 9])
 def test_rows_match_one_sample_wide_layers(dtype, emb):
     """A layer wide enough for its weight grads' whole cache lines to go into a reused output

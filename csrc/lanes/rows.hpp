@@ -125,6 +125,8 @@ struct RowsPlan {
     std::vector<T> xs, gx;                         // a linear layer's x gathered, its gx
     std::vector<uint32_t> head, next;              // a lookup's positions by table row
     std::vector<Span> zero_cols;                   // the row's columns no record writes
+    std::vector<int64_t> narrow;                   // per record of P.recs: its W^T's place in wt, or -1
+    std::vector<T> wt;                             // narrow layers' W^T (in x out), made per call
     std::vector<T> row;                            // the row being made (streamed rows)
     std::vector<std::pair<size_t, size_t>> holes;  // its columns stored into the matrix directly
 };
@@ -226,6 +228,20 @@ bool plan(const Program<T>& P, RowsPlan<T>& L) {
         while (c < written.size() && !written[c]) ++c;
         L.zero_cols.emplace_back(uint32_t(c0), uint32_t(c - c0));
     }
+    // linear layers over one row narrow enough for their forward to run across output units
+    L.narrow.assign(P.recs.size(), -1);
+    size_t nwt = 0;
+    for (size_t k = 0; k < P.recs.size(); ++k) {
+        const Record& r = P.recs[k];
+        if (r.op != Op::linear) continue;
+        const Operands o = decode_operands(P.args.data() + r.a);
+        const uint32_t in = o.tail[1], out = o.tail[2];
+        if (o.tail[0] != 1 || o.v[0].n != 1 || o.v[1].n != 1 || (o.tail[3] && o.v[2].n != 1)) continue;
+        if (in > 4 * size_t(simd::Simd<T>::W) || 2 * size_t(out) < size_t(simd::Simd<T>::W)) continue;
+        L.narrow[k] = int64_t(nwt);
+        nwt += size_t(in) * out;
+    }
+    L.wt.resize(nwt);
     L.zero_local.clear();
     for (const Span& s : P.sweep_grads) {  // the external grads stay zero: nothing here adds into them
         const uint32_t b = std::max(s.first, ne), e = s.first + s.second;
@@ -265,6 +281,63 @@ template <typename T>
 void put_copy(T* dst, const T* src, size_t n, bool stream) {
     using S = simd::Simd<T>;
     put(dst, n, stream, [src](size_t i, int l = S::W) { return l == S::W ? S::load(src + i) : S::load(src + i, l); });
+}
+
+// A linear layer over one row, y = x W^T + b, for a narrow input: gemm::forward's dot products
+// (forward_by_dots: per output unit, four interleaved chains of madd along `in` per vector lane,
+// the chains added pairwise, the lanes summed in order from zero, then + b), run with a vector
+// across output units instead of along `in`, from wt = W^T. Each unit gets the same operations
+// in the same order; the one-sample kernel spends most of such a layer's time on each unit's
+// horizontal sum. Lanes past `in` (in < one vector) hold +0 there, which leaves the sum as it is
+// (it starts from +0, so it is never -0), so they are skipped.
+template <typename T>
+void narrow_linear_forward(const Frame<T>& f, const Record& r, const uint32_t* args, const T* wt) {
+    using S = simd::Simd<T>;
+    using V = typename S::V;
+    constexpr size_t w = size_t(S::W), A = 4;
+    const Operands o = decode_operands(args + r.a);
+    const size_t n = o.tail[1], out = o.tail[2];
+    const T* x = f.values() + o.v[0].first(0);
+    const T* b = o.tail[3] ? f.values() + o.v[2].first(0) : nullptr;
+    T* y = f.values() + r.out;
+    const size_t main = n / (A * w) * (A * w), lanes = std::min(w, n);
+    for (size_t o0 = 0; o0 < out; o0 += w) {
+        const int m = int(std::min(w, out - o0));
+        auto col = [&](size_t i) { return m == S::W ? S::load(wt + i * out + o0) : S::load(wt + i * out + o0, m); };
+        V sum = S::zero();
+        for (size_t q = 0; q < lanes; ++q) {
+            V acc[A] = {S::zero(), S::zero(), S::zero(), S::zero()};
+            for (size_t i = q; i < main; i += A * w)
+                for (size_t a = 0; a < A; ++a) acc[a] = S::madd(S::set1(x[i + a * w]), col(i + a * w), acc[a]);
+            size_t a = 0;
+            for (size_t i = main; i < n; ++a, i += w)  // the masked tail: lanes past n add 0 * 0
+                acc[a] =
+                    i + q < n ? S::madd(S::set1(x[i + q]), col(i + q), acc[a]) : S::madd(S::zero(), S::zero(), acc[a]);
+            sum = S::add(sum, S::add(S::add(acc[0], acc[1]), S::add(acc[2], acc[3])));
+        }
+        if (b) sum = S::add(sum, m == S::W ? S::load(b + o0) : S::load(b + o0, m));
+        if (m == S::W)
+            S::store(y + o0, sum);
+        else
+            S::store(y + o0, sum, m);
+    }
+}
+
+// run_forward for a rows_usable program (which fuses no lookup with its layer: that needs a
+// fused SGD step), narrow layers across their output units. Returns the first failing guard, or -1.
+template <typename T>
+long forward_rows(const Program<T>& P, Workspace<T>& W, const RowsPlan<T>& L) {
+    const Frame<T> f = W.frame();
+    const uint32_t* args = W.args.data();
+    for (size_t k = 0; k < P.recs.size(); ++k) {
+        if (L.narrow[k] >= 0)
+            narrow_linear_forward(f, P.recs[k], args, L.wt.data() + L.narrow[k]);
+        else
+            forward_record(f, P.recs[k], args);
+    }
+    for (size_t i = 0; i < P.guards.size(); ++i)
+        if (!guard_holds(P.guards[i], W.v.data())) return long(i);
+    return -1;
 }
 
 // gx[i] = the chain madd(gy[o], W[o, i], .) over o in order from zero (then 0 + it, as_sum):
@@ -375,6 +448,8 @@ void gather_row(const Frame<T>& f, const Record& r, const uint32_t* args, bool l
         head[ids[i]] = i;
     }
     const T* gy = f.grads() + r.out;
+    // Up to four vectors of a table row at a time, kept in registers along the row's list of positions.
+    constexpr size_t w = size_t(S::W), B = 4;
     for (size_t t = 0; t < nrows; ++t) {
         T* dst = gt + t * d;
         const uint32_t p = head[t];
@@ -382,15 +457,23 @@ void gather_row(const Frame<T>& f, const Record& r, const uint32_t* args, bool l
             put_zeros(dst, d, false);
             continue;
         }
-        put(dst, d, false, [gy, d, p, next](size_t j, int l = S::W) {
-            auto at = [&](uint32_t q) {
-                const T* src = gy + size_t(q) * d + j;
-                return l == S::W ? S::load(src) : S::load(src, l);
+        for (size_t j = 0; j < d; j += B * w) {
+            const size_t nv = std::min(B, (d - j + w - 1) / w);
+            const int last = int(d - j - (nv - 1) * w);  // lanes of the block's last vector
+            auto at = [&](uint32_t q, size_t v) {
+                const T* src = gy + size_t(q) * d + j + v * w;
+                return v + 1 < nv || last == S::W ? S::load(src) : S::load(src, last);
             };
-            V acc = S::add(S::zero(), at(p));
-            for (uint32_t q = next[p]; q != none; q = next[q]) acc = S::add(acc, at(q));
-            return acc;
-        });
+            V acc[B];
+            for (size_t v = 0; v < nv; ++v) acc[v] = S::add(S::zero(), at(p, v));
+            for (uint32_t q = next[p]; q != none; q = next[q])
+                for (size_t v = 0; v < nv; ++v) acc[v] = S::add(acc[v], at(q, v));
+            for (size_t v = 0; v < nv; ++v)
+                if (v + 1 < nv || last == S::W)
+                    S::store(dst + j + v * w, acc[v]);
+                else
+                    S::store(dst + j + v * w, acc[v], last);
+        }
     }
     put_zeros(gt + nrows * d, nt - nrows * d, false);  // a table whose size is not a multiple of d
 }
@@ -425,9 +508,18 @@ ReplayResult replay_rows(const Program<T>& P, Workspace<T>& W, RowsPlan<T>& L, c
     // Streamed, the parts of a row other than a wide layer's whole lines are made in `row` (whose
     // columns no record writes stay zero) and streamed out after the sweep.
     if (stream) L.row.assign(nw, T(0));
+    for (size_t k = 0; k < P.recs.size(); ++k)  // the narrow layers' W^T, for this call's weights
+        if (L.narrow[k] >= 0) {
+            const Operands o = decode_operands(args + P.recs[k].a);
+            const size_t in = o.tail[1], out = o.tail[2];
+            const T* Wk = f.weight(o.v[1].first(0));
+            T* t = L.wt.data() + L.narrow[k];
+            for (size_t u = 0; u < out; ++u)
+                for (size_t i = 0; i < in; ++i) t[i * out + u] = Wk[u * in + i];
+        }
     for (size_t s = 0; s < in.n; ++s) {
         set_sample(P, W, in.x + s * k, in.ids + s * nid);
-        if (run_forward(P, W) >= 0) {
+        if (rows_detail::forward_rows(P, W, L) >= 0) {
             res.failed.push_back(s);
             continue;
         }
