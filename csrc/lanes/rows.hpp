@@ -323,6 +323,26 @@ void narrow_linear_forward(const Frame<T>& f, const Record& r, const uint32_t* a
     }
 }
 
+// A lookup's forward, gather_forward on one thread (one sample's lookup is far below its split):
+// each table row copied by vectors in line rather than by a call to memmove per row.
+template <typename T>
+void gather_rows_forward(const Frame<T>& f, const Record& r, const uint32_t* args) {
+    using S = simd::Simd<T>;
+    constexpr size_t w = size_t(S::W);
+    const Operands o = decode_operands(args + r.a);
+    const size_t n = o.tail[0], d = o.tail[1];
+    const uint32_t* ids = o.tail + 2;
+    const T* table = f.values() + o.v[0].first(0);
+    T* y = f.values() + r.out;
+    for (size_t i = 0; i < n; ++i) {
+        const T* src = table + size_t(ids[i]) * d;
+        T* dst = y + i * d;
+        size_t j = 0;
+        for (; j + w <= d; j += w) S::store(dst + j, S::load(src + j));
+        if (j < d) S::store(dst + j, S::load(src + j, int(d - j)), int(d - j));
+    }
+}
+
 // run_forward for a rows_usable program (which fuses no lookup with its layer: that needs a
 // fused SGD step), narrow layers across their output units. Returns the first failing guard, or -1.
 template <typename T>
@@ -330,10 +350,16 @@ long forward_rows(const Program<T>& P, Workspace<T>& W, const RowsPlan<T>& L) {
     const Frame<T> f = W.frame();
     const uint32_t* args = W.args.data();
     for (size_t k = 0; k < P.recs.size(); ++k) {
-        if (L.narrow[k] >= 0)
-            narrow_linear_forward(f, P.recs[k], args, L.wt.data() + L.narrow[k]);
-        else
-            forward_record(f, P.recs[k], args);
+        const Record& r = P.recs[k];
+        if (L.narrow[k] >= 0) {
+            const record_timer::Scope timed(0, record_timer::kind_of(r.op));
+            narrow_linear_forward(f, r, args, L.wt.data() + L.narrow[k]);
+        } else if (r.op == Op::gather) {
+            const record_timer::Scope timed(0, record_timer::kind_of(r.op));
+            gather_rows_forward(f, r, args);
+        } else {
+            forward_record(f, r, args);
+        }
     }
     for (size_t i = 0; i < P.guards.size(); ++i)
         if (!guard_holds(P.guards[i], W.v.data())) return long(i);
