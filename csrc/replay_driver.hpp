@@ -191,7 +191,7 @@ std::vector<size_t> replay_samples(Replayer<T>& R, Arena<T>& A, const Samples& i
     // write their parts of each row themselves, once (the same bits as the replay below).
     if (!to_arena && reduce == Reduce::rows && in.n > 1 && lanes::enabled() && lanes::rows_usable(P, R.rows_plan))
         return std::move(
-            lanes::replay_rows(P, W, R.rows_plan, A.values(), in, static_cast<T>(seed), values, rows).failed);
+            lanes::replay_rows(P, W, R.rows_plan, A.values(), in, static_cast<T>(seed), values, rows, stream).failed);
     prepare(P, W, A.values(), in.n);
     T* ag = A.grads();
     if (to_arena && !zero)  // continue from the grads already there, so additions happen in the eager order

@@ -92,17 +92,24 @@ inline std::atomic<int>& rows_store_flag() {
 inline RowsStore rows_store() { return RowsStore(rows_store_flag().load(std::memory_order_relaxed)); }
 inline void set_rows_store(RowsStore s) { rows_store_flag().store(int(s), std::memory_order_relaxed); }
 
+// An output allocated for the call at least this large comes straight from mmap (glibc's largest
+// dynamic mmap threshold), its pages faulted in by the rows' first stores.
+inline constexpr size_t kFreshPagesBytes = size_t(32) << 20;
+
 // Whether rows totalling `bytes` stream past the caches: when they take more than a quarter of the
 // last-level cache. Below that, ordinary stores win by a little (the matrix stays in cache, and the
 // caller reads it from there); above it they lose by much more, since the last-level cache is
 // shared with the program's frame and weights, the second level's victims, and every other core,
 // and rows stored through it evict the lines each sample's forward and backward read again (the
 // crossover measured on W4 lies between a quarter and a third of it: docs/guides/programs.md).
-inline bool rows_streamed(size_t bytes) {
+// Except into fresh pages (an output the call allocated, kFreshPagesBytes or more): the kernel
+// zeroes each page through the cache as the first store faults it in, and ordinary stores then
+// find its lines there.
+inline bool rows_streamed(size_t bytes, bool reused) {
     switch (rows_store()) {
         case RowsStore::plain: return false;
         case RowsStore::stream: return true;
-        default: return bytes > last_level_cache_bytes() / 4;
+        default: return bytes > last_level_cache_bytes() / 4 && (reused || bytes < kFreshPagesBytes);
     }
 }
 
@@ -518,14 +525,15 @@ bool rows_usable(const Program<T>& P, RowsPlan<T>& L) {
 
 // replay(P, W, in, Reduce::rows, ...) for a program rows_usable: each sample's row of `rows`
 // (num_wrt wide) written once, its value into `values` (if not null), with ordinary or non-temporal
-// stores (rows_streamed). Returns the samples whose guards failed (nothing written for them).
+// stores (rows_streamed; `reused`: rows was written before the call). Returns the samples whose
+// guards failed (nothing written for them).
 template <typename T>
 ReplayResult replay_rows(const Program<T>& P, Workspace<T>& W, RowsPlan<T>& L, const T* arena_values, const Samples& in,
-                         T seed, double* values, T* rows) {
+                         T seed, double* values, T* rows, bool reused) {
     ReplayResult res;
     prepare(P, W, arena_values, in.n);
     const size_t k = P.inputs.size(), nid = P.num_ids, nw = P.num_wrt;
-    const bool stream = rows_streamed(in.n * nw * sizeof(T));
+    const bool stream = rows_streamed(in.n * nw * sizeof(T), reused);
     const Frame<T> f = W.frame();
     Frame<T> first = f;
     first.first_write = true;
