@@ -481,8 +481,9 @@ void gather_row(const Frame<T>& f, const Record& r, const uint32_t* args, bool l
         head[ids[i]] = i;
     }
     const T* gy = f.grads() + r.out;
-    // Up to four vectors of a table row at a time, kept in registers along the row's list of positions.
-    constexpr size_t w = size_t(S::W), B = 4;
+    // Four vectors of a table row at a time, kept in registers along the row's list of positions,
+    // then one at a time (the last one masked to the row's end).
+    constexpr size_t w = size_t(S::W);
     for (size_t t = 0; t < nrows; ++t) {
         T* dst = gt + t * d;
         const uint32_t p = head[t];
@@ -490,22 +491,35 @@ void gather_row(const Frame<T>& f, const Record& r, const uint32_t* args, bool l
             put_zeros(dst, d, false);
             continue;
         }
-        for (size_t j = 0; j < d; j += B * w) {
-            const size_t nv = std::min(B, (d - j + w - 1) / w);
-            const int last = int(d - j - (nv - 1) * w);  // lanes of the block's last vector
-            auto at = [&](uint32_t q, size_t v) {
-                const T* src = gy + size_t(q) * d + j + v * w;
-                return v + 1 < nv || last == S::W ? S::load(src) : S::load(src, last);
+        size_t j = 0;
+        for (; j + 4 * w <= d; j += 4 * w) {
+            const T* src = gy + size_t(p) * d + j;
+            V a0 = S::add(S::zero(), S::load(src)), a1 = S::add(S::zero(), S::load(src + w));
+            V a2 = S::add(S::zero(), S::load(src + 2 * w)), a3 = S::add(S::zero(), S::load(src + 3 * w));
+            for (uint32_t q = next[p]; q != none; q = next[q]) {
+                src = gy + size_t(q) * d + j;
+                a0 = S::add(a0, S::load(src));
+                a1 = S::add(a1, S::load(src + w));
+                a2 = S::add(a2, S::load(src + 2 * w));
+                a3 = S::add(a3, S::load(src + 3 * w));
+            }
+            S::store(dst + j, a0);
+            S::store(dst + j + w, a1);
+            S::store(dst + j + 2 * w, a2);
+            S::store(dst + j + 3 * w, a3);
+        }
+        for (; j < d; j += w) {
+            const int l = int(std::min(w, d - j));
+            auto at = [&](uint32_t q) {
+                const T* src = gy + size_t(q) * d + j;
+                return l == S::W ? S::load(src) : S::load(src, l);
             };
-            V acc[B];
-            for (size_t v = 0; v < nv; ++v) acc[v] = S::add(S::zero(), at(p, v));
-            for (uint32_t q = next[p]; q != none; q = next[q])
-                for (size_t v = 0; v < nv; ++v) acc[v] = S::add(acc[v], at(q, v));
-            for (size_t v = 0; v < nv; ++v)
-                if (v + 1 < nv || last == S::W)
-                    S::store(dst + j + v * w, acc[v]);
-                else
-                    S::store(dst + j + v * w, acc[v], last);
+            V acc = S::add(S::zero(), at(p));
+            for (uint32_t q = next[p]; q != none; q = next[q]) acc = S::add(acc, at(q));
+            if (l == S::W)
+                S::store(dst + j, acc);
+            else
+                S::store(dst + j, acc, l);
         }
     }
     put_zeros(gt + nrows * d, nt - nrows * d, false);  // a table whose size is not a multiple of d
