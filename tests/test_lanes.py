@@ -336,3 +336,32 @@ def test_streamed_outputs_match_one_sample(dtype):
     ok = np.setdiff1d(np.arange(N), disagree)
     np.testing.assert_array_equal(bits(vals[ok]), bits(v0[ok]))
     np.testing.assert_array_equal(bits(rows[ok]), bits(g0[ok]))
+
+
+def test_map_replays_a_traced_signature_and_retraces_a_dead_one():
+    # .map looks a signature up without reading sample 0 as arguments; a program whose captured
+    # values were rewound away is not replayed but traced again
+    cp = bt.checkpoint()
+    held = [bt.Value(3.0)]
+    f = bt.value_and_grad(lambda x: x * held[0])
+    X = np.array([1.0, 2.0, 4.0])
+    for _ in range(2):
+        v, g = f.map(X)
+        np.testing.assert_array_equal(v, 3.0 * X)
+        np.testing.assert_array_equal(g, [[3.0]] * 3)
+    assert f.traces == 1
+    bt.rewind(cp)
+    held[0] = bt.Value(5.0)  # the rewound slot, reused
+    assert not f.programs()[0].alive
+    np.testing.assert_array_equal(f.map(X)[0], 5.0 * X)
+    assert f.traces == 2
+    # id arguments: an int per sample and a list per sample are signatures of their own (the
+    # list's length is part of it)
+    E = bt.leaves([[1.0], [2.0], [3.0]])
+    h = bt.value_and_grad(lambda x, ii: x * bt.vsum(bt.embedding(E, ii)), ids=(1,))
+    np.testing.assert_array_equal(h.map(X, ids=[np.array([[0, 1], [1, 2], [2, 2]])])[0], X * [3, 5, 6])
+    np.testing.assert_array_equal(h.map(X, ids=[np.array([[0], [1], [2]])])[0], X * [1, 2, 3])
+    np.testing.assert_array_equal(h.map(X, ids=[np.array([0, 1, 2])])[0], X * [1, 2, 3])
+    assert h.traces == 3
+    with pytest.raises(ValueError, match="id arguments"):
+        h.map(X)
