@@ -365,3 +365,25 @@ def test_map_replays_a_traced_signature_and_retraces_a_dead_one():
     assert h.traces == 3
     with pytest.raises(ValueError, match="id arguments"):
         h.map(X)
+
+
+@pytest.mark.parametrize("N", [43_000, 44_000, 70_016])
+def test_streamed_grads_alone_across_the_threshold(N):
+    # grad(...).map writes rows only: FP64 rows of 2 reach a megabyte at 65,536 samples, values
+    # and rows together (value_and_grad) at 43,691. Around those counts and at a multiple of the
+    # block, with aligned and unaligned arrays, every path gives the one-sample bits.
+    rng = np.random.default_rng(N)
+    X = rng.uniform(-3, 3, size=(N, 2))
+    v0, g0 = run(bt.value_and_grad(w1_expr, argnums=(0, 1)), X, False)
+    f, fg = bt.value_and_grad(w1_expr, argnums=(0, 1)), bt.grad(w1_expr, argnums=(0, 1))
+    for shift in (0, 1):
+        vbuf, gbuf = np.empty(N + shift), np.empty(2 * N + shift)
+        v, g = vbuf[shift:], gbuf[shift:].reshape(N, 2)
+        f.map(X, out=(v, g))
+        np.testing.assert_array_equal(bits(v), bits(v0))
+        np.testing.assert_array_equal(bits(g), bits(g0))
+        g.fill(np.nan)
+        assert fg.map(X, out=g) is g
+        np.testing.assert_array_equal(bits(g), bits(g0))
+        f.map(X, out=(None, g))
+        np.testing.assert_array_equal(bits(g), bits(g0))
