@@ -210,48 +210,55 @@ inline void prefetch_lines(const void* p, size_t bytes) {
 }
 
 // One output array written block after block with streaming stores (simd.hpp; ordinary ones on
-// targets without): whole registers at addresses aligned to the register's size. The elements
-// before the array's first such address take ordinary stores once; a block's last elements short
-// of a whole register wait in `carry` for the next block's, so every other line is written whole
-// and never fetched (a block's end rarely falls on a line's end: rows of 2 doubles start 16 bytes
-// into a line as often as not).
+// targets without): whole registers at addresses aligned to the register's size. A block puts its
+// elements in `buf` after what is left of the previous block's short of a whole register (the
+// carry), so every line but the array's first and last is written whole and never fetched (rows
+// of 2 doubles start 16 bytes into a line as often as not, so a block's end rarely falls on a
+// line's end). The carry moves and the ends are stored with whole (masked) registers: per-element
+// loops there become library calls per block.
 template <typename T>
 struct StreamOut {
     using S = simd::Simd<T>;
-    static constexpr size_t W = S::W;
+    static constexpr size_t W = size_t(S::W);
     T* dst = nullptr;
-    size_t done = 0;  // dst[0, done) written; carry holds dst[done, done + nc)
+    size_t done = 0;  // dst[0, done) written; the carry, buf[W - nc, W), goes to dst[done, done + nc)
     size_t nc = 0;
-    T carry[W];
+    std::vector<T, LineAligned<T>> buf;  // W (the carry ends at W), a block's elements, W of slack
 
+    void reserve(size_t block) { buf.assign(block + 2 * W, T(0)); }
     void start(T* out, size_t at) {
         dst = out;
         done = at;
         nc = 0;
     }
-    bool aligned() const { return reinterpret_cast<uintptr_t>(dst + done) % (W * sizeof(T)) == 0; }
-    // Appends src[0, n) after what was written so far.
-    void put(const T* src, size_t n) {
-        size_t i = 0;
+    // Where a block puts its elements before put(their count).
+    T* block() { return buf.data() + W; }
+    void put(size_t n) {
+        const T* from = buf.data() + W - nc;
+        size_t total = nc + n;
         if (reinterpret_cast<uintptr_t>(dst) % sizeof(T) != 0) {  // never for numpy's arrays of T
-            std::copy(src, src + n, dst + done);
-            done += n;
+            std::copy(from, from + total, dst + done);
+            done += total;
+            nc = 0;
             return;
         }
-        for (; nc == 0 && i < n && !aligned(); ++i) dst[done++] = src[i];
-        if (nc) {
-            for (; nc < W && i < n; ++i) carry[nc++] = src[i];
-            if (nc < W) return;
-            S::stream(dst + done, S::load(carry));
-            done += W;
-            nc = 0;
+        const size_t off = reinterpret_cast<uintptr_t>(dst + done) % (W * sizeof(T)) / sizeof(T);
+        if (off) {  // up to the first aligned address: where the array or a resumed stream starts
+            const size_t h = std::min(W - off, total);
+            S::store(dst + done, S::load(from), int(h));
+            done += h;
+            from += h;
+            total -= h;
         }
-        for (; i + W <= n; i += W, done += W) S::stream(dst + done, S::load(src + i));
-        for (; i < n; ++i) carry[nc++] = src[i];
+        const size_t full = total - total % W;
+        for (size_t j = 0; j < full; j += W) S::stream(dst + done + j, S::load(from + j));
+        done += full;
+        nc = total - full;
+        if (nc) S::store(buf.data() + W - nc, S::load(from + full));  // within buf: its slack
     }
-    // Writes what waits in carry (ordinary stores).
+    // Writes the carry (an ordinary masked store).
     void flush() {
-        for (size_t j = 0; j < nc; ++j) dst[done + j] = carry[j];
+        if (nc) S::store(dst + done, S::load(buf.data() + W - nc), int(nc));
         done += nc;
         nc = 0;
     }
@@ -282,11 +289,11 @@ void replay_blocks(const Program<T>& P, LaneWorkspace<T>& L, const T* arena_valu
         for (uint32_t t = 0; t < sp.second; ++t) gw.push_back(g + size_t(sp.first + t) * B);
     const bool rows_out = reduce == Reduce::rows && nw;
     constexpr bool stream = Stream;
-    // a block's rows and (for float lanes) values made in L1, then streamed out
-    std::vector<T, LineAligned<T>> row_stage(stream && rows_out ? B * nw : 0);
-    std::vector<double, LineAligned<double>> value_stage(stream && values && !std::is_same_v<T, double> ? B : 0);
+    // a block's values and rows made in L1, then streamed out
     StreamOut<double> value_out;
     StreamOut<T> row_out;
+    if (stream && values) value_out.reserve(B);
+    if (stream && rows_out) row_out.reserve(B * nw);
     value_out.start(values, 0);
     row_out.start(rows, 0);
     for (size_t s0 = 0; s0 < in.n; s0 += B) {
@@ -328,12 +335,9 @@ void replay_blocks(const Program<T>& P, LaneWorkspace<T>& L, const T* arena_valu
             row_out.start(rows, (s0 + B) * nw);
         }
         if (values && !any_bad && stream) {
-            if constexpr (std::is_same_v<T, double>) {
-                value_out.put(y, m);
-            } else {
-                for (size_t l = 0; l < m; ++l) value_stage[l] = double(y[l]);
-                value_out.put(value_stage.data(), m);
-            }
+            double* BT_LANES_RESTRICT vb = value_out.block();
+            BT_LANES_SIMD for (size_t l = 0; l < B; ++l) vb[l] = double(y[l]);
+            value_out.put(m);
         } else if (values && !any_bad)
             for (size_t l = 0; l < m; ++l) values[s0 + l] = double(y[l]);
         else if (values)
@@ -354,8 +358,8 @@ void replay_blocks(const Program<T>& P, LaneWorkspace<T>& L, const T* arena_valu
             backward_lanes<B>(v, g, P.recs[P.sweep[i]], args, L.scratch, L.first[i]);
         if (reduce == Reduce::rows && !any_bad) {  // sample after sample, each row in turn
             if (rows_out && stream) {
-                store_rows(gw.data(), row_stage.data(), m, nw);
-                row_out.put(row_stage.data(), m * nw);
+                store_rows(gw.data(), row_out.block(), m, nw);
+                row_out.put(m * nw);
             } else if (nw) {
                 store_rows(gw.data(), rows + s0 * nw, m, nw);
             }
