@@ -387,3 +387,26 @@ def test_streamed_grads_alone_across_the_threshold(N):
         np.testing.assert_array_equal(bits(g), bits(g0))
         f.map(X, out=(None, g))
         np.testing.assert_array_equal(bits(g), bits(g0))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_streamed_values_with_a_mean_and_alone(dtype):
+    # values alone reach a megabyte at 131,072 samples: .map with reduce="mean" (values streamed,
+    # grads summed) and the forward-only replay ("values") stream them
+    N = 131_200
+    X = np.random.default_rng(13).uniform(-3, 3, size=(N, 2))
+    assert_lanes_match_one_sample(w1_expr, X, dtype, reduce="mean")
+    prog = bt.value_and_grad(w1_expr, argnums=(0, 1), dtype=dtype)
+    prog.map(X[:2])
+    (p,) = prog.programs()
+    got = []
+    for on in (True, False):
+        vbuf = np.full(N + 1, 7.0)
+        _core.set_lanes_enabled(on)
+        try:
+            assert p._replay(X, None, "values", 1.0, vbuf[1:], None) == []
+        finally:
+            _core.set_lanes_enabled(True)
+        assert vbuf[0] == 7.0
+        got.append(vbuf[1:])
+    np.testing.assert_array_equal(bits(got[0]), bits(got[1]))
