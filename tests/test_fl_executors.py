@@ -97,6 +97,39 @@ def test_point_buffer_round_trip_and_cleanup():
     assert not os.path.exists(buf.path)
 
 
+def test_packed_replies_unpickle_as_the_replies():
+    import pickle
+
+    from burtorch.fl.client import PackedReplies, Reply
+    from burtorch.optim.compressors import Message
+
+    rng = np.random.default_rng(0)
+    sparse = Message(50, rng.standard_normal(3), 99, np.array([1, 7, 40]))
+    dense = Message(4, rng.standard_normal(4), 128)
+    wide = Message(5000, rng.standard_normal(5000), 5000 * 32)  # over the packed size: its own array
+    odd = Message(6, rng.standard_normal(2).astype(np.float32), 64, np.array([0, 5], dtype=np.int32))
+    replies = [Reply(0, sparse, 10, 0.5), Reply(2, None, 0, None, (1.5, None)), Reply(3, dense, 4, None, (2.0, None)),
+               Reply(5, wide, 8, 0.25, (0.1, np.arange(3.0))), Reply(6, odd, 1, 0.0),
+               Reply(9, Message(50, np.empty(0), 0, np.empty(0, dtype=np.int64)), 2, 1.0)]
+    got = pickle.loads(pickle.dumps(PackedReplies(replies), protocol=pickle.HIGHEST_PROTOCOL))
+    assert [type(r) for r in got] == [Reply] * len(replies)
+    for a, b in zip(got, replies):
+        assert (a.client, a.samples, a.loss) == (b.client, b.samples, b.loss)
+        assert (a.metric is None) == (b.metric is None)
+        if b.metric is not None:
+            assert a.metric[0] == b.metric[0] and (a.metric[1] is None) == (b.metric[1] is None)
+            assert b.metric[1] is None or np.array_equal(a.metric[1], b.metric[1])
+        if b.message is None:
+            assert a.message is None
+            continue
+        m, w = a.message, b.message
+        assert (m.d, m.bits) == (w.d, w.bits)
+        assert m.values.dtype == w.values.dtype and m.values.tobytes() == w.values.tobytes()
+        assert (m.indices is None) == (w.indices is None)
+        assert m.indices is None or (m.indices.dtype == w.indices.dtype and m.indices.tolist() == w.indices.tolist())
+    assert pickle.loads(pickle.dumps(PackedReplies([]))) == []
+
+
 def test_ray_local_and_two_node_cluster_match_serial_bitwise():
     ray = pytest.importorskip("ray")
     from ray.cluster_utils import Cluster
