@@ -158,9 +158,10 @@ def test_ray_local_and_two_node_cluster_match_serial_bitwise():
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/maps")
-def test_ray_actors_read_the_point_in_place_from_the_object_store():
+def test_ray_points_by_value_in_pieces_or_in_place_from_the_object_store(monkeypatch):
     ray = pytest.importorskip("ray")
-    from burtorch.fl.ray_executor import _INLINE_BYTES, RayExecutor
+    from burtorch.fl import ray_executor
+    from burtorch.fl.ray_executor import RayExecutor
 
     def _spy_on_points(group):
         """Run inside an actor (by __ray_call__): records, for each round, how the point and the
@@ -187,8 +188,8 @@ def test_ray_actors_read_the_point_in_place_from_the_object_store():
 
         group.run = run
 
-    d = 20000  # 160 KB of float64, over the size sent by value
-    assert d * 8 > _INLINE_BYTES
+    d = 20000  # 160 KB of float64: three pieces inside each call, or one object in the store
+    assert ray_executor._PIECE_BYTES < d * 8 <= ray_executor._INLINE_BYTES
 
     def run(executor):
         problem = synthetic(4, 24, d, seed=2)
@@ -202,6 +203,17 @@ def test_ray_actors_read_the_point_in_place_from_the_object_store():
             return fed.x.copy(), [r["bits"] for r in fed.records], seen
 
     x, bits, _ = run("serial")
+    xr, bitsr, seen = run(RayExecutor(2))
+    assert np.array_equal(x, xr) and bits == bitsr
+    assert len(seen) == 2
+    for rounds in seen:
+        assert len(rounds) == 3 and rounds[0][1] is None
+        for point, prev in rounds:
+            # carried inside the calls' messages: the actor's own array, joined from the pieces
+            assert point[:2] == (True, True) and "plasma" not in (point[3] or "")
+            assert prev is None or prev[:2] == (True, True)
+    # a point past what Ray inlines into a call: put in the store once per round
+    monkeypatch.setattr(ray_executor, "_INLINE_BYTES", d * 8 - 1)
     xr, bitsr, seen = run(RayExecutor(2))
     assert np.array_equal(x, xr) and bits == bitsr
     assert len(seen) == 2

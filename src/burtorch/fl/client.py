@@ -121,18 +121,26 @@ class ClientGroup(LocalClients):
     def busy_seconds(self) -> float:
         return self.busy
 
-    def run_ray(self, head: bytes, participants: list[int], evaluate: bool, x: np.ndarray | None = None,
-                x_prev: np.ndarray | None = None) -> bytes:
+    def run_ray(self, head: bytes, participants: list[int], evaluate: bool, layout: tuple[int, int] = (0, 0),
+                *arrays: np.ndarray) -> bytes:
         """:meth:`run_shared` as a Ray actor is called: ``head`` is the round pickled (with a small
-        point inside it), ``x`` and ``x_prev`` a large point and previous point when they were
-        put in Ray's object store. Ray resolves those into read-only arrays over the store's
-        shared memory, which the clients read in place (they copy what they change). The replies
-        go back as one pickle of :class:`PackedReplies`: Ray's own serialization of many small
-        replies (dataclasses holding numpy arrays) can cost more than the clients' compute of a
-        small model's round."""
+        point inside it); a larger point and previous point come as the ``arrays`` after it,
+        ``layout`` saying how many each takes: pieces that Ray carried inside the call's own
+        message, joined here, or one array Ray resolved from its object store (read-only, over
+        the store's shared memory, which the clients read in place: they copy what they change).
+        The replies go back as one pickle of :class:`PackedReplies`: Ray's own serialization of
+        many small replies (dataclasses holding numpy arrays) can cost more than the clients'
+        compute of a small model's round."""
         ctx = pickle.loads(head)
-        if x is not None or x_prev is not None:
-            ctx = dataclasses.replace(ctx, x=ctx.x if x is None else x, x_prev=ctx.x_prev if x_prev is None else x_prev)
+        points = {}
+        start = 0
+        for name, count in zip(("x", "x_prev"), layout):
+            if count:
+                parts = arrays[start:start + count]
+                points[name] = parts[0] if count == 1 else np.concatenate(parts)
+                start += count
+        if points:
+            ctx = dataclasses.replace(ctx, **points)
         return pickle.dumps(PackedReplies(self.run_shared(ctx, participants, evaluate)),
                             protocol=pickle.HIGHEST_PROTOCOL)
 

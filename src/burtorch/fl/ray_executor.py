@@ -14,7 +14,7 @@ import os
 import pickle
 import socket
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -26,7 +26,16 @@ if TYPE_CHECKING:
     from ..optim.rounds import Reply, Round
     from .problem import Problem
 
-_INLINE_BYTES = 1 << 17  # points up to this size are sent by value with each call
+# How a round's point reaches the actors. Ray carries an argument of up to its
+# max_direct_call_object_size (100 KiB by default) inside the call's own message, and puts a larger
+# one in its object store, which costs the driver, the raylet and each actor a round trip to the
+# store per round, several times what carrying the point in the messages costs. So a point up to
+# _INLINE_BYTES goes by value, in pieces of _PIECE_BYTES that Ray inlines (below its limit with
+# room for its framing), and only a larger one, past what Ray inlines into one call
+# (task_rpc_inlined_bytes_limit, 10 MiB by default), is put in the store, once per round, for
+# every actor to read in place.
+_PIECE_BYTES = 64 << 10
+_INLINE_BYTES = 8 << 20
 
 INSTALL_HINT = "the ray executor needs Ray: pip install \"burtorch[fl]\" (or pip install ray)"
 
@@ -159,39 +168,57 @@ class RayExecutor(Executor):
     @staticmethod
     def _large(v: Any) -> bool:
         """Whether the array ``v`` goes through the object store (put once, read in place by each
-        actor) rather than by value with each call (a put costs a round trip to the store, more
-        than sending a few KiB)."""
+        actor) rather than by value with each call."""
         return isinstance(v, np.ndarray) and v.nbytes > _INLINE_BYTES
+
+    @staticmethod
+    def _pieces(v: np.ndarray) -> list[np.ndarray]:
+        """``v`` in views of at most _PIECE_BYTES, which Ray carries inside the call's message."""
+        step = max(1, _PIECE_BYTES // max(1, v.itemsize))
+        return [v[i:i + step] for i in range(0, len(v), step)]
 
     def run(self, ctx: Round, participants: list[int], evaluate: bool) -> list[Reply]:
         ray = self.ray
         chosen = set(participants)
-        x = ray.put(ctx.x) if self._large(ctx.x) else None
-        # The previous point of methods that use it is the point of the round before (the server's
-        # step makes a new array): its object is in the store already.
-        x_prev = None
-        if self._large(ctx.x_prev):
-            last, last_ref = self._last
-            same = last_ref is not None and ctx.x_prev is last and ctx.x_prev is not ctx.x
-            x_prev = last_ref if same else ray.put(ctx.x_prev)
+        # each point: in the head (small), in pieces inside each call, or one ObjectRef
+        arrays: list[Any] = []
+        layout = [0, 0]
+        carried: dict[str, Any] = {}
+        put = None
+        for slot, (name, v) in enumerate((("x", ctx.x), ("x_prev", ctx.x_prev))):
+            if not isinstance(v, np.ndarray) or v.ndim != 1 or v.nbytes <= _PIECE_BYTES:
+                continue  # by value in the head
+            if self._large(v):
+                ref = None
+                if name == "x_prev":
+                    # The previous point of methods that use it is the point of the round before
+                    # (the server's step makes a new array): its object is in the store already.
+                    last, last_ref = self._last
+                    if last_ref is not None and v is last and v is not ctx.x:
+                        ref = last_ref
+                ref = ray.put(v) if ref is None else ref
+                if name == "x":
+                    put = ref
+                parts = [ref]
+            else:
+                parts = self._pieces(v)
+            arrays.extend(parts)
+            layout[slot] = len(parts)
+            carried[name] = None
         # The round's other fields (and a small point) by value, as one pickle made once for all
         # the calls: Ray serializes each argument of each call on its own.
-        head = pickle.dumps(dataclasses.replace(ctx, x=ctx.x if x is None else cast(Any, None),
-                                                x_prev=ctx.x_prev if x_prev is None else None),
-                            protocol=pickle.HIGHEST_PROTOCOL)
-        # the object references only when there are any: every argument of a call costs the
-        # driver and the actor their share of Ray's serialization
-        points = (x, x_prev) if x_prev is not None else (x,) if x is not None else ()
+        head = pickle.dumps(dataclasses.replace(ctx, **carried), protocol=pickle.HIGHEST_PROTOCOL)
+        extra = (tuple(layout), *arrays) if arrays else ()
         futures = []
         for a, ids in zip(self.actors, self.blocks):
             mine = [i for i in ids if i in chosen]
             if mine or evaluate:
-                futures.append(a.run_ray.remote(head, mine, evaluate, *points))
+                futures.append(a.run_ray.remote(head, mine, evaluate, *extra))
         # One blocking ray.get for all the actors' replies: taking them as they arrive (ray.wait
         # for one at a time) costs the driver a call into Ray per actor, more than it saves by
         # unpickling one actor's replies while another computes.
         replies = [r for part in ray.get(futures) for r in pickle.loads(part)]
-        self._last = (ctx.x, x)  # held until the next round, whose previous point it is
+        self._last = (ctx.x, put)  # held until the next round, whose previous point it is
         return sorted(replies, key=lambda r: r.client)
 
     def client_states(self) -> dict[int, dict[str, Any]]:
