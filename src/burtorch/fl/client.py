@@ -121,24 +121,30 @@ class ClientGroup(LocalClients):
     def busy_seconds(self) -> float:
         return self.busy
 
-    def run_ray(self, head: bytes, participants: list[int], evaluate: bool, layout: tuple[int, int] = (0, 0),
-                *arrays: np.ndarray) -> bytes:
+    def run_ray(self, head: bytes, participants: list[int], evaluate: bool,
+                layout: tuple[tuple[int, str] | None, ...] = (), *arrays: Any) -> bytes:
         """:meth:`run_shared` as a Ray actor is called: ``head`` is the round pickled (with a small
         point inside it); a larger point and previous point come as the ``arrays`` after it,
-        ``layout`` saying how many each takes: pieces that Ray carried inside the call's own
-        message, joined here, or one array Ray resolved from its object store (read-only, over
-        the store's shared memory, which the clients read in place: they copy what they change).
-        The replies go back as one pickle of :class:`PackedReplies`: Ray's own serialization of
-        many small replies (dataclasses holding numpy arrays) can cost more than the clients'
-        compute of a small model's round."""
+        ``layout`` saying, for each, how many it takes and its dtype: the bytes of the array in
+        pieces that Ray carried inside the call's own message, joined here into a new array, or
+        one array Ray resolved from its object store (read-only, over the store's shared memory,
+        which the clients read in place: they copy what they change). The replies go back as one
+        pickle of :class:`PackedReplies`: Ray's own serialization of many small replies
+        (dataclasses holding numpy arrays) can cost more than the clients' compute of a small
+        model's round."""
         ctx = pickle.loads(head)
         points = {}
         start = 0
-        for name, count in zip(("x", "x_prev"), layout):
-            if count:
-                parts = arrays[start:start + count]
-                points[name] = parts[0] if count == 1 else np.concatenate(parts)
-                start += count
+        for name, how in zip(("x", "x_prev"), layout):
+            if how is None:
+                continue
+            count, dtype = how
+            parts = arrays[start:start + count]
+            start += count
+            if isinstance(parts[0], np.ndarray):  # from the object store
+                points[name] = parts[0]
+            else:
+                points[name] = np.frombuffer(bytearray().join(parts), dtype=np.dtype(dtype))
         if points:
             ctx = dataclasses.replace(ctx, **points)
         return pickle.dumps(PackedReplies(self.run_shared(ctx, participants, evaluate)),
