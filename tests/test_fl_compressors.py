@@ -160,13 +160,18 @@ def _top_k_reference(v, k):
 
 
 @pytest.mark.parametrize("dtype", [np.float64, np.float32])
-@pytest.mark.parametrize("d,k", [(1, 1), (6, 2), (10, 10), (257, 5), (5000, 100)])
+# k * 64 > d selects by a partition of all d coordinates, smaller k by a heap of k (which gives
+# way to the partition when more than d/16 coordinates would replace its root): all three here
+@pytest.mark.parametrize("d,k", [(1, 1), (6, 2), (10, 10), (639, 10), (640, 10), (257, 5), (1000, 300), (5000, 40)])
 def test_topk_of_a_difference_is_topk_of_the_difference_bitwise(d, k, dtype):
     rng = np.random.default_rng(d * 31 + k)
-    for trial in range(20):
-        # few distinct values in some trials: ties everywhere, in the heap and at its threshold
+    for trial in range(24):
+        # few distinct values in some trials: ties everywhere, in the heap and at its threshold;
+        # magnitudes growing along the vector in others: every coordinate enters the heap
         a = (rng.integers(-3, 4, d) if trial % 2 else rng.standard_normal(d)).astype(dtype)
         b = (rng.integers(-3, 4, d) if trial % 3 == 0 else rng.standard_normal(d)).astype(dtype)
+        if trial % 4 == 3:
+            a = (np.arange(d) * (-1.0) ** np.arange(d)).astype(dtype)
         diff = a - b
         want = _top_k_reference(diff, k)
         fused = TopK(d, k).compress_difference(a, b)
