@@ -51,9 +51,9 @@ void rand_k(const T* x, size_t d, size_t k, uint64_t seed, int64_t* idx, T* val)
 // comparison against a threshold held in a register, and nothing of length d is allocated. A
 // non-finite value fails that comparison's "not above" test too, so the refusal costs the common
 // path nothing. Where many coordinates would go through the heap (O(d log k)): k a large share of
-// d, or magnitudes that keep growing along the vector (each one enters), a partition of all d
-// (magnitude, index) pairs (O(d)) selects instead, from the start. The order is total, so both
-// ways keep the same k.
+// d, or magnitudes that keep growing along the vector (each one enters), a partition of the d
+// indices by magnitude (nth_element, O(d)) selects instead, starting over. The order is total,
+// so both ways keep the same k.
 template <typename T, typename Value>
 void select_top_k(size_t d, size_t k, Value v, int64_t* idx, T* val, const char* what) {
     struct Entry {
