@@ -230,6 +230,22 @@ def test_ray_points_by_value_in_pieces_or_in_place_from_the_object_store(monkeyp
     assert not ray.is_initialized()
 
 
+def test_ray_points_ways_by_size(monkeypatch):
+    from burtorch.fl import ray_executor  # the choice itself needs no Ray
+    from burtorch.fl.ray_executor import RayExecutor
+    from burtorch.optim.rounds import Round
+
+    monkeypatch.setattr(ray_executor, "_PIECE_BYTES", 80)
+    monkeypatch.setattr(ray_executor, "_INLINE_BYTES", 800)
+    ways = RayExecutor.ways
+    x10, x50, x90 = np.zeros(10), np.zeros(50), np.zeros(90)  # 80, 400 and 720 bytes
+    assert ways(Round(0, x10, None, None, 1, 2)) == ("head", "head")
+    assert ways(Round(1, x50, x50, None, 1, 2)) == ("pieces", "pieces")  # 800 bytes together
+    assert ways(Round(1, x90, x90, None, 1, 2)) == ("pieces", "store")   # the budget is for both
+    assert ways(Round(1, np.zeros(101), x10, None, 1, 2)) == ("store", "head")
+    assert RayExecutor._pieces(np.arange(25.0))[-1] == np.arange(20.0, 25.0).tobytes()  # 80 + 80 + 40 bytes
+
+
 def test_unreachable_ray_address_fails_before_any_round():
     pytest.importorskip("ray")
     problem = synthetic(3, 30, 4, seed=1)

@@ -29,11 +29,12 @@ if TYPE_CHECKING:
 # How a round's point reaches the actors. Ray carries an argument of up to its
 # max_direct_call_object_size (100 KiB by default) inside the call's own message, and puts a larger
 # one in its object store, which costs the driver, the raylet and each actor a round trip to the
-# store per round, several times what carrying the point in the messages costs. So a point up to
-# _INLINE_BYTES goes by value, in pieces of _PIECE_BYTES that Ray inlines (below its limit with
-# room for its framing), and only a larger one, past what Ray inlines into one call
-# (task_rpc_inlined_bytes_limit, 10 MiB by default), is put in the store, once per round, for
-# every actor to read in place. A piece is the array's bytes (Ray adds a few dozen bytes of its own).
+# store per round, several times what carrying the point in the messages costs. So the point and
+# the previous point, up to _INLINE_BYTES together, go by value, in pieces of _PIECE_BYTES that Ray
+# inlines (below its limit with room for its framing), and only what would pass what Ray inlines
+# into one call (task_rpc_inlined_bytes_limit, 10 MiB by default) is put in the store, once per
+# round, for every actor to read in place. A piece is the array's bytes (Ray adds a few dozen
+# bytes of its own).
 _PIECE_BYTES = 96 << 10
 _INLINE_BYTES = 8 << 20
 
@@ -166,30 +167,39 @@ class RayExecutor(Executor):
         ray.get([a.shard_size.remote(ids[0]) for a, ids in zip(self.actors, self.blocks)])  # surface start errors
 
     @staticmethod
-    def _large(v: Any) -> bool:
-        """Whether the array ``v`` goes through the object store (put once, read in place by each
-        actor) rather than by value with each call."""
-        return isinstance(v, np.ndarray) and v.nbytes > _INLINE_BYTES
-
-    @staticmethod
     def _pieces(v: np.ndarray) -> list[bytes]:
         """The bytes of ``v`` in pieces of at most _PIECE_BYTES, which Ray carries inside the
         call's message (bytes: Ray serializes them for a fraction of what numpy views cost)."""
         raw = np.ascontiguousarray(v).tobytes()
         return [raw[i:i + _PIECE_BYTES] for i in range(0, len(raw), _PIECE_BYTES)]
 
+    @staticmethod
+    def ways(ctx: Round) -> tuple[str, str]:
+        """How the round's point and previous point reach the actors: "head" (by value in the
+        round's pickle; also for None), "pieces" (in pieces inside each call) or "store" (one
+        object in Ray's object store); the two points' pieces count against one budget."""
+        out, inlined = [], 0
+        for v in (ctx.x, ctx.x_prev):
+            if not isinstance(v, np.ndarray) or v.ndim != 1 or v.nbytes <= _PIECE_BYTES:
+                out.append("head")
+            elif inlined + v.nbytes > _INLINE_BYTES:
+                out.append("store")
+            else:
+                out.append("pieces")
+                inlined += v.nbytes
+        return out[0], out[1]
+
     def run(self, ctx: Round, participants: list[int], evaluate: bool) -> list[Reply]:
         ray = self.ray
         chosen = set(participants)
-        # each point: in the head (small), in pieces inside each call, or one ObjectRef
         arrays: list[Any] = []
         layout: list[tuple[int, str] | None] = [None, None]
         carried: dict[str, Any] = {}
         put = None
-        for slot, (name, v) in enumerate((("x", ctx.x), ("x_prev", ctx.x_prev))):
-            if not isinstance(v, np.ndarray) or v.ndim != 1 or v.nbytes <= _PIECE_BYTES:
-                continue  # by value in the head
-            if self._large(v):
+        for slot, (name, v, way) in enumerate(zip(("x", "x_prev"), (ctx.x, ctx.x_prev), self.ways(ctx))):
+            if way == "head":
+                continue
+            if way == "store":
                 ref = None
                 if name == "x_prev":
                     # The previous point of methods that use it is the point of the round before
