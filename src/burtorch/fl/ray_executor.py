@@ -197,7 +197,7 @@ class RayExecutor(Executor):
         carried: dict[str, Any] = {}
         put = None
         for slot, (name, v, way) in enumerate(zip(("x", "x_prev"), (ctx.x, ctx.x_prev), self.ways(ctx))):
-            if way == "head":
+            if way == "head" or v is None:  # ways() says "head" for None; the check is for the types
                 continue
             if way == "store":
                 ref = None
