@@ -52,6 +52,19 @@ void define(nb::module_& m) {
         nb::arg("x"), nb::arg("k"), nb::arg("idx"), nb::arg("val"));
 
     m.def(
+        "top_k_diff",
+        [](In<T> a, In<T> b, size_t k, Indices idx, Out<T> val) {
+            const size_t d = a.shape(0);
+            need(b.shape(0) == d, "top_k_diff: a and b must have the same length");
+            check_k(d, k);
+            need(d <= UINT32_MAX, "top_k_diff: more than 2^32 coordinates");
+            need(idx.shape(0) == k && val.shape(0) == k, "top_k_diff: idx and val must have k elements");
+            nb::gil_scoped_release unlocked;
+            bt::compress::top_k_diff(a.data(), b.data(), d, k, idx.data(), val.data());
+        },
+        nb::arg("a"), nb::arg("b"), nb::arg("k"), nb::arg("idx"), nb::arg("val"));
+
+    m.def(
         "rand_seq_k",
         [](In<T> x, size_t k, uint64_t seed, Out<T> val) {
             const size_t d = x.shape(0);

@@ -9,7 +9,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
-#include <numeric>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -45,23 +44,89 @@ void rand_k(const T* x, size_t d, size_t k, uint64_t seed, int64_t* idx, T* val)
     }
 }
 
+// The k largest magnitudes of v(0), ..., v(d-1) (ties: the lower index), written in ascending
+// index order. For k small against d, one pass: a min-heap holds the k best so far, its root the
+// worst of them (smallest magnitude, then highest index), so a coordinate enters only if its
+// magnitude beats the root's (on a tie the later index loses). Most coordinates cost one
+// comparison against a threshold held in a register, and nothing of length d is allocated. A
+// non-finite value fails that comparison's "not above" test too, so the refusal costs the common
+// path nothing. Where many coordinates would go through the heap (O(d log k)): k a large share of
+// d, or magnitudes that keep growing along the vector (each one enters), a partition of the d
+// indices by magnitude (nth_element, O(d)) selects instead, starting over. The order is total,
+// so both ways keep the same k.
+template <typename T, typename Value>
+void select_top_k(size_t d, size_t k, Value v, int64_t* idx, T* val, const char* what) {
+    struct Entry {
+        T mag;
+        uint32_t at;
+    };
+    // a ranks above b; std's heaps keep the last in this order, the worst kept, at the root
+    auto ranks_above = [](const Entry& a, const Entry& b) { return a.mag > b.mag || (a.mag == b.mag && a.at < b.at); };
+    auto refuse = [what](size_t i, T value) {
+        throw std::invalid_argument(std::string("compress: ") + what + std::to_string(i) + " is not finite (" +
+                                    std::to_string(double(value)) + ")");
+    };
+    auto by_partition = [&]() {
+        for (size_t i = 0; i < d; ++i)
+            if (!std::isfinite(v(i))) refuse(i, v(i));
+        std::vector<uint32_t> order(d);
+        for (size_t i = 0; i < d; ++i) order[i] = uint32_t(i);
+        auto before = [&v](uint32_t a, uint32_t b) {
+            const T fa = std::fabs(v(a)), fb = std::fabs(v(b));
+            return fa > fb || (fa == fb && a < b);
+        };
+        if (k < d) std::nth_element(order.begin(), order.begin() + ptrdiff_t(k), order.end(), before);
+        std::sort(order.begin(), order.begin() + ptrdiff_t(k));
+        for (size_t j = 0; j < k; ++j) {
+            idx[j] = int64_t(order[j]);
+            val[j] = v(order[j]);
+        }
+    };
+    if (k * 64 > d) return by_partition();
+    // entries past the first k: beyond this many, the partition is the cheaper way
+    size_t budget = d / 16;
+    std::vector<Entry> heap;
+    heap.reserve(k);
+    // -1 is below every magnitude: the heap's first k entries go in unconditionally
+    T threshold = T(-1);
+    for (size_t i = 0; i < d; ++i) {
+        const T value = v(i);
+        const T mag = std::fabs(value);
+        if (!(mag <= threshold)) {
+            if (!std::isfinite(value)) refuse(i, value);
+            if (mag == threshold) continue;  // a tie with the root: the root's lower index wins
+            if (heap.size() < k) {
+                heap.push_back({mag, uint32_t(i)});
+                std::push_heap(heap.begin(), heap.end(), ranks_above);
+                if (heap.size() == k) threshold = heap.front().mag;
+            } else {
+                if (budget-- == 0) return by_partition();
+                std::pop_heap(heap.begin(), heap.end(), ranks_above);
+                heap.back() = {mag, uint32_t(i)};
+                std::push_heap(heap.begin(), heap.end(), ranks_above);
+                threshold = heap.front().mag;
+            }
+        }
+    }
+    std::sort(heap.begin(), heap.end(), [](const Entry& a, const Entry& b) { return a.at < b.at; });
+    for (size_t j = 0; j < k; ++j) {
+        idx[j] = int64_t(heap[j].at);
+        val[j] = v(heap[j].at);
+    }
+}
+
 // TopK: the k largest magnitudes; ties go to the lower index, so the result is a function of x.
-// nth_element keeps it O(d) on average; the kept indices are then sorted ascending.
 template <typename T>
 void top_k(const T* x, size_t d, size_t k, int64_t* idx, T* val) {
-    check_finite(x, d);
-    std::vector<uint32_t> order(d);
-    std::iota(order.begin(), order.end(), 0u);
-    auto before = [x](uint32_t a, uint32_t b) {
-        const T fa = std::fabs(x[a]), fb = std::fabs(x[b]);
-        return fa > fb || (fa == fb && a < b);
-    };
-    if (k < d) std::nth_element(order.begin(), order.begin() + k, order.end(), before);
-    std::sort(order.begin(), order.begin() + k);
-    for (size_t j = 0; j < k; ++j) {
-        idx[j] = order[j];
-        val[j] = x[order[j]];
-    }
+    select_top_k<T>(d, k, [x](size_t i) { return x[i]; }, idx, val, "coordinate ");
+}
+
+// TopK of a - b without the difference written out (EF21's message C(grad - g_i)): the same
+// selection and the same values, each a[i] - b[i] rounded once as numpy's subtraction rounds it,
+// in one pass over a and b instead of a pass writing a - b and another reading it.
+template <typename T>
+void top_k_diff(const T* a, const T* b, size_t d, size_t k, int64_t* idx, T* val) {
+    select_top_k<T>(d, k, [a, b](size_t i) { return a[i] - b[i]; }, idx, val, "coordinate of the difference ");
 }
 
 // RandSeqK (the BurTorch paper's): k consecutive coordinates from a uniform random start,

@@ -153,6 +153,67 @@ def test_compress_grad_in_place_on_a_vector():
     assert v.grad == [0.0, -4.0, 0.0, 3.0]
 
 
+def _top_k_reference(v, k):
+    """The k largest |v| (ties: the lower index) in ascending index order, by numpy's sort."""
+    order = np.lexsort((np.arange(len(v)), -np.abs(v)))[:k]
+    return np.sort(order)
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+# k * 64 > d selects by a partition of all d coordinates, smaller k by a heap of k (which gives
+# way to the partition when more than d/16 coordinates would replace its root): all three here
+@pytest.mark.parametrize("d,k", [(1, 1), (6, 2), (10, 10), (639, 10), (640, 10), (257, 5), (1000, 300), (5000, 40)])
+def test_topk_of_a_difference_is_topk_of_the_difference_bitwise(d, k, dtype):
+    rng = np.random.default_rng(d * 31 + k)
+    for trial in range(24):
+        # few distinct values in some trials: ties everywhere, in the heap and at its threshold;
+        # magnitudes growing along the vector in others: every coordinate enters the heap
+        a = (rng.integers(-3, 4, d) if trial % 2 else rng.standard_normal(d)).astype(dtype)
+        b = (rng.integers(-3, 4, d) if trial % 3 == 0 else rng.standard_normal(d)).astype(dtype)
+        if trial % 4 == 3:
+            a = (np.arange(d) * (-1.0) ** np.arange(d)).astype(dtype)
+        diff = a - b
+        want = _top_k_reference(diff, k)
+        fused = TopK(d, k).compress_difference(a, b)
+        plain = TopK(d, k).compress(diff)
+        for m in (fused, plain):
+            assert m.indices.tolist() == want.tolist()
+            assert m.values.dtype == dtype and m.values.tobytes() == diff[want].tobytes()
+        assert fused.bits == plain.bits
+
+
+def test_compress_difference_of_every_compressor_is_compress_of_the_difference():
+    a, b = vec(50, 1), vec(50, 2)
+    for c in (Identity(50), RandK(50, 5), RandSeqK(50, 5), Natural(50), RandomDithering(50, 2), Scaled(RandK(50, 5)),
+              TopK(50, 5)):
+        got, want = c.compress_difference(a, b, seed=7), c.compress(a - b, seed=7)
+        assert got.values.tobytes() == want.values.tobytes()
+        assert (got.indices is None) == (want.indices is None)
+        assert got.indices is None or got.indices.tolist() == want.indices.tolist()
+    # without a seed, the compressor's own stream moves on as compress() moves it
+    one, two = TopK(50, 5, seed=3), RandK(50, 5, seed=3)
+    one.compress_difference(a, b)
+    two.compress_difference(a, b)
+    assert one._calls == two._calls == 1
+    # mixed types: numpy's promotion, as a - b
+    mixed = TopK(50, 5).compress_difference(a.astype(np.float32), b)
+    assert mixed.values.dtype == np.float64 and mixed.indices.tolist() == _top_k_reference(a.astype(np.float32) - b,
+                                                                                             5).tolist()
+
+
+def test_compress_difference_bad_input():
+    with pytest.raises(ValueError, match="d=4"):
+        TopK(4, 1).compress_difference(np.ones(4), np.ones(3))
+    with pytest.raises(ValueError, match="coordinate of the difference 1 is not finite"):
+        TopK(3, 1).compress_difference([1.0, float("nan"), 2.0], [0.0, 0.0, 0.0])
+    with pytest.raises(ValueError, match="coordinate of the difference 2 is not finite"):
+        TopK(3, 1).compress_difference([1.0, 1.0, 1e308], [0.0, 0.0, -1e308])  # overflow in a - b
+    with pytest.raises(ValueError, match="coordinate 0 is not finite"):
+        TopK(3, 3).compress([float("inf"), 1.0, 2.0])
+    with pytest.raises(ValueError, match="same length"):
+        bt._core.compress.top_k_diff(np.ones(3), np.ones(4), 1, np.empty(1, np.int64), np.empty(1))
+
+
 def test_large_vectors_run_natively():
     d = 1_000_000
     x = vec(d)

@@ -97,6 +97,39 @@ def test_point_buffer_round_trip_and_cleanup():
     assert not os.path.exists(buf.path)
 
 
+def test_packed_replies_unpickle_as_the_replies():
+    import pickle
+
+    from burtorch.fl.client import PackedReplies, Reply
+    from burtorch.optim.compressors import Message
+
+    rng = np.random.default_rng(0)
+    sparse = Message(50, rng.standard_normal(3), 99, np.array([1, 7, 40]))
+    dense = Message(4, rng.standard_normal(4), 128)
+    wide = Message(5000, rng.standard_normal(5000), 5000 * 32)  # over the packed size: its own array
+    odd = Message(6, rng.standard_normal(2).astype(np.float32), 64, np.array([0, 5], dtype=np.int32))
+    replies = [Reply(0, sparse, 10, 0.5), Reply(2, None, 0, None, (1.5, None)), Reply(3, dense, 4, None, (2.0, None)),
+               Reply(5, wide, 8, 0.25, (0.1, np.arange(3.0))), Reply(6, odd, 1, 0.0),
+               Reply(9, Message(50, np.empty(0), 0, np.empty(0, dtype=np.int64)), 2, 1.0)]
+    got = pickle.loads(pickle.dumps(PackedReplies(replies), protocol=pickle.HIGHEST_PROTOCOL))
+    assert [type(r) for r in got] == [Reply] * len(replies)
+    for a, b in zip(got, replies):
+        assert (a.client, a.samples, a.loss) == (b.client, b.samples, b.loss)
+        assert (a.metric is None) == (b.metric is None)
+        if b.metric is not None:
+            assert a.metric[0] == b.metric[0] and (a.metric[1] is None) == (b.metric[1] is None)
+            assert b.metric[1] is None or np.array_equal(a.metric[1], b.metric[1])
+        if b.message is None:
+            assert a.message is None
+            continue
+        m, w = a.message, b.message
+        assert (m.d, m.bits) == (w.d, w.bits)
+        assert m.values.dtype == w.values.dtype and m.values.tobytes() == w.values.tobytes()
+        assert (m.indices is None) == (w.indices is None)
+        assert m.indices is None or (m.indices.dtype == w.indices.dtype and m.indices.tolist() == w.indices.tolist())
+    assert pickle.loads(pickle.dumps(PackedReplies([]))) == []
+
+
 def test_ray_local_and_two_node_cluster_match_serial_bitwise():
     ray = pytest.importorskip("ray")
     from ray.cluster_utils import Cluster
@@ -125,9 +158,10 @@ def test_ray_local_and_two_node_cluster_match_serial_bitwise():
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/maps")
-def test_ray_actors_read_the_point_in_place_from_the_object_store():
+def test_ray_points_by_value_in_pieces_or_in_place_from_the_object_store(monkeypatch):
     ray = pytest.importorskip("ray")
-    from burtorch.fl.ray_executor import _INLINE_BYTES, RayExecutor
+    from burtorch.fl import ray_executor
+    from burtorch.fl.ray_executor import RayExecutor
 
     def _spy_on_points(group):
         """Run inside an actor (by __ray_call__): records, for each round, how the point and the
@@ -154,8 +188,8 @@ def test_ray_actors_read_the_point_in_place_from_the_object_store():
 
         group.run = run
 
-    d = 20000  # 160 KB of float64, over the size sent by value
-    assert d * 8 > _INLINE_BYTES
+    d = 20000  # 160 KB of float64: two pieces inside each call, or one object in the store
+    assert ray_executor._PIECE_BYTES < d * 8 <= ray_executor._INLINE_BYTES
 
     def run(executor):
         problem = synthetic(4, 24, d, seed=2)
@@ -173,6 +207,18 @@ def test_ray_actors_read_the_point_in_place_from_the_object_store():
     assert np.array_equal(x, xr) and bits == bitsr
     assert len(seen) == 2
     for rounds in seen:
+        assert len(rounds) == 3 and rounds[0][1] is None
+        for point, prev in rounds:
+            # carried inside the calls' messages: the actor's own writable array, joined from the
+            # pieces, not a view of the object store
+            assert point[0] and "plasma" not in (point[3] or "")
+            assert prev is None or (prev[0] and "plasma" not in (prev[3] or ""))
+    # a point past what Ray inlines into a call: put in the store once per round
+    monkeypatch.setattr(ray_executor, "_INLINE_BYTES", d * 8 - 1)
+    xr, bitsr, seen = run(RayExecutor(2))
+    assert np.array_equal(x, xr) and bits == bitsr
+    assert len(seen) == 2
+    for rounds in seen:
         assert len(rounds) == 3 and rounds[0][1] is None  # round 0 has no previous point
         for t, (point, prev) in enumerate(rounds):
             # a read-only view into the object store's shared memory: no copy, no unpickling
@@ -182,6 +228,22 @@ def test_ray_actors_read_the_point_in_place_from_the_object_store():
                 # the previous point is the object put for the round before, not a second put
                 assert prev[:2] == (False, False) and prev[2] == rounds[t - 1][0][2]
     assert not ray.is_initialized()
+
+
+def test_ray_points_ways_by_size(monkeypatch):
+    from burtorch.fl import ray_executor  # the choice itself needs no Ray
+    from burtorch.fl.ray_executor import RayExecutor
+    from burtorch.optim.rounds import Round
+
+    monkeypatch.setattr(ray_executor, "_PIECE_BYTES", 80)
+    monkeypatch.setattr(ray_executor, "_INLINE_BYTES", 800)
+    ways = RayExecutor.ways
+    x10, x50, x90 = np.zeros(10), np.zeros(50), np.zeros(90)  # 80, 400 and 720 bytes
+    assert ways(Round(0, x10, None, None, 1, 2)) == ("head", "head")
+    assert ways(Round(1, x50, x50, None, 1, 2)) == ("pieces", "pieces")  # 800 bytes together
+    assert ways(Round(1, x90, x90, None, 1, 2)) == ("pieces", "store")   # the budget is for both
+    assert ways(Round(1, np.zeros(101), x10, None, 1, 2)) == ("store", "head")
+    assert RayExecutor._pieces(np.arange(25.0))[-1] == np.arange(20.0, 25.0).tobytes()  # 80 + 80 + 40 bytes
 
 
 def test_unreachable_ray_address_fails_before_any_round():

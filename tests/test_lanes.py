@@ -304,3 +304,109 @@ def test_map_out_bad_arrays_raise_and_write_nothing():
         f.map(X.astype(str))
     with pytest.raises(ValueError, match="different numbers of samples"):
         bt.value_and_grad(lambda a, i: a, ids=(1,)).map(X[:, 0], ids=[np.zeros(7, np.int64)])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_streamed_outputs_match_one_sample(dtype):
+    # Outputs of a megabyte and more leave a wide block's lanes through streaming stores, whole
+    # registers at aligned addresses, the ends and a short block's tail through ordinary ones:
+    # out= arrays one element off alignment, N not a multiple of a block, and a few blocks where
+    # lanes fail the guard (those blocks are written lane by lane, the streams resume after them).
+    N = 70_003
+    rng = np.random.default_rng(12)
+    X = np.column_stack([rng.uniform(1.0, 2.0, N), rng.uniform(-2.0, 0.5, N)])
+    disagree = [1, 1000, 1001, 40_000, N - 1]
+    X[disagree] = (-1.0, 1.0)
+    X[0] = (2.0, 1.0)
+    gdt = np.float64 if dtype == bt.float64 else np.float32
+    f, f0 = (bt.value_and_grad(branchy, argnums=(0, 1), dtype=dtype) for _ in range(2))
+    v0, g0 = run(f0, X, False)
+    vbuf, gbuf = np.full(N + 1, 7.0), np.full(2 * N + 1, 7.0, gdt)
+    v, g = vbuf[1:], gbuf[1:].reshape(N, 2)  # one element past the buffers' aligned start
+    assert run(f, X, True, out=(v, g))[0] is v
+    np.testing.assert_array_equal(bits(v), bits(v0))
+    np.testing.assert_array_equal(bits(g), bits(g0))
+    assert vbuf[0] == 7.0 and gbuf[0] == 7.0
+    # the program's own replay: the failed samples reported and left as they were
+    prog = f.programs()[0]
+    vals, rows = np.full(N, 3.0), np.full((N, 2), 3.0, gdt)
+    failed = prog._replay(X, np.zeros((N, 0), np.int64), "rows", 1.0, vals, rows)
+    assert failed == disagree
+    assert (vals[disagree] == 3.0).all() and (rows[disagree] == 3.0).all()
+    ok = np.setdiff1d(np.arange(N), disagree)
+    np.testing.assert_array_equal(bits(vals[ok]), bits(v0[ok]))
+    np.testing.assert_array_equal(bits(rows[ok]), bits(g0[ok]))
+
+
+def test_map_replays_a_traced_signature_and_retraces_a_dead_one():
+    # .map looks a signature up without reading sample 0 as arguments; a program whose captured
+    # values were rewound away is not replayed but traced again
+    cp = bt.checkpoint()
+    held = [bt.Value(3.0)]
+    f = bt.value_and_grad(lambda x: x * held[0])
+    X = np.array([1.0, 2.0, 4.0])
+    for _ in range(2):
+        v, g = f.map(X)
+        np.testing.assert_array_equal(v, 3.0 * X)
+        np.testing.assert_array_equal(g, [[3.0]] * 3)
+    assert f.traces == 1
+    bt.rewind(cp)
+    held[0] = bt.Value(5.0)  # the rewound slot, reused
+    assert not f.programs()[0].alive
+    np.testing.assert_array_equal(f.map(X)[0], 5.0 * X)
+    assert f.traces == 2
+    # id arguments: an int per sample and a list per sample are signatures of their own (the
+    # list's length is part of it)
+    E = bt.leaves([[1.0], [2.0], [3.0]])
+    h = bt.value_and_grad(lambda x, ii: x * bt.vsum(bt.embedding(E, ii)), ids=(1,))
+    np.testing.assert_array_equal(h.map(X, ids=[np.array([[0, 1], [1, 2], [2, 2]])])[0], X * [3, 5, 6])
+    np.testing.assert_array_equal(h.map(X, ids=[np.array([[0], [1], [2]])])[0], X * [1, 2, 3])
+    np.testing.assert_array_equal(h.map(X, ids=[np.array([0, 1, 2])])[0], X * [1, 2, 3])
+    assert h.traces == 3
+    with pytest.raises(ValueError, match="id arguments"):
+        h.map(X)
+
+
+@pytest.mark.parametrize("N", [43_000, 44_000, 70_016])
+def test_streamed_grads_alone_across_the_threshold(N):
+    # grad(...).map writes rows only: FP64 rows of 2 reach a megabyte at 65,536 samples, values
+    # and rows together (value_and_grad) at 43,691. Around those counts and at a multiple of the
+    # block, with aligned and unaligned arrays, every path gives the one-sample bits.
+    rng = np.random.default_rng(N)
+    X = rng.uniform(-3, 3, size=(N, 2))
+    v0, g0 = run(bt.value_and_grad(w1_expr, argnums=(0, 1)), X, False)
+    f, fg = bt.value_and_grad(w1_expr, argnums=(0, 1)), bt.grad(w1_expr, argnums=(0, 1))
+    for shift in (0, 1):
+        vbuf, gbuf = np.empty(N + shift), np.empty(2 * N + shift)
+        v, g = vbuf[shift:], gbuf[shift:].reshape(N, 2)
+        f.map(X, out=(v, g))
+        np.testing.assert_array_equal(bits(v), bits(v0))
+        np.testing.assert_array_equal(bits(g), bits(g0))
+        g.fill(np.nan)
+        assert fg.map(X, out=g) is g
+        np.testing.assert_array_equal(bits(g), bits(g0))
+        f.map(X, out=(None, g))
+        np.testing.assert_array_equal(bits(g), bits(g0))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_streamed_values_with_a_mean_and_alone(dtype):
+    # values alone reach a megabyte at 131,072 samples: .map with reduce="mean" (values streamed,
+    # grads summed) and the forward-only replay ("values") stream them
+    N = 131_200
+    X = np.random.default_rng(13).uniform(-3, 3, size=(N, 2))
+    assert_lanes_match_one_sample(w1_expr, X, dtype, reduce="mean")
+    prog = bt.value_and_grad(w1_expr, argnums=(0, 1), dtype=dtype)
+    prog.map(X[:2])
+    (p,) = prog.programs()
+    got = []
+    for on in (True, False):
+        vbuf = np.full(N + 1, 7.0)
+        _core.set_lanes_enabled(on)
+        try:
+            assert p._replay(X, None, "values", 1.0, vbuf[1:], None) == []
+        finally:
+            _core.set_lanes_enabled(True)
+        assert vbuf[0] == 7.0
+        got.append(vbuf[1:])
+    np.testing.assert_array_equal(bits(got[0]), bits(got[1]))

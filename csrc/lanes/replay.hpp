@@ -10,15 +10,18 @@
 //     another, as the one-sample replay does (the fixed order of a mean over samples).
 // A block is B = vector width x an unroll (the largest whose frame fits a cache budget), so the
 // per-record dispatch is paid once for many samples. The last block of N not a multiple of B is
-// padded with copies of its last sample, whose lanes are never read out.
+// padded with copies of its last sample, whose lanes are never read out. Outputs of a megabyte and
+// more leave through streaming stores (kStreamBytes).
 #pragma once
 #include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <new>
+#include <type_traits>
 #include <vector>
 
+#include "../kernels/simd.hpp"
 #include "../program.hpp"
 #include "kernels.hpp"
 
@@ -45,6 +48,13 @@ bool eligible(const Program<T>& P) {
 // Frame bytes (values and grads) from which a wider block stops paying: the block's frame should
 // stay in the core's private caches.
 inline constexpr size_t kFrameBudget = size_t(256) << 10;
+
+// Outputs (values and rows together) from which a replay writes them with streaming stores
+// (detail::StreamOut): larger than the core's private L2, they cannot stay in it, and where the
+// caller's arrays are not in any cache (out= arrays reused across other work usually are not),
+// ordinary stores first fetch every line for ownership, a second memory pass the streaming stores
+// skip. Smaller outputs take ordinary stores and stay in cache for the caller.
+inline constexpr size_t kStreamBytes = size_t(1) << 20;
 
 // Lanes per block for a frame of `slots` slots: the vector width times 16, 4 or 1.
 template <typename T>
@@ -199,7 +209,63 @@ inline void prefetch_lines(const void* p, size_t bytes) {
 #endif
 }
 
-template <size_t B, typename T>
+// One output array written block after block with streaming stores (simd.hpp; ordinary ones on
+// targets without): whole registers at addresses aligned to the register's size. A block puts its
+// elements in `buf` after what is left of the previous block's short of a whole register (the
+// carry), so every line but the array's first and last is written whole and never fetched (rows
+// of 2 doubles start 16 bytes into a line as often as not, so a block's end rarely falls on a
+// line's end). The carry moves and the ends are stored with whole (masked) registers: per-element
+// loops there become library calls per block.
+template <typename T>
+struct StreamOut {
+    using S = simd::Simd<T>;
+    static constexpr size_t W = size_t(S::W);
+    T* dst = nullptr;
+    size_t done = 0;  // dst[0, done) written; the carry, buf[W - nc, W), goes to dst[done, done + nc)
+    size_t nc = 0;
+    std::vector<T, LineAligned<T>> buf;  // W (the carry ends at W), a block's elements, W of slack
+
+    void reserve(size_t block) { buf.assign(block + 2 * W, T(0)); }
+    void start(T* out, size_t at) {
+        dst = out;
+        done = at;
+        nc = 0;
+    }
+    // Where a block puts its elements before put(their count).
+    T* block() { return buf.data() + W; }
+    void put(size_t n) {
+        const T* from = buf.data() + W - nc;
+        size_t total = nc + n;
+        if (reinterpret_cast<uintptr_t>(dst) % sizeof(T) != 0) {  // never for numpy's arrays of T
+            std::copy(from, from + total, dst + done);
+            done += total;
+            nc = 0;
+            return;
+        }
+        const size_t off = reinterpret_cast<uintptr_t>(dst + done) % (W * sizeof(T)) / sizeof(T);
+        if (off) {  // up to the first aligned address: where the array or a resumed stream starts
+            const size_t h = std::min(W - off, total);
+            S::store(dst + done, S::load(from), int(h));
+            done += h;
+            from += h;
+            total -= h;
+        }
+        const size_t full = total - total % W;
+        for (size_t j = 0; j < full; j += W) S::stream(dst + done + j, S::load(from + j));
+        done += full;
+        nc = total - full;
+        if (nc) S::store(buf.data() + W - nc, S::load(from + full));  // within buf: its slack
+    }
+    // Writes the carry (an ordinary masked store).
+    void flush() {
+        if (nc) S::store(dst + done, S::load(buf.data() + W - nc), int(nc));
+        done += nc;
+        nc = 0;
+    }
+};
+
+// Stream: the outputs go out through StreamOut (the caller decides, from their size).
+template <size_t B, bool Stream, typename T>
 void replay_blocks(const Program<T>& P, LaneWorkspace<T>& L, const T* arena_values, const Samples& in, Reduce reduce,
                    T seed, double* values, T* rows, double* sum, ReplayResult& res) {
     const size_t fs = P.frame_size();
@@ -221,13 +287,22 @@ void replay_blocks(const Program<T>& P, LaneWorkspace<T>& L, const T* arena_valu
     std::vector<const T*> gw;  // each wrt node's lane grads, in the order of a row
     for (const Span& sp : P.wrt)
         for (uint32_t t = 0; t < sp.second; ++t) gw.push_back(g + size_t(sp.first + t) * B);
+    const bool rows_out = reduce == Reduce::rows && nw;
+    constexpr bool stream = Stream;
+    // a block's values and rows made in L1, then streamed out
+    StreamOut<double> value_out;
+    StreamOut<T> row_out;
+    if (stream && values) value_out.reserve(B);
+    if (stream && rows_out) row_out.reserve(B * nw);
+    value_out.start(values, 0);
+    row_out.start(rows, 0);
     for (size_t s0 = 0; s0 < in.n; s0 += B) {
         const size_t m = std::min(B, in.n - s0);  // real lanes; the rest repeat sample s0 + m - 1
         if (s0 + B < in.n) {
             const size_t s1 = s0 + B, m1 = std::min(B, in.n - s1);
             if (k) prefetch_lines<false>(in.x + s1 * k, m1 * k * sizeof(double));
-            if (values) prefetch_lines<true>(values + s1, m1 * sizeof(double));
-            if (reduce == Reduce::rows && nw) prefetch_lines<true>(rows + s1 * nw, m1 * nw * sizeof(T));
+            if (values && !stream) prefetch_lines<true>(values + s1, m1 * sizeof(double));
+            if (rows_out && !stream) prefetch_lines<true>(rows + s1 * nw, m1 * nw * sizeof(T));
         }
         if (k) load_rows(xin.data(), in.x + s0 * k, m, k);
         for (size_t i = 0; i < k; ++i)
@@ -253,7 +328,17 @@ void replay_blocks(const Program<T>& P, LaneWorkspace<T>& L, const T* arena_valu
             for (size_t l = 0; l < m; ++l)
                 if (bad[l]) res.failed.push_back(s0 + l);
         const T* y = v + size_t(P.root) * B;
-        if (values && !any_bad)
+        if (stream && any_bad) {  // this block's lanes one by one: the streams resume after it
+            value_out.flush();
+            row_out.flush();
+            value_out.start(values, s0 + B);
+            row_out.start(rows, (s0 + B) * nw);
+        }
+        if (values && !any_bad && stream) {
+            double* BT_LANES_RESTRICT vb = value_out.block();
+            BT_LANES_SIMD for (size_t l = 0; l < B; ++l) vb[l] = double(y[l]);
+            value_out.put(m);
+        } else if (values && !any_bad)
             for (size_t l = 0; l < m; ++l) values[s0 + l] = double(y[l]);
         else if (values)
             for (size_t l = 0; l < m; ++l)
@@ -272,7 +357,12 @@ void replay_blocks(const Program<T>& P, LaneWorkspace<T>& L, const T* arena_valu
         for (size_t i = P.sweep.size(); i-- > 0;)
             backward_lanes<B>(v, g, P.recs[P.sweep[i]], args, L.scratch, L.first[i]);
         if (reduce == Reduce::rows && !any_bad) {  // sample after sample, each row in turn
-            if (nw) store_rows(gw.data(), rows + s0 * nw, m, nw);
+            if (rows_out && stream) {
+                store_rows(gw.data(), row_out.block(), m, nw);
+                row_out.put(m * nw);
+            } else if (nw) {
+                store_rows(gw.data(), rows + s0 * nw, m, nw);
+            }
         } else if (reduce == Reduce::rows) {
             size_t j = 0;
             for (const Span& sp : P.wrt)
@@ -295,6 +385,11 @@ void replay_blocks(const Program<T>& P, LaneWorkspace<T>& L, const T* arena_valu
         }
         // the wrt grads of the frame stay as they are: the next block zeroes what it reads
     }
+    if (stream) {
+        if (values) value_out.flush();
+        if (rows_out) row_out.flush();
+        simd::stream_fence();  // the streamed lines ordered before what the caller does next
+    }
 }
 
 }  // namespace detail
@@ -307,12 +402,18 @@ ReplayResult replay(const Program<T>& P, LaneWorkspace<T>& L, const T* arena_val
     ReplayResult res;
     constexpr size_t W = vector_width<T>();
     const size_t B = block_lanes<T>(P.frame_size());
-    if (B == W * 16)
-        detail::replay_blocks<W * 16>(P, L, arena_values, in, reduce, seed, values, rows, sum, res);
+    const size_t out_bytes =
+        (values ? in.n * sizeof(double) : 0) + (reduce == Reduce::rows ? in.n * P.num_wrt * sizeof(T) : 0);
+    // only the widest blocks stream: a frame that fits them is a short program, whose time the
+    // outputs' memory traffic dominates; the narrower blocks' kernels are not instantiated twice
+    if (B == W * 16 && out_bytes >= kStreamBytes)
+        detail::replay_blocks<W * 16, true>(P, L, arena_values, in, reduce, seed, values, rows, sum, res);
+    else if (B == W * 16)
+        detail::replay_blocks<W * 16, false>(P, L, arena_values, in, reduce, seed, values, rows, sum, res);
     else if (B == W * 4)
-        detail::replay_blocks<W * 4>(P, L, arena_values, in, reduce, seed, values, rows, sum, res);
+        detail::replay_blocks<W * 4, false>(P, L, arena_values, in, reduce, seed, values, rows, sum, res);
     else
-        detail::replay_blocks<W>(P, L, arena_values, in, reduce, seed, values, rows, sum, res);
+        detail::replay_blocks<W, false>(P, L, arena_values, in, reduce, seed, values, rows, sum, res);
     return res;
 }
 

@@ -331,16 +331,29 @@ class Compiled:
         nargs = X.shape[1] + len(id_cols)
         if N == 0:
             raise ValueError("map(): no samples")
-        row_args = _sample_args(X, id_cols, 0, self.ids, nargs)
-        floats, id_args, id_shape0, wrt_pos = self._split(row_args)
         mode = "sum" if reduce == "mean" else "rows"
-        given = self._outputs(out, self._arena().dtype, N, mode, inputs + [X]) if out is not None else None
+        arena = self._arena()
+        if not any(a is X for a in inputs):  # converted: the copy the replay reads
+            inputs.append(X)
+        given = self._outputs(out, arena.dtype, N, mode, inputs) if out is not None else None
         if _core.is_anomaly_enabled():  # every sample eagerly, its ops checked (see __call__)
             return self._map_eager(X, id_cols, N, nargs, reduce, given)
-        key, progs, arena = self._programs(row_args, floats, id_args, id_shape0, wrt_pos)
+        # A signature already traced (its programs alive) replays without looking at sample 0 as
+        # arguments: the per-call Python work stays small next to a short program's replay.
+        key = self._key(nargs, id_shape, arena)
+        progs = self._cache.pop(key, None)
+        if progs and all(p.alive for p in progs):
+            self._cache[key] = progs  # most recently used last
+        else:
+            if progs:
+                self._cache[key] = progs
+            row_args = _sample_args(X, id_cols, 0, self.ids, nargs)
+            floats, id_args, id_shape0, wrt_pos = self._split(row_args)
+            key, progs, arena = self._programs(row_args, floats, id_args, id_shape0, wrt_pos)
         prog = progs[-1]
-        ids = np.concatenate([c.reshape(N, -1) for c in id_cols], axis=1) if id_cols else np.zeros((N, 0), np.int64)
-        ids = np.ascontiguousarray(ids, dtype=np.int64)
+        # the ids as one (N, ids per sample) int64 array; None when fn takes none
+        ids = np.ascontiguousarray(np.concatenate([c.reshape(N, -1) for c in id_cols], axis=1), dtype=np.int64) \
+            if id_cols else None
         value, grads, failed = _run(prog, X, ids, mode, 1.0 / N if reduce else 1.0, given)
         if not failed:
             return (value, grads) if self._with_value else grads
@@ -355,7 +368,7 @@ class Compiled:
         for other in list(reversed(progs[:-1])):
             if not len(todo):
                 break
-            v, g, miss = _run(other, X[todo], ids[todo], "rows", 1.0)
+            v, g, miss = _run(other, X[todo], None if ids is None else ids[todo], "rows", 1.0)
             took = np.ones(len(todo), dtype=bool)
             took[miss] = False
             value[todo[took]] = v[took]
@@ -390,29 +403,36 @@ class Compiled:
         else:
             values, grads = None, out
         nw = len(self.argnums)
-        gdt = np.float64 if mode == "sum" or dtype == _core.float64 else np.float32
+        f64 = np.dtype(np.float64)
+        gdt = f64 if mode == "sum" or dtype == _core.float64 else np.dtype(np.float32)
         gshape = (nw,) if mode == "sum" else (N, nw)
         checked: list[Any] = []
-        for name, a, dt, shape in (("values", values, np.float64, (N,)), ("grads", grads, gdt, gshape)):
+        for name, a, dt, shape in (("values", values, f64, (N,)), ("grads", grads, gdt, gshape)):
             if a is None:
                 checked.append(None)
                 continue
             if not isinstance(a, np.ndarray):
                 raise TypeError(f"out: {name} must be a numpy array, got {type(a).__name__}")
-            if a.dtype != dt:
-                raise TypeError(f"out: {name} must have dtype {np.dtype(dt).name}, got {a.dtype}")
+            if a.dtype is not dt and a.dtype != dt:  # numpy's native dtypes are one object each
+                raise TypeError(f"out: {name} must have dtype {dt.name}, got {a.dtype}")
             if a.shape != shape:
                 raise ValueError(f"out: {name} must have shape {shape}, got {a.shape}")
-            if not a.flags.c_contiguous:
+            flags = a.flags
+            if not flags.c_contiguous:
                 raise ValueError(f"out: {name} must be C-contiguous")
-            if not a.flags.writeable:
+            if not flags.writeable:
                 raise ValueError(f"out: {name} is read-only")
             checked.append(a)
-        if checked[0] is not None and checked[1] is not None and np.may_share_memory(checked[0], checked[1]):
+        values, grads = checked
+        # may_share_memory compares the arrays' address ranges (shares_memory would solve for an
+        # exact overlap, which can cost far more than the replay of a short program)
+        if values is not None and grads is not None and np.may_share_memory(values, grads):
             raise ValueError("out: values and grads overlap")
-        for name, a in (("values", checked[0]), ("grads", checked[1])):
-            if a is not None and any(np.may_share_memory(a, x) for x in inputs):
-                raise ValueError(f"out: {name} overlaps the inputs (X or ids)")
+        for name, a in (("values", values), ("grads", grads)):
+            if a is not None:
+                for x in inputs:
+                    if np.may_share_memory(a, x):
+                        raise ValueError(f"out: {name} overlaps the inputs (X or ids)")
         return checked
 
     def _map_eager(self, X, id_cols, N, nargs, reduce, given=None):
@@ -510,7 +530,7 @@ def _run(prog, X, ids, mode, seed, given=None):
     (values, grads) arrays, checked (either may be None: a new one)."""
     import numpy as np
 
-    N = X.shape[0] if prog.num_inputs else ids.shape[0]
+    N = X.shape[0]  # X is (N, k), k possibly 0 (_batch)
     values, out = given if given is not None else (None, None)
     if values is None:
         values = np.empty(N, dtype=np.float64)

@@ -96,6 +96,8 @@ def time_interleaved(problem, make_method, configs, rounds: int, repeats: int) -
         workers_of = [_worker_pids(fed) for fed in feds]
         per_round: list[list[float]] = [[] for _ in configs]
         cpu: list[list[tuple[float, list[float], float, list[float]]]] = [[] for _ in configs]
+        # wall time per round inside executor.run (sending, the workers' rounds, the replies)
+        in_executor: list[list[float]] = [[] for _ in configs]
         me = os.getpid()
         for _ in range(repeats):
             for i, fed in enumerate(feds):
@@ -105,6 +107,7 @@ def time_interleaved(problem, make_method, configs, rounds: int, repeats: int) -
                 t0 = time.perf_counter()
                 fed.run(rounds)
                 per_round[i].append((time.perf_counter() - t0) / rounds)
+                in_executor[i].append(sum(r["seconds"] for r in fed.records[-rounds:]) / rounds)
                 d1 = _cpu_seconds(me)
                 c1 = _tree_cpu()
                 b1 = fed.executor.busy_seconds()
@@ -115,7 +118,8 @@ def time_interleaved(problem, make_method, configs, rounds: int, repeats: int) -
                 cpu[i].append(((d1 - d0) / rounds, mine, rest, busy))
         finals = [fed.x.tobytes() for fed in feds]
     rows = []
-    for (executor, workers), times, up, final, use in zip(configs, per_round, startup, finals, cpu):
+    for (executor, workers), times, up, final, use, inside in zip(configs, per_round, startup, finals, cpu,
+                                                                   in_executor):
         med = statistics.median(times)
         n_workers, n_busy = len(use[0][1]), len(use[0][3])
         rows.append({"executor": executor, "workers": workers, "s_per_round": med, "rounds_per_s": 1.0 / med,
@@ -123,7 +127,12 @@ def time_interleaved(problem, make_method, configs, rounds: int, repeats: int) -
                      "cpu_driver_s_per_round": statistics.median(u[0] for u in use),
                      "cpu_workers_s_per_round": [statistics.median(u[1][w] for u in use) for w in range(n_workers)],
                      "cpu_rest_s_per_round": statistics.median(u[2] for u in use),
-                     "busy_s_per_round": [statistics.median(u[3][w] for u in use) for w in range(n_busy)]})
+                     "busy_s_per_round": [statistics.median(u[3][w] for u in use) for w in range(n_busy)],
+                     # per pass: the round's wall time in the executor beyond the slowest worker's
+                     # time in its clients' rounds (messaging), and outside the executor (the
+                     # server's step: absorbing the replies, the next point, the record)
+                     "messaging_s_per_round": statistics.median(e - max(u[3]) for e, u in zip(inside, use)),
+                     "server_s_per_round": statistics.median(t - e for t, e in zip(times, inside))})
     return rows
 
 
@@ -135,7 +144,8 @@ def _cpu_text(row: dict) -> str:
     if row["executor"] == "ray":
         text += f", Ray's daemons {row['cpu_rest_s_per_round'] * 1e3:.2f}"
     busy = " + ".join(f"{b * 1e3:.2f}" for b in row["busy_s_per_round"])
-    return text + f" ms; wall time in the clients' rounds {busy} ms"
+    return (text + f" ms; wall time in the clients' rounds {busy} ms, messaging "
+            f"{row['messaging_s_per_round'] * 1e3:.2f} ms, server step {row['server_s_per_round'] * 1e3:.2f} ms")
 
 
 def peak_rss_mb(code: str) -> float:
@@ -206,7 +216,8 @@ def main(argv=None) -> int:
         print(f"  {'':>12} CPU per round: {_cpu_text(row)}")
     if len(results["mlp"]) > 1:
         print("  (ideal with W workers: serial/W per round. A round's wall time beyond its slowest worker's time in "
-              "the clients' rounds is messaging and the driver's step, whose CPU runs while the workers wait; a "
+              "the clients' rounds is messaging (inside the executor's run: sending the round, the replies) and the "
+              "server's step (outside it), whose CPU runs while the workers wait; a "
               "worker's time in the clients' rounds above serial/W is what running beside the other worker, or "
               "other processes of a busy host, costs it; above its CPU time, what it waited for a core)")
     results["load_average"]["after"] = os.getloadavg()[0]

@@ -10,7 +10,10 @@ Rows per graph: burtorch .map allocating its outputs (as JAX does), .map(out=...
 arrays the caller passes and reuses, the one-sample replay, JAX, and the traffic floor: the
 cheapest pass that reads X (N x 2 doubles) once and writes the outputs once, with the dtypes and
 shapes .map writes (values N, grads N x 2, float64) into arrays reused as out= reuses them:
-np.copyto(grads, X) then values.fill(0), two numpy calls timed like every other row. Each
+np.copyto(grads, X) then values.fill(0), two numpy calls timed like every other row (numpy
+stores ordinarily: where the arrays are out of cache each output line is read before it is
+written, which a pass with streaming stores, as .map's for outputs of a megabyte and more,
+skips: with the arrays out of cache, a streaming pass would go a little lower). Each
 repetition runs every row once, in turn (the order rotating from one repetition to the next), so
 all rows see the same load; medians of --reps after a warm-up. The ratios are what to read: on a
 shared host the single figures move with the load.

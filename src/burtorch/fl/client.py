@@ -16,11 +16,12 @@ import time
 import traceback
 from collections.abc import Iterable
 from multiprocessing.connection import Connection
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .. import _core
+from ..optim.compressors import Message
 from ..optim.methods import Method
 from ..optim.rounds import Oracle, Reply, Round
 from ..optim.server import LocalClients
@@ -29,7 +30,62 @@ from .shared_memory import MetricWriter, PointReader, SharedRound
 if TYPE_CHECKING:
     from .problem import Problem
 
-__all__ = ["ClientGroup", "LocalClients", "Oracle", "Reply", "Round"]
+__all__ = ["ClientGroup", "LocalClients", "Oracle", "PackedReplies", "Reply", "Round"]
+
+# Messages of up to this many values travel in the packed columns; longer ones (a dense round)
+# as their own arrays, which pickle copies once anyway.
+_PACKED_VALUES = 1 << 12
+
+
+class PackedReplies:
+    """A worker's replies as they go back to the driver, which unpickles them as the list of
+    :class:`Reply` itself. Pickled one by one, a round's replies are tens of small objects and
+    two small arrays per message, and the pickling and unpickling of those objects cost the
+    worker and the driver more than the bytes: here the small messages' values and indices go
+    in two arrays for the whole batch, and each reply as a tuple of its scalars."""
+
+    __slots__ = ("replies",)
+
+    def __init__(self, replies: list[Reply]) -> None:
+        self.replies = replies
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        rows: list[tuple[Any, ...]] = []
+        values: list[np.ndarray] = []
+        indices: list[np.ndarray] = []
+        for r in self.replies:
+            m: Any = r.message
+            if (type(m) is Message and type(m.values) is np.ndarray and m.values.dtype == np.float64
+                    and m.values.ndim == 1 and len(m.values) <= _PACKED_VALUES
+                    and (m.indices is None or (type(m.indices) is np.ndarray and m.indices.dtype == np.int64
+                                               and m.indices.shape == m.values.shape))):
+                values.append(m.values)
+                if m.indices is not None:
+                    indices.append(m.indices)
+                m = (m.d, m.bits, len(m.values), m.indices is not None)
+            rows.append((r.client, r.samples, r.loss, r.metric, m))
+        return _unpack_replies, (rows, _joined(values, np.float64), _joined(indices, np.int64))
+
+
+def _joined(arrays: list[np.ndarray], dtype: Any) -> np.ndarray:
+    return np.concatenate(arrays) if arrays else np.empty(0, dtype=dtype)
+
+
+def _unpack_replies(rows: list[tuple[Any, ...]], values: np.ndarray, indices: np.ndarray) -> list[Reply]:
+    """The replies of a :class:`PackedReplies`; the messages' arrays are views of the batch's."""
+    out = []
+    v = i = 0
+    for client, samples, loss, metric, m in rows:
+        if type(m) is tuple:
+            d, bits, n, sparse = m
+            idx = None
+            if sparse:
+                idx = indices[i:i + n]
+                i += n
+            m = Message(d, values[v:v + n], bits, idx)
+            v += n
+        out.append(Reply(client, m, samples, loss, metric))
+    return out
 
 
 class ClientGroup(LocalClients):
@@ -65,18 +121,34 @@ class ClientGroup(LocalClients):
     def busy_seconds(self) -> float:
         return self.busy
 
-    def run_ray(self, head: bytes, participants: list[int], evaluate: bool, x: np.ndarray | None = None,
-                x_prev: np.ndarray | None = None) -> bytes:
+    def run_ray(self, head: bytes, participants: list[int], evaluate: bool,
+                layout: tuple[tuple[int, str] | None, ...] = (), *arrays: Any) -> bytes:
         """:meth:`run_shared` as a Ray actor is called: ``head`` is the round pickled (with a small
-        point inside it), ``x`` and ``x_prev`` a large point and previous point when they were
-        put in Ray's object store. Ray resolves those into read-only arrays over the store's
-        shared memory, which the clients read in place (they copy what they change). The replies
-        go back as one pickle: Ray's own serialization of many small replies (dataclasses holding
-        numpy arrays) can cost more than the clients' compute of a small model's round."""
+        point inside it); a larger point and previous point come as the ``arrays`` after it,
+        ``layout`` saying, for each, how many it takes and its dtype: the bytes of the array in
+        pieces that Ray carried inside the call's own message, joined here into a new array, or
+        one array Ray resolved from its object store (read-only, over the store's shared memory,
+        which the clients read in place: they copy what they change). The replies go back as one
+        pickle of :class:`PackedReplies`: Ray's own serialization of many small replies
+        (dataclasses holding numpy arrays) can cost more than the clients' compute of a small
+        model's round."""
         ctx = pickle.loads(head)
-        if x is not None or x_prev is not None:
-            ctx = dataclasses.replace(ctx, x=ctx.x if x is None else x, x_prev=ctx.x_prev if x_prev is None else x_prev)
-        return pickle.dumps(self.run_shared(ctx, participants, evaluate), protocol=pickle.HIGHEST_PROTOCOL)
+        points = {}
+        start = 0
+        for name, how in zip(("x", "x_prev"), layout):
+            if how is None:
+                continue
+            count, dtype = how
+            parts = arrays[start:start + count]
+            start += count
+            if isinstance(parts[0], np.ndarray):  # from the object store
+                points[name] = parts[0]
+            else:
+                points[name] = np.frombuffer(bytearray().join(parts), dtype=np.dtype(dtype))
+        if points:
+            ctx = dataclasses.replace(ctx, **points)
+        return pickle.dumps(PackedReplies(self.run_shared(ctx, participants, evaluate)),
+                            protocol=pickle.HIGHEST_PROTOCOL)
 
     # what a driver may ask over a connection (serve)
     REQUESTS = ("run_shared", "get_states", "load_states", "where", "busy_seconds")
@@ -93,7 +165,8 @@ class ClientGroup(LocalClients):
             try:
                 if request[0] not in self.REQUESTS:
                     raise ValueError(f"unknown request {request[0]!r}")
-                conn.send(("ok", getattr(self, request[0])(*request[1:])))
+                result = getattr(self, request[0])(*request[1:])
+                conn.send(("ok", PackedReplies(result) if request[0] == "run_shared" else result))
             except BaseException:
                 conn.send(("error", traceback.format_exc()))
 

@@ -14,7 +14,7 @@ import os
 import pickle
 import socket
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -26,7 +26,17 @@ if TYPE_CHECKING:
     from ..optim.rounds import Reply, Round
     from .problem import Problem
 
-_INLINE_BYTES = 1 << 17  # points up to this size are sent by value with each call
+# How a round's point reaches the actors. Ray carries an argument of up to its
+# max_direct_call_object_size (100 KiB by default) inside the call's own message, and puts a larger
+# one in its object store, which costs the driver, the raylet and each actor a round trip to the
+# store per round, several times what carrying the point in the messages costs. So the point and
+# the previous point, up to _INLINE_BYTES together, go by value, in pieces of _PIECE_BYTES that Ray
+# inlines (below its limit with room for its framing), and only what would pass what Ray inlines
+# into one call (task_rpc_inlined_bytes_limit, 10 MiB by default) is put in the store, once per
+# round, for every actor to read in place. A piece is the array's bytes (Ray adds a few dozen
+# bytes of its own).
+_PIECE_BYTES = 96 << 10
+_INLINE_BYTES = 8 << 20
 
 INSTALL_HINT = "the ray executor needs Ray: pip install \"burtorch[fl]\" (or pip install ray)"
 
@@ -157,41 +167,69 @@ class RayExecutor(Executor):
         ray.get([a.shard_size.remote(ids[0]) for a, ids in zip(self.actors, self.blocks)])  # surface start errors
 
     @staticmethod
-    def _large(v: Any) -> bool:
-        """Whether the array ``v`` goes through the object store (put once, read in place by each
-        actor) rather than by value with each call (a put costs a round trip to the store, more
-        than sending a few KiB)."""
-        return isinstance(v, np.ndarray) and v.nbytes > _INLINE_BYTES
+    def _pieces(v: np.ndarray) -> list[bytes]:
+        """The bytes of ``v`` in pieces of at most _PIECE_BYTES, which Ray carries inside the
+        call's message (bytes: Ray serializes them for a fraction of what numpy views cost)."""
+        raw = np.ascontiguousarray(v).tobytes()
+        return [raw[i:i + _PIECE_BYTES] for i in range(0, len(raw), _PIECE_BYTES)]
+
+    @staticmethod
+    def ways(ctx: Round) -> tuple[str, str]:
+        """How the round's point and previous point reach the actors: "head" (by value in the
+        round's pickle; also for None), "pieces" (in pieces inside each call) or "store" (one
+        object in Ray's object store); the two points' pieces count against one budget."""
+        out, inlined = [], 0
+        for v in (ctx.x, ctx.x_prev):
+            if not isinstance(v, np.ndarray) or v.ndim != 1 or v.nbytes <= _PIECE_BYTES:
+                out.append("head")
+            elif inlined + v.nbytes > _INLINE_BYTES:
+                out.append("store")
+            else:
+                out.append("pieces")
+                inlined += v.nbytes
+        return out[0], out[1]
 
     def run(self, ctx: Round, participants: list[int], evaluate: bool) -> list[Reply]:
         ray = self.ray
         chosen = set(participants)
-        x = ray.put(ctx.x) if self._large(ctx.x) else None
-        # The previous point of methods that use it is the point of the round before (the server's
-        # step makes a new array): its object is in the store already.
-        x_prev = None
-        if self._large(ctx.x_prev):
-            last, last_ref = self._last
-            same = last_ref is not None and ctx.x_prev is last and ctx.x_prev is not ctx.x
-            x_prev = last_ref if same else ray.put(ctx.x_prev)
+        arrays: list[Any] = []
+        layout: list[tuple[int, str] | None] = [None, None]
+        carried: dict[str, Any] = {}
+        put = None
+        for slot, (name, v, way) in enumerate(zip(("x", "x_prev"), (ctx.x, ctx.x_prev), self.ways(ctx))):
+            if way == "head" or v is None:  # ways() says "head" for None; the check is for the types
+                continue
+            if way == "store":
+                ref = None
+                if name == "x_prev":
+                    # The previous point of methods that use it is the point of the round before
+                    # (the server's step makes a new array): its object is in the store already.
+                    last, last_ref = self._last
+                    if last_ref is not None and v is last and v is not ctx.x:
+                        ref = last_ref
+                ref = ray.put(v) if ref is None else ref
+                if name == "x":
+                    put = ref
+                parts: list[Any] = [ref]
+            else:
+                parts = self._pieces(v)
+            arrays.extend(parts)
+            layout[slot] = (len(parts), v.dtype.str)
+            carried[name] = None
         # The round's other fields (and a small point) by value, as one pickle made once for all
         # the calls: Ray serializes each argument of each call on its own.
-        head = pickle.dumps(dataclasses.replace(ctx, x=ctx.x if x is None else cast(Any, None),
-                                                x_prev=ctx.x_prev if x_prev is None else None),
-                            protocol=pickle.HIGHEST_PROTOCOL)
-        # the object references only when there are any: every argument of a call costs the
-        # driver and the actor their share of Ray's serialization
-        points = (x, x_prev) if x_prev is not None else (x,) if x is not None else ()
+        head = pickle.dumps(dataclasses.replace(ctx, **carried), protocol=pickle.HIGHEST_PROTOCOL)
+        extra = (tuple(layout), *arrays) if arrays else ()
         futures = []
         for a, ids in zip(self.actors, self.blocks):
             mine = [i for i in ids if i in chosen]
             if mine or evaluate:
-                futures.append(a.run_ray.remote(head, mine, evaluate, *points))
+                futures.append(a.run_ray.remote(head, mine, evaluate, *extra))
         # One blocking ray.get for all the actors' replies: taking them as they arrive (ray.wait
         # for one at a time) costs the driver a call into Ray per actor, more than it saves by
         # unpickling one actor's replies while another computes.
         replies = [r for part in ray.get(futures) for r in pickle.loads(part)]
-        self._last = (ctx.x, x)  # held until the next round, whose previous point it is
+        self._last = (ctx.x, put)  # held until the next round, whose previous point it is
         return sorted(replies, key=lambda r: r.client)
 
     def client_states(self) -> dict[int, dict[str, Any]]:

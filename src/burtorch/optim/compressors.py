@@ -123,10 +123,7 @@ class Compressor:
 
     def compress(self, x: np.ndarray | Sequence[float], seed: int | None = None) -> Message:
         """Compresses a d-vector (numpy float32/float64 or a sequence of numbers)."""
-        if seed is None:
-            seed = streams.derive(self._seed, streams.STANDALONE, self._calls)
-            self._calls += 1
-        msg = self._compress(self._vector(x), seed & ((1 << 64) - 1))
+        msg = self._compress(self._vector(x), self._seed_for(seed))
         # The inputs are finite (each compressor refuses others); a scaled value or a norm can
         # still overflow near the type's maximum, and an inf would be sent without a word.
         if not np.isfinite(msg.values).all():
@@ -135,6 +132,19 @@ class Compressor:
         return msg
 
     __call__ = compress
+
+    def compress_difference(self, a: np.ndarray | Sequence[float], b: np.ndarray | Sequence[float],
+                            seed: int | None = None) -> Message:
+        """compress(a - b): the same message, which a compressor that can select from the
+        difference as it reads it (TopK) makes without writing a - b out."""
+        return self.compress(np.subtract(self._vector(a), self._vector(b)), seed)
+
+    def _seed_for(self, seed: int | None) -> int:
+        """The seed of one message: ``seed``, or the next of this compressor's own stream."""
+        if seed is None:
+            seed = streams.derive(self._seed, streams.STANDALONE, self._calls)
+            self._calls += 1
+        return seed & ((1 << 64) - 1)
 
     def compress_grad_(self, vector: _core.Vector, seed: int | None = None) -> Message:
         """Replaces the grads of a Vector by their compression (zero-copy when it is contiguous)."""
@@ -234,6 +244,18 @@ class TopK(_Sparsifier):
     def _compress(self, x: np.ndarray, seed: int) -> Message:
         idx, val = self._buffers(x)
         _native.top_k(x, self.k, idx, val)
+        return Message(self.d, val, self.bits, idx)
+
+    def compress_difference(self, a: np.ndarray | Sequence[float], b: np.ndarray | Sequence[float],
+                            seed: int | None = None) -> Message:
+        # EF21's C(grad - g_i): one native pass over both vectors selects from their difference,
+        # computed per coordinate exactly as numpy's a - b computes it
+        a, b = self._vector(a), self._vector(b)
+        if a.dtype != b.dtype:  # numpy's promotion decides the difference's type
+            return super().compress_difference(a, b, seed)
+        self._seed_for(seed)  # TopK draws nothing, but the compressor's own stream moves as compress()'s does
+        idx, val = self._buffers(a)
+        _native.top_k_diff(a, b, self.k, idx, val)
         return Message(self.d, val, self.bits, idx)
 
 

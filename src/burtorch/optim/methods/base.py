@@ -223,6 +223,14 @@ class Method:
         msg = self.compressor.compress(v, streams.derive(oracle.seed, streams.COMPRESS, oracle.client, oracle.round))
         return on_wire(msg, self.float_bits, self.exact)
 
+    def send_difference(self, a: np.ndarray, b: np.ndarray, oracle: Oracle) -> Message:
+        """:meth:`send` of a - b, which the compressor may select from without writing it out."""
+        if self.compressor is None:
+            return self.send_full(a - b)
+        msg = self.compressor.compress_difference(
+            a, b, streams.derive(oracle.seed, streams.COMPRESS, oracle.client, oracle.round))
+        return on_wire(msg, self.float_bits, self.exact)
+
     def send_full(self, v: np.ndarray) -> Message:
         """v sent whole (d values at the wire's width)."""
         return on_wire(full_message(v, self.float_bits), self.float_bits, self.exact)

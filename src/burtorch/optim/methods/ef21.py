@@ -69,7 +69,7 @@ class EF21(Method):
             msg = self.send(grad, oracle)
             state["g"] = msg.dense()
             return msg
-        msg = self.send(grad - state["g"], oracle)
+        msg = self.send_difference(grad, state["g"], oracle)
         msg.add_to(state["g"])
         return msg
 
