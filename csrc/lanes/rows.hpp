@@ -32,6 +32,7 @@
 #include <atomic>
 #include <cstdint>
 #include <fstream>
+#include <limits>
 #include <string>
 #include <vector>
 #if defined(__unix__) || defined(__APPLE__)
@@ -134,6 +135,8 @@ struct RowsPlan {
     std::vector<Span> zero_cols;                   // the row's columns no record writes
     std::vector<int64_t> narrow;                   // per record of P.recs: its W^T's place in wt, or -1
     std::vector<T> wt;                             // narrow layers' W^T (in x out), made per call
+    std::vector<int64_t> ce;                       // per record of P.recs: its place in ce_exps, or -1
+    std::vector<T> ce_exps, ce_gz;                 // a one-row cross-entropy's exps and sum; its gz
     std::vector<T> row;                            // the row being made (streamed rows)
     std::vector<std::pair<size_t, size_t>> holes;  // its columns stored into the matrix directly
 };
@@ -249,6 +252,20 @@ bool plan(const Program<T>& P, RowsPlan<T>& L) {
         nwt += size_t(in) * out;
     }
     L.wt.resize(nwt);
+    // cross-entropies over one row of logits (one span): the backward reuses the forward's exps
+    L.ce.assign(P.recs.size(), -1);
+    size_t nce = 0, wide = 0;
+    for (size_t k = 0; k < P.recs.size(); ++k) {
+        const Record& r = P.recs[k];
+        if (r.op != Op::cross_entropy) continue;
+        const Operands o = decode_operands(P.args.data() + r.a);
+        if (o.tail[0] != 1 || o.v[0].n != 1) continue;
+        L.ce[k] = int64_t(nce);
+        nce += size_t(o.tail[1]) + 1;
+        wide = std::max<size_t>(wide, o.tail[1]);
+    }
+    L.ce_exps.resize(nce);
+    L.ce_gz.resize(wide);
     L.zero_local.clear();
     for (const Span& s : P.sweep_grads) {  // the external grads stay zero: nothing here adds into them
         const uint32_t b = std::max(s.first, ne), e = s.first + s.second;
@@ -350,10 +367,49 @@ void gather_rows_forward(const Frame<T>& f, const Record& r, const uint32_t* arg
     }
 }
 
+// cross_entropy_forward over one row of V logits (logsumexp, then - z[t], then the mean over the
+// one row), keeping e^(z - max) and their sum in `e` (V + 1) for the backward.
+template <typename T>
+void cross_entropy_row_forward(const Frame<T>& f, const Record& r, const uint32_t* args, T* e) {
+    const Operands o = decode_operands(args + r.a);
+    const uint32_t V = o.tail[1], t = o.tail[2];
+    const T* z = f.values() + o.v[0].first(0);
+    T m = -std::numeric_limits<T>::infinity();
+    for (uint32_t j = 0; j < V; ++j) m = std::max(m, z[j]);
+    T s = T(0);
+    for (uint32_t j0 = 0; j0 < V; j0 += 64) {  // logsumexp's blocks
+        const uint32_t k = std::min<uint32_t>(64, V - j0);
+        exp_shifted(z + j0, m, e + j0, k);
+        for (uint32_t j = 0; j < k; ++j) s += e[j0 + j];
+    }
+    e[V] = s;
+    const T row_loss = m + std::log(s) - z[t];
+    T loss = T(0);
+    loss += row_loss;
+    f.values()[r.out] = loss / T(1);
+}
+
+// cross_entropy_backward over that row: softmax_row's max, exps and sum are the forward's (the
+// same operations on the same logits), then y = e * (1 / s), times d, and - d at the target.
+template <typename T>
+void cross_entropy_row_backward(const Frame<T>& f, const Record& r, const uint32_t* args, const T* e, T* gz) {
+    const Operands o = decode_operands(args + r.a);
+    const uint32_t V = o.tail[1], t = o.tail[2];
+    const T d = f.grads()[r.out] / T(1);
+    const T inv = T(1) / e[V];
+    for (uint32_t j = 0; j < V; ++j) {
+        T y = e[j];
+        y *= inv;
+        gz[j] = y * d;
+    }
+    gz[t] -= d;
+    scatter_add(f.grads(), o.v[0], gz, f.first_write);
+}
+
 // run_forward for a rows_usable program (which fuses no lookup with its layer: that needs a
 // fused SGD step), narrow layers across their output units. Returns the first failing guard, or -1.
 template <typename T>
-long forward_rows(const Program<T>& P, Workspace<T>& W, const RowsPlan<T>& L) {
+long forward_rows(const Program<T>& P, Workspace<T>& W, RowsPlan<T>& L) {
     const Frame<T> f = W.frame();
     const uint32_t* args = W.args.data();
     for (size_t k = 0; k < P.recs.size(); ++k) {
@@ -364,6 +420,9 @@ long forward_rows(const Program<T>& P, Workspace<T>& W, const RowsPlan<T>& L) {
         } else if (r.op == Op::gather) {
             const record_timer::Scope timed(0, record_timer::kind_of(r.op));
             gather_rows_forward(f, r, args);
+        } else if (L.ce[k] >= 0) {
+            const record_timer::Scope timed(0, record_timer::kind_of(r.op));
+            cross_entropy_row_forward(f, r, args, L.ce_exps.data() + L.ce[k]);
         } else {
             forward_record(f, r, args);
         }
@@ -590,7 +649,11 @@ ReplayResult replay_rows(const Program<T>& P, Workspace<T>& W, RowsPlan<T>& L, c
                 rows_detail::linear_row(f, r, args, live, writes, rr, row, direct, L.holes, L);
             else if (rr.kind == RowKind::gather)
                 rows_detail::gather_row(f, r, args, live, rr, row, L);
-            else if (live)
+            else if (live && L.ce[P.sweep[i]] >= 0) {
+                const record_timer::Scope timed(1, record_timer::kind_of(r.op));
+                rows_detail::cross_entropy_row_backward(writes ? first : f, r, args,
+                                                        L.ce_exps.data() + L.ce[P.sweep[i]], L.ce_gz.data());
+            } else if (live)
                 backward_record(writes ? first : f, r, args);
             else if (writes)
                 zero_spans(g, decode_operands(args + r.a).v[0]);
