@@ -1,6 +1,7 @@
 """Executors: the same seed gives the same iterates and bit counts bitwise in one process, in a
 local process pool, on a local Ray instance and on a two-node Ray cluster; bad addresses and a
 missing Ray fail before any round."""
+import os
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
@@ -70,6 +71,18 @@ def test_processes_match_serial_bitwise():
     assert np.array_equal(a[0], b[0]) and a[1] == b[1]
     assert wp[2], "the wide point did not go through the shared buffer"
     assert np.array_equal(w[0], wp[0]) and w[1] == wp[1]
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_BATCH"), reason="SCHED_BATCH is Linux's")
+def test_processes_workers_are_batch_scheduled():
+    # A woken worker must not preempt the driver before it has woken the other workers (the
+    # executor asks for SCHED_BATCH in each worker; this fails if that request is lost).
+    problem = synthetic(4, 40, 5, seed=1)
+    with fl.Federation(problem, fl.EF21(0.2, fl.TopK(5, 2)), executor="processes", workers=2, seed=0) as fed:
+        fed.round()
+        policies = [os.sched_getscheduler(p.pid) for p in fed.executor.procs]
+    assert policies == [os.SCHED_BATCH, os.SCHED_BATCH]
+    assert os.sched_getscheduler(0) != os.SCHED_BATCH  # the driver itself keeps its policy
 
 
 def test_point_buffer_round_trip_and_cleanup():

@@ -166,7 +166,12 @@ class ClientGroup(LocalClients):
                 if request[0] not in self.REQUESTS:
                     raise ValueError(f"unknown request {request[0]!r}")
                 result = getattr(self, request[0])(*request[1:])
-                conn.send(("ok", PackedReplies(result) if request[0] == "run_shared" else result))
+                if request[0] == "run_shared":
+                    # pickled here at the highest protocol (Connection.send's pickler uses the
+                    # default one, several times slower on these arrays), while the driver waits
+                    conn.send_bytes(pickle.dumps(("ok", PackedReplies(result)), protocol=pickle.HIGHEST_PROTOCOL))
+                else:
+                    conn.send(("ok", result))
             except BaseException:
                 conn.send(("error", traceback.format_exc()))
 
