@@ -52,8 +52,8 @@ namespace bt::lanes {
 inline size_t last_level_cache_bytes() {
     static const size_t bytes = [] {
         size_t best = 0;
-        int best_level = 0;
 #if defined(__linux__)
+        int best_level = 0;
         for (int i = 0; i < 16; ++i) {
             const std::string dir = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(i) + "/";
             std::ifstream lf(dir + "level"), tf(dir + "type"), sf(dir + "size");
