@@ -42,6 +42,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -226,30 +227,24 @@ ROWS = (("burtorch-compiled", run_burtorch_compiled), ("burtorch-compiled-out", 
         ("torch-func-vmap-grad", run_torch), ("jax-jit-vmap-grad", run_jax),
         ("write-fill", run_write_fill), ("write-row-copy", run_write_row_copy))
 
-# One process of --against: W4's weights and batch as _setup makes them, per_sample_grads into a
-# reused out= timed after a warm-up; prints its median and G's SHA-256 as JSON. Self-contained
-# (numpy and burtorch only), so that it runs in a venv without this package.
+# One process of --against: W4's weights and batch from the .npz the parent wrote (_setup's, the
+# same bits in both interpreters), per_sample_grads into a reused out= timed after a warm-up;
+# prints its median and G's SHA-256 as JSON. Numpy and burtorch only, so that it runs in a venv
+# without this package.
 _CHILD = r"""
 import hashlib, json, statistics, sys, time
 import numpy as np
 import burtorch as bt
 from burtorch.nn import MakemoreMLP
-n, hidden, block, emb, calls, warm = map(int, sys.argv[1:7])
-rng = np.random.default_rng(0)
-V = 27
-p = {"C": rng.normal(size=(V, emb)).astype(np.float32),
-     "W1": (rng.normal(size=(hidden, block * emb)) * 0.05).astype(np.float32),
-     "b1": (rng.normal(size=hidden) * 0.01).astype(np.float32),
-     "W2": (rng.normal(size=(V, hidden)) * 0.1).astype(np.float32),
-     "b2": np.zeros(V, np.float32)}
-X = rng.integers(0, V, size=(n, block))
-Y = rng.integers(0, V, size=n)
-m = MakemoreMLP.paper(hidden=hidden, vocab=V, dtype=bt.float32)
+data = np.load(sys.argv[1])
+calls, warm = map(int, sys.argv[2:4])
+W2 = data["W2"]
+m = MakemoreMLP.paper(hidden=W2.shape[1], vocab=W2.shape[0], dtype=bt.float32)
 state = m.state_dict()
 for name, key in (("embed.weight", "C"), ("fc1.weight", "W1"), ("fc1.bias", "b1"), ("fc2.weight", "W2"),
                   ("fc2.bias", "b2")):
-    state[name].set_data(p[key].reshape(-1).tolist())
-batch = [(x, int(y)) for x, y in zip(X.tolist(), Y.tolist())]
+    state[name].set_data(data[key].reshape(-1).tolist())
+batch = [(x, int(y)) for x, y in zip(data["X"].tolist(), data["Y"].tolist())]
 G = bt.per_sample_grads(m, batch)[0]
 for _ in range(warm):
     bt.per_sample_grads(m, batch, out=G)
@@ -263,11 +258,8 @@ print(json.dumps({"ms": 1e3 * statistics.median(times), "sha256": hashlib.sha256
 """
 
 
-def _child(python, args):
-    from .specs import MLP_BLOCK, MLP_EMBED_DIM
-
-    argv = [python, "-c", _CHILD, str(args.n), str(args.hidden), str(MLP_BLOCK), str(MLP_EMBED_DIM),
-            str(args.calls), str(args.warmup)]
+def _child(python, data, args):
+    argv = [python, "-c", _CHILD, data, str(args.calls), str(args.warmup)]
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=600)
     except OSError as exc:
@@ -283,14 +275,18 @@ def against(args):
     pythons = {"this": sys.executable, "other": args.against}
     runs = {"this": [], "other": []}
     shas = {}
-    print(f"per_sample_grads(out=G): W4 MLP e={args.hidden}, N={args.n:,}, FP32; per process: {args.warmup} "
-          f"warm-up calls, median of {args.calls}; {args.rounds} rounds, alternating")
-    for r in range(args.rounds):
-        for who in (("this", "other") if r % 2 == 0 else ("other", "this")):
-            res = _child(pythons[who], args)
-            runs[who].append(res["ms"])
-            shas.setdefault(who, set()).add(res["sha256"])
-            print(f"  round {r + 1}: {who:<5} {res['ms']:8.3f} ms  ({res['burtorch']})", flush=True)
+    p, X, Y, _ = _setup(args.n, args.hidden)
+    with tempfile.TemporaryDirectory(prefix="per_sample_against_") as tmp:
+        data = os.path.join(tmp, "w4.npz")
+        np.savez(data, X=X, Y=Y, **p)
+        print(f"per_sample_grads(out=G): W4 MLP e={args.hidden}, N={args.n:,}, FP32; per process: {args.warmup} "
+              f"warm-up calls, median of {args.calls}; {args.rounds} rounds, alternating")
+        for r in range(args.rounds):
+            for who in (("this", "other") if r % 2 == 0 else ("other", "this")):
+                res = _child(pythons[who], data, args)
+                runs[who].append(res["ms"])
+                shas.setdefault(who, set()).add(res["sha256"])
+                print(f"  round {r + 1}: {who:<5} {res['ms']:8.3f} ms  ({res['burtorch']})", flush=True)
     this, other = statistics.median(runs["this"]), statistics.median(runs["other"])
     same = len(shas["this"]) == 1 and shas["this"] == shas["other"]
     print(f"this  ({pythons['this']}): median {this:.3f} ms")
