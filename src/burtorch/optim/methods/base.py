@@ -220,16 +220,19 @@ class Method:
         its values as the wire carries them."""
         if self.compressor is None:
             return self.send_full(v)
-        msg = self.compressor.compress(v, streams.derive(oracle.seed, streams.COMPRESS, oracle.client, oracle.round))
-        return on_wire(msg, self.float_bits, self.exact)
+        return on_wire(self.compressor.compress(v, self._message_seed(oracle)), self.float_bits, self.exact)
 
     def send_difference(self, a: np.ndarray, b: np.ndarray, oracle: Oracle) -> Message:
         """:meth:`send` of a - b, which the compressor may select from without writing it out."""
         if self.compressor is None:
             return self.send_full(a - b)
-        msg = self.compressor.compress_difference(
-            a, b, streams.derive(oracle.seed, streams.COMPRESS, oracle.client, oracle.round))
-        return on_wire(msg, self.float_bits, self.exact)
+        return on_wire(self.compressor.compress_difference(a, b, self._message_seed(oracle)), self.float_bits,
+                       self.exact)
+
+    @staticmethod
+    def _message_seed(oracle: Oracle) -> int:
+        """The compressor's seed for this client's message of this round."""
+        return streams.derive(oracle.seed, streams.COMPRESS, oracle.client, oracle.round)
 
     def send_full(self, v: np.ndarray) -> Message:
         """v sent whole (d values at the wire's width)."""
