@@ -25,7 +25,7 @@ for tool in "$CXX" "$QEMU"; do
 done
 mkdir -p "$out"
 # The extension's flags (CMakeLists.txt) with the warnings as errors.
-flags=(-std=c++20 -O2 -fno-math-errno -fno-trapping-math -fopenmp-simd -Wall -Wextra
+flags=(-std=c++20 -O2 -fno-math-errno -fno-trapping-math -ffp-contract=off -fopenmp-simd -Wall -Wextra
        -Wno-missing-field-initializers -Werror -pthread -static -Icsrc)
 status=0
 for variant in neon portable; do
