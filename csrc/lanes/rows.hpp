@@ -131,7 +131,6 @@ struct RowsPlan {
     std::vector<RowRecord> recs;                   // per entry of P.sweep
     std::vector<Span> zero_local;                  // P.sweep_grads' local slots
     std::vector<T> xs, gx;                         // a linear layer's x gathered, its gx
-    std::vector<uint32_t> head, next;              // a lookup's positions by table row
     std::vector<Span> zero_cols;                   // the row's columns no record writes
     std::vector<int64_t> narrow;                   // per record of P.recs: its W^T's place in wt, or -1
     std::vector<T> wt;                             // narrow layers' W^T (in x out), made per call
@@ -460,6 +459,49 @@ void grad_input_row(const T* gy, const T* W, T* gx, size_t in, size_t out, bool 
     }
 }
 
+// x's grads and W's together, for a layer whose `in` is a whole number of vectors: per vector of
+// columns [i, i + w) (U at a time), gx's chains over W's rows o (grad_input_row's, element by
+// element the same) and, in the same loop over o, W's grads gW[o, i..] = madd(gy[o], x[i..], 0)
+// stored at gw + o * in + i (streamed when `stream`). The stores of W's grads, which dominate,
+// then issue among the multiply-adds instead of in one burst after them. Columns [i0, i1) only
+// (gw + i0 aligned to the vector when streamed): the caller does the columns outside.
+template <typename T>
+void linear_row_fused(const T* gy, const T* W, const T* x, T* gx, T* gw, size_t in, size_t out, size_t i0, size_t i1,
+                      bool as_sum, bool stream) {
+    using S = simd::Simd<T>;
+    using V = typename S::V;
+    constexpr size_t w = size_t(S::W), U = 4;
+    auto put_w = [stream](T* p, V v) { stream ? S::stream(p, v) : S::store(p, v); };
+    size_t i = i0;
+    for (; i + U * w <= i1; i += U * w) {
+        V acc[U], xv[U];
+        for (size_t u = 0; u < U; ++u) {
+            acc[u] = S::zero();
+            xv[u] = S::load(x + i + u * w);
+        }
+        for (size_t o = 0; o < out; ++o) {
+            const V a = S::set1(gy[o]);
+            const T* wo = W + o * in + i;
+            T* go = gw + o * in + i;
+            for (size_t u = 0; u < U; ++u) {
+                acc[u] = S::madd(a, S::load(wo + u * w), acc[u]);
+                put_w(go + u * w, S::madd(a, xv[u], S::zero()));
+            }
+        }
+        for (size_t u = 0; u < U; ++u) S::store(gx + i + u * w, as_sum ? S::add(acc[u], S::zero()) : acc[u]);
+    }
+    for (; i + w <= i1; i += w) {
+        V acc = S::zero();
+        const V xv = S::load(x + i);
+        for (size_t o = 0; o < out; ++o) {
+            const V a = S::set1(gy[o]);
+            acc = S::madd(a, S::load(W + o * in + i), acc);
+            put_w(gw + o * in + i, S::madd(a, xv, S::zero()));
+        }
+        S::store(gx + i, as_sum ? S::add(acc, S::zero()) : acc);
+    }
+}
+
 // A linear layer over one row whose W (and b) are parameters: x's grads as linear_backward
 // makes them, W's and b's into the row.
 template <typename T>
@@ -487,10 +529,41 @@ void linear_row(const Frame<T>& f, const Record& r, const uint32_t* args, bool l
     }
     // linear_bwd over one row: the input gradient written (from zero), as a sum where in place
     // (gemm::grad_input's chains, kept in registers)
-    grad_input_row(gy, f.weight(o.v[1].first(0)), gx, in, out, in_place);
-    if (!in_place) scatter_add(g, o.v[0], gx, writes);
     constexpr size_t w = size_t(S::W);
-    if (rr.col_w >= 0)
+    const T* Wt = f.weight(o.v[1].first(0));
+    if (rr.col_w >= 0 && in % w == 0 && in >= 4 * w) {
+        // x's grads and W's in one pass (linear_row_fused) over the columns [h, e) whose vectors of
+        // W's grads are aligned (all rows alike, `in` being whole vectors); the columns outside
+        // (less than a vector each side) by the loops below.
+        T* const base = direct ? direct : row;
+        size_t h = 0;
+        if (reinterpret_cast<uintptr_t>(base) % sizeof(T) == 0)
+            h = (w - (reinterpret_cast<uintptr_t>(base + rr.col_w) / sizeof(T)) % w) % w;
+        const size_t e = h + (in - h) / w * w;
+        linear_row_fused(gy, Wt, x, gx, base + rr.col_w, in, out, h, e, in_place, direct != nullptr);
+        for (size_t i : {size_t(0), e}) {  // gx's columns outside [h, e): masked vectors
+            const size_t n = i == 0 ? h : in - e;
+            if (!n) continue;
+            typename S::V acc = S::zero();
+            for (size_t u = 0; u < out; ++u) acc = S::madd(S::set1(gy[u]), S::load(Wt + u * in + i, int(n)), acc);
+            S::store(gx + i, in_place ? S::add(acc, S::zero()) : acc, int(n));
+        }
+        for (uint32_t u = 0; u < out; ++u) {
+            const typename S::V a = S::set1(gy[u]);
+            const size_t c0 = size_t(rr.col_w) + size_t(u) * in;
+            if (direct) holes.emplace_back(c0 + h, c0 + e);
+            auto chain = [a, x](size_t i, int l = S::W) {
+                return S::madd(a, l == S::W ? S::load(x + i) : S::load(x + i, l), S::zero());
+            };
+            put(row + c0, h, false, chain);
+            put(row + c0 + e, in - e, false, [&](size_t i, int l = S::W) { return chain(e + i, l); });
+        }
+        if (!in_place) scatter_add(g, o.v[0], gx, writes);
+    } else {
+        grad_input_row(gy, Wt, gx, in, out, in_place);
+        if (!in_place) scatter_add(g, o.v[0], gx, writes);
+    }
+    if (rr.col_w >= 0 && !(in % w == 0 && in >= 4 * w))
         for (uint32_t u = 0; u < out; ++u) {
             const typename S::V a = S::set1(gy[u]);
             const size_t c0 = size_t(rr.col_w) + size_t(u) * in;
@@ -513,75 +586,32 @@ void linear_row(const Frame<T>& f, const Record& r, const uint32_t* args, bool l
         for (uint32_t u = 0; u < out; ++u) row[rr.col_b + u] = T(0) + gy[u];
 }
 
-// A lookup of a parameter table: its grads as gather_backward sums them into zeroed grads, each
-// table row written once: 0 + the grads of the positions that read it, in position order (kept in
-// a register per vector of the row), or zero when none does (or the lookup gets no gradient).
+// A lookup of a parameter table: its grads as gather_backward sums them into zeroed grads. The
+// table's part of the row is zeroed (whole vectors), then each position's grads added into the
+// row it reads, in position order: every element 0 + the grads of the positions that read it, in
+// that order, or +0 when none does (or the lookup gets no gradient). No branch depends on the ids:
+// a walk of each table row's positions mispredicted about once per row.
 template <typename T>
-void gather_row(const Frame<T>& f, const Record& r, const uint32_t* args, bool live, const RowRecord& rr, T* row,
-                RowsPlan<T>& L) {
+void gather_row(const Frame<T>& f, const Record& r, const uint32_t* args, bool live, const RowRecord& rr, T* row) {
     using S = simd::Simd<T>;
-    using V = typename S::V;
     if (rr.col_w < 0) return;
     const Operands o = decode_operands(args + r.a);
     const uint32_t n = o.tail[0], d = o.tail[1];
     const size_t nt = o.v[0].len(0);
     T* gt = row + rr.col_w;
-    if (!live || d == 0) return put_zeros(gt, nt, false);
+    put_zeros(gt, nt, false);
+    if (!live || d == 0) return;
     const uint32_t* ids = o.tail + 2;
-    const size_t nrows = nt / d;
-    constexpr uint32_t none = ~uint32_t(0);
-    // the positions that read each table row, as lists in position order
-    L.head.assign(nrows, none);
-    if (L.next.size() < n) L.next.resize(n);
-    uint32_t* head = L.head.data();
-    uint32_t* next = L.next.data();
-    for (uint32_t i = n; i-- > 0;) {
-        next[i] = head[ids[i]];
-        head[ids[i]] = i;
-    }
     const T* gy = f.grads() + r.out;
-    // Four vectors of a table row at a time, kept in registers along the row's list of positions,
-    // then one at a time (the last one masked to the row's end).
     constexpr size_t w = size_t(S::W);
-    for (size_t t = 0; t < nrows; ++t) {
-        T* dst = gt + t * d;
-        const uint32_t p = head[t];
-        if (p == none) {
-            put_zeros(dst, d, false);
-            continue;
-        }
-        size_t j = 0;
-        for (; j + 4 * w <= d; j += 4 * w) {
-            const T* src = gy + size_t(p) * d + j;
-            V a0 = S::add(S::zero(), S::load(src)), a1 = S::add(S::zero(), S::load(src + w));
-            V a2 = S::add(S::zero(), S::load(src + 2 * w)), a3 = S::add(S::zero(), S::load(src + 3 * w));
-            for (uint32_t q = next[p]; q != none; q = next[q]) {
-                src = gy + size_t(q) * d + j;
-                a0 = S::add(a0, S::load(src));
-                a1 = S::add(a1, S::load(src + w));
-                a2 = S::add(a2, S::load(src + 2 * w));
-                a3 = S::add(a3, S::load(src + 3 * w));
-            }
-            S::store(dst + j, a0);
-            S::store(dst + j + w, a1);
-            S::store(dst + j + 2 * w, a2);
-            S::store(dst + j + 3 * w, a3);
-        }
-        for (; j < d; j += w) {
-            const int l = int(std::min(w, d - j));
-            auto at = [&](uint32_t q) {
-                const T* src = gy + size_t(q) * d + j;
-                return l == S::W ? S::load(src) : S::load(src, l);
-            };
-            V acc = S::add(S::zero(), at(p));
-            for (uint32_t q = next[p]; q != none; q = next[q]) acc = S::add(acc, at(q));
-            if (l == S::W)
-                S::store(dst + j, acc);
-            else
-                S::store(dst + j, acc, l);
-        }
+    const size_t main = d / w * w;
+    const int tail = int(d - main);
+    for (uint32_t i = 0; i < n; ++i) {
+        T* dst = gt + size_t(ids[i]) * d;
+        const T* src = gy + size_t(i) * d;
+        for (size_t j = 0; j < main; j += w) S::store(dst + j, S::add(S::load(dst + j), S::load(src + j)));
+        if (tail) S::store(dst + main, S::add(S::load(dst + main, tail), S::load(src + main, tail)), tail);
     }
-    put_zeros(gt + nrows * d, nt - nrows * d, false);  // a table whose size is not a multiple of d
 }
 
 }  // namespace rows_detail
@@ -648,7 +678,7 @@ ReplayResult replay_rows(const Program<T>& P, Workspace<T>& W, RowsPlan<T>& L, c
             if (rr.kind == RowKind::linear)
                 rows_detail::linear_row(f, r, args, live, writes, rr, row, direct, L.holes, L);
             else if (rr.kind == RowKind::gather)
-                rows_detail::gather_row(f, r, args, live, rr, row, L);
+                rows_detail::gather_row(f, r, args, live, rr, row);
             else if (live && L.ce[P.sweep[i]] >= 0) {
                 const record_timer::Scope timed(1, record_timer::kind_of(r.op));
                 rows_detail::cross_entropy_row_backward(writes ? first : f, r, args,
