@@ -136,7 +136,7 @@ struct RowsPlan {
     std::vector<T> wt;                             // narrow layers' W^T (in x out), made per call
     std::vector<int64_t> ce;                       // per record of P.recs: its place in ce_exps, or -1
     std::vector<T> ce_exps, ce_gz;                 // a one-row cross-entropy's exps and sum; its gz
-    std::vector<T> row;                            // the row being made (streamed rows)
+    std::vector<T> row[2];                         // the rows being made and streamed out (streamed rows)
     std::vector<std::pair<size_t, size_t>> holes;  // its columns stored into the matrix directly
 };
 
@@ -405,10 +405,68 @@ void cross_entropy_row_backward(const Frame<T>& f, const Record& r, const uint32
     scatter_add(f.grads(), o.v[0], gz, f.first_write);
 }
 
+// A streamed row's parts made in a buffer, on their way into the matrix: streamed out a few
+// vectors at a time between the records of the next sample, so that the stores go out while
+// that sample computes rather than in one burst that stalls on the write-combining buffers.
+// Pieces end on the matrix's vector boundaries (whole lines streamed), but for a part's ends.
+template <typename T>
+struct Trickle {
+    struct Part {
+        T* dst;
+        const T* src;
+        size_t n;
+    };
+    std::vector<Part> parts;
+    size_t at = 0, off = 0;  // the next element: parts[at], offset off
+    size_t step = 0;         // vectors per call of some()
+
+    void some(size_t vectors) {
+        constexpr size_t w = size_t(simd::Simd<T>::W);
+        while (at < parts.size() && vectors) {
+            const Part& p = parts[at];
+            size_t end = p.n;
+            if (off + vectors * w < p.n) {
+                end = off + vectors * w;
+                end += (w - (reinterpret_cast<uintptr_t>(p.dst + end) / sizeof(T)) % w) % w;
+                end = std::min(end, p.n);
+            }
+            put_copy(p.dst + off, p.src + off, end - off, true);
+            const size_t used = (end - off + w - 1) / w;
+            vectors = used >= vectors ? 0 : vectors - used;
+            off = end;
+            if (off == p.n) {
+                ++at;
+                off = 0;
+            }
+        }
+    }
+    void rest() { some(~size_t(0) / (2 * simd::Simd<T>::W)); }
+    // Queues `out`'s row but for the holes (columns stored there directly), from `row`, to go out
+    // over `calls` calls of some(); whatever the previous row still had goes out first.
+    void queue(T* out, const T* row, size_t nw, std::vector<std::pair<size_t, size_t>>& holes, size_t calls) {
+        rest();
+        parts.clear();
+        at = off = 0;
+        std::sort(holes.begin(), holes.end());
+        size_t c = 0, total = 0;
+        auto add = [&](size_t c0, size_t c1) {
+            if (c1 > c0) parts.push_back({out + c0, row + c0, c1 - c0});
+            total += c1 > c0 ? c1 - c0 : 0;
+        };
+        for (const auto& [h0, h1] : holes) {
+            add(c, h0);
+            c = h1;
+        }
+        add(c, nw);
+        constexpr size_t w = size_t(simd::Simd<T>::W);
+        step = (total / w + calls) / std::max<size_t>(calls, 1) + 1;
+    }
+};
+
 // run_forward for a rows_usable program (which fuses no lookup with its layer: that needs a
 // fused SGD step), narrow layers across their output units. Returns the first failing guard, or -1.
-template <typename T>
-long forward_rows(const Program<T>& P, Workspace<T>& W, RowsPlan<T>& L) {
+template <typename T, class Between>
+long forward_rows(const Program<T>& P, Workspace<T>& W, RowsPlan<T>& L, Between between) {
     const Frame<T> f = W.frame();
     const uint32_t* args = W.args.data();
     for (size_t k = 0; k < P.recs.size(); ++k) {
@@ -425,6 +483,7 @@ long forward_rows(const Program<T>& P, Workspace<T>& W, RowsPlan<T>& L) {
         } else {
             forward_record(f, r, args);
         }
+        between();
     }
     for (size_t i = 0; i < P.guards.size(); ++i)
         if (!guard_holds(P.guards[i], W.v.data())) return long(i);
@@ -642,9 +701,16 @@ ReplayResult replay_rows(const Program<T>& P, Workspace<T>& W, RowsPlan<T>& L, c
     first.first_write = true;
     const uint32_t* args = W.args.data();
     T* g = W.g.data();
-    // Streamed, the parts of a row other than a wide layer's whole lines are made in `row` (whose
-    // columns no record writes stay zero) and streamed out after the sweep.
-    if (stream) L.row.assign(nw, T(0));
+    // Streamed, the parts of a row other than a wide layer's whole lines are made in a buffer
+    // (whose columns no record writes stay zero), and go out while the next sample computes: two
+    // buffers, one being made while the other is streamed out.
+    rows_detail::Trickle<T> trickle;
+    int cur = 0;
+    if (stream)
+        for (auto& b : L.row) b.assign(nw, T(0));
+    auto between = [&] {
+        if (stream) trickle.some(trickle.step);
+    };
     for (size_t k = 0; k < P.recs.size(); ++k)  // the narrow layers' W^T, for this call's weights
         if (L.narrow[k] >= 0) {
             const Operands o = decode_operands(args + P.recs[k].a);
@@ -656,13 +722,13 @@ ReplayResult replay_rows(const Program<T>& P, Workspace<T>& W, RowsPlan<T>& L, c
         }
     for (size_t s = 0; s < in.n; ++s) {
         set_sample(P, W, in.x + s * k, in.ids + s * nid);
-        if (rows_detail::forward_rows(P, W, L) >= 0) {
+        if (rows_detail::forward_rows(P, W, L, between) >= 0) {
             res.failed.push_back(s);
             continue;
         }
         if (values) values[s] = double(W.v[P.root]);
         T* const out = rows + s * nw;
-        T* const row = stream ? L.row.data() : out;
+        T* const row = stream ? L.row[cur].data() : out;
         T* const direct = stream ? out : nullptr;
         L.holes.clear();
         if (!stream)
@@ -689,16 +755,16 @@ ReplayResult replay_rows(const Program<T>& P, Workspace<T>& W, RowsPlan<T>& L, c
                 zero_spans(g, decode_operands(args + r.a).v[0]);
         }
         if (!stream) continue;
-        // the row from `row` into the matrix, but for what went there directly
-        std::sort(L.holes.begin(), L.holes.end());
-        size_t at = 0;
-        for (const auto& [h0, h1] : L.holes) {
-            rows_detail::put_copy(out + at, row + at, h0 - at, true);
-            at = h1;
-        }
-        rows_detail::put_copy(out + at, row + at, nw - at, true);
+        // the row from `row` into the matrix, but for what went there directly: over the next
+        // sample's forward records (measured better than over all its records, which put stores
+        // beside the weight grads' own, or than one burst)
+        trickle.queue(out, row, nw, L.holes, P.recs.size());
+        cur ^= 1;
     }
-    if (stream) simd::stream_fence();
+    if (stream) {
+        trickle.rest();
+        simd::stream_fence();
+    }
     // the frame's external grads were never written: zero, as prepare() left them
     W.wrt_grads_zero = true;
     return res;
