@@ -1,6 +1,8 @@
 // Lane replay (csrc/lanes/): whether replays over many samples may run them in blocks of SIMD
 // lanes, the vector width this build's lanes use per dtype, and whether a program's per-sample
 // rows are written by its records (csrc/lanes/rows.hpp).
+#include <nanobind/ndarray.h>
+
 #include "../csrc/lanes/replay.hpp"
 #include "../csrc/lanes/rows.hpp"
 
@@ -34,18 +36,32 @@ void init_lanes(nb::module_& m) {
         "_set_rows_store",
         [](const std::string& how) {
             using bt::lanes::RowsStore;
-            static const char* names[] = {"auto", "plain", "stream"};
+            static const char* names[] = {"auto", "plain", "stream", "discard"};
             const int old = int(bt::lanes::rows_store());
             int i = 0;
-            while (i < 3 && how != names[i]) ++i;
-            if (i == 3) throw nb::value_error("_set_rows_store: how must be 'auto', 'plain' or 'stream'");
+            while (i < 4 && how != names[i]) ++i;
+            if (i == 4) throw nb::value_error("_set_rows_store: how must be 'auto', 'plain', 'stream' or 'discard'");
             bt::lanes::set_rows_store(RowsStore(i));
             return std::string(names[old]);
         },
         nb::arg("how"),
         "How per-sample rows written by their records are stored (returns the previous setting): 'auto' (by\n"
         "the output's size against the last-level cache), 'plain' (ordinary stores) or 'stream' (non-temporal\n"
-        "stores). The bits are the same; for tests and benchmarks.");
+        "stores). The bits are the same; for tests and benchmarks. 'discard': each row made and not stored, the\n"
+        "output left as it was (for benchmarks: the compute alone).");
+    m.def(
+        "_stream_fill",
+        [](nb::ndarray<nb::c_contig, nb::device::cpu> out, double value) {
+            if (out.dtype() == nb::dtype<float>())
+                bt::lanes::stream_fill(static_cast<float*>(out.data()), out.size(), float(value));
+            else if (out.dtype() == nb::dtype<double>())
+                bt::lanes::stream_fill(static_cast<double*>(out.data()), out.size(), value);
+            else
+                throw nb::type_error("_stream_fill: out must be a float32 or float64 array");
+        },
+        nb::arg("out").noconvert(), nb::arg("value"),
+        "Sets every element of a C-contiguous float32/float64 array to value with non-temporal stores: the\n"
+        "write floor of a streamed per_sample_grads output (benchmarks).");
     m.def("_last_level_cache_bytes", &bt::lanes::last_level_cache_bytes,
           "The last-level data cache's size in bytes as the OS reports it (8 MiB when it reports none).");
 }

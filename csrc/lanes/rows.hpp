@@ -83,8 +83,9 @@ inline size_t last_level_cache_bytes() {
 }
 
 // How replay_rows stores rows: by the output's size (automatic), or always with ordinary or
-// non-temporal stores (for tests and benchmarks; the bits are the same).
-enum class RowsStore : int { automatic = 0, plain = 1, stream = 2 };
+// non-temporal stores (for tests and benchmarks; the bits are the same). discard: each row made
+// in the buffer and nothing stored, the output left as it was (for benchmarks: the compute alone).
+enum class RowsStore : int { automatic = 0, plain = 1, stream = 2, discard = 3 };
 
 inline std::atomic<int>& rows_store_flag() {
     static std::atomic<int> flag{int(RowsStore::automatic)};
@@ -109,7 +110,8 @@ inline constexpr size_t kFreshPagesBytes = size_t(32) << 20;
 inline bool rows_streamed(size_t bytes, bool reused) {
     switch (rows_store()) {
         case RowsStore::plain: return false;
-        case RowsStore::stream: return true;
+        case RowsStore::stream:
+        case RowsStore::discard: return true;
         default: return bytes > last_level_cache_bytes() / 4 && (reused || bytes < kFreshPagesBytes);
     }
 }
@@ -696,6 +698,7 @@ ReplayResult replay_rows(const Program<T>& P, Workspace<T>& W, RowsPlan<T>& L, c
     prepare(P, W, arena_values, in.n);
     const size_t k = P.inputs.size(), nid = P.num_ids, nw = P.num_wrt;
     const bool stream = rows_streamed(in.n * nw * sizeof(T), reused);
+    const bool discard = rows_store() == RowsStore::discard;
     const Frame<T> f = W.frame();
     Frame<T> first = f;
     first.first_write = true;
@@ -729,7 +732,7 @@ ReplayResult replay_rows(const Program<T>& P, Workspace<T>& W, RowsPlan<T>& L, c
         if (values) values[s] = double(W.v[P.root]);
         T* const out = rows + s * nw;
         T* const row = stream ? L.row[cur].data() : out;
-        T* const direct = stream ? out : nullptr;
+        T* const direct = stream && !discard ? out : nullptr;
         L.holes.clear();
         if (!stream)
             for (const Span& c : L.zero_cols) rows_detail::put_zeros(out + c.first, c.second, false);
@@ -754,7 +757,7 @@ ReplayResult replay_rows(const Program<T>& P, Workspace<T>& W, RowsPlan<T>& L, c
             else if (writes)
                 zero_spans(g, decode_operands(args + r.a).v[0]);
         }
-        if (!stream) continue;
+        if (!stream || discard) continue;
         // the row from `row` into the matrix, but for what went there directly: over the next
         // sample's forward records (measured better than over all its records, which put stores
         // beside the weight grads' own, or than one burst)
@@ -768,6 +771,16 @@ ReplayResult replay_rows(const Program<T>& P, Workspace<T>& W, RowsPlan<T>& L, c
     // the frame's external grads were never written: zero, as prepare() left them
     W.wrt_grads_zero = true;
     return res;
+}
+
+// n elements of dst set to v with non-temporal stores (whole aligned vectors; the ends
+// ordinary), then fenced: the least a streamed output costs to write (benchmarks' write floor).
+template <typename T>
+void stream_fill(T* dst, size_t n, T v) {
+    using S = simd::Simd<T>;
+    const typename S::V x = S::set1(v);
+    rows_detail::put(dst, n, true, [x](size_t, int = 0) { return x; });
+    simd::stream_fence();
 }
 
 }  // namespace bt::lanes

@@ -8,7 +8,8 @@ Rows: burtorch's per_sample_grads (recorded program, rows written straight into 
 buffer) allocating a fresh (N, d) output per call like the peers do, and the same writing into an
 output passed as out= and reused across calls (no fresh pages to fault in); that again with the
 rows' stores forced to ordinary or to non-temporal (streaming) stores (out= picks one by the
-output's size against the last-level cache); that again with the lanes switched off
+output's size against the last-level cache), and with each row made but not stored
+(burtorch-out-discard: the compute alone, G left as it was); that again with the lanes switched off
 (bt.set_lanes_enabled(False): each sample replayed into its frame and its row copied out, the
 path before rows were written by their records); an eager burtorch loop (build, backward, copy
 the grads out, rewind); torch.func.vmap(torch.func.grad(...)) and jax.jit(jax.vmap(jax.grad(...)))
@@ -16,7 +17,9 @@ where installed (their per-parameter arrays concatenated into the same (N, d) la
 plain writes of a reused (N, d) array with nothing computed: numpy's fill with a constant and a
 copy of one row into every row (memcpy per row, which on x86 uses `rep movsb`: ordinary stores
 that need not read the lines first). The write floor printed under the table is the faster of
-those two medians: what any code must at least spend to hand the matrix out. Every framework
+those two medians: what any code must at least spend to hand the matrix out. A third write,
+write-stream, fills it with non-temporal stores (what a streamed out= spends on its stores alone);
+under the table, the streamed out= is set against that and the compute alone. Every framework
 starts from the same weights and batch; each row's gradients are cross-checked against
 burtorch's. Each repetition runs every row in turn (the order rotating from one repetition to the
 next), so all rows see the same load; in its turn a row is called --inner times back to back (the
@@ -210,6 +213,16 @@ def run_write_fill(p, X, Y, V, hidden):
     return once
 
 
+def run_write_stream(p, X, Y, V, hidden):
+    import burtorch as bt
+
+    out = _floor_arrays(p, X)
+
+    def once():
+        bt._core._stream_fill(out, 1.5)  # non-temporal stores, as a streamed out= is written
+    return once
+
+
 def run_write_row_copy(p, X, Y, V, hidden):
     out = _floor_arrays(p, X)
     row = np.full(out.shape[1], 1.5, np.float32)
@@ -220,12 +233,15 @@ def run_write_row_copy(p, X, Y, V, hidden):
 
 
 FLOOR_ROWS = ("write-fill", "write-row-copy")
+# rows that compute nothing to compare, or store nothing: no check of their output
+UNCHECKED = FLOOR_ROWS + ("write-stream", "burtorch-out-discard")
 ROWS = (("burtorch-compiled", run_burtorch_compiled), ("burtorch-compiled-out", run_burtorch_compiled_out),
         ("burtorch-out-plain", _run_out_stores("plain")), ("burtorch-out-stream", _run_out_stores("stream")),
+        ("burtorch-out-discard", _run_out_stores("discard")),
         ("burtorch-out-lanes-off", run_burtorch_out_lanes_off),
         ("burtorch-eager-loop", run_burtorch_eager),
         ("torch-func-vmap-grad", run_torch), ("jax-jit-vmap-grad", run_jax),
-        ("write-fill", run_write_fill), ("write-row-copy", run_write_row_copy))
+        ("write-fill", run_write_fill), ("write-row-copy", run_write_row_copy), ("write-stream", run_write_stream))
 
 # One process of --against: W4's weights and batch from the .npz the parent wrote (_setup's, the
 # same bits in both interpreters), per_sample_grads into a reused out= timed after a warm-up;
@@ -349,7 +365,7 @@ def main(argv=None):
     off_ms = statistics.median(times["burtorch-out-lanes-off"]) if "burtorch-out-lanes-off" in times else None
     for name, once in runs.items():
         G = once()
-        if G is None:  # the plain writes compute nothing to compare
+        if G is None or name in UNCHECKED:  # the plain writes compute nothing, discard stores nothing
             check = "-"
         else:
             err = float(np.max(np.abs(G - reference)) / np.max(np.abs(reference)))
@@ -368,6 +384,13 @@ def main(argv=None):
     if floors and out_ms:
         print(f"write floor (the faster plain write of the whole output): {1e3 * min(floors):.2f} ms; "
               f"burtorch-compiled-out / floor = {out_ms / min(floors):.2f}")
+    if out_ms and "write-stream" in times and "burtorch-out-discard" in times:
+        # out= streams above a quarter of the last-level cache: its bounds are the streamed write
+        # and the rows' compute alone; the call costs their sum without overlap, the larger with all
+        st, alone = statistics.median(times["write-stream"]), statistics.median(times["burtorch-out-discard"])
+        print(f"streamed write floor {1e3 * st:.2f} ms, compute alone (rows made, not stored) {1e3 * alone:.2f} ms: "
+              f"out= {1e3 * out_ms:.2f} ms is {out_ms / max(st, alone):.2f}x the larger, "
+              f"{out_ms / (st + alone):.2f}x their sum")
 
 
 if __name__ == "__main__":
