@@ -2,7 +2,9 @@
 lanes enabled the records that reach the parameters write their parts of each row
 (csrc/lanes/rows.hpp); the rows, the losses and the failures are bitwise those of the one-sample
 replay (lanes off), FP32 and FP64, for N of 1, 2 and more, into fresh or reused outputs, aligned
-or not, with ordinary or non-temporal stores (both forced through _core._set_rows_store);
+or not, with ordinary or non-temporal stores (both forced through _core._set_rows_store; and
+'discard', which makes the rows and stores none, leaves the output as it was; _core._stream_fill,
+the benchmarks' streamed write floor, writes exactly its array);
 programs that do not qualify keep the one-sample replay; bad input leaves out as it was; the rows
 are the gradients (finite differences, and torch.func where installed)."""
 import numpy as np
@@ -73,10 +75,59 @@ def assert_rows_match(m, batch, **kw):
 def test_rows_store_switch():
     assert _core._set_rows_store("plain") == "auto"
     assert _core._set_rows_store("stream") == "plain"
-    with pytest.raises(ValueError, match="'auto', 'plain' or 'stream'"):
+    assert _core._set_rows_store("discard") == "stream"
+    assert _core._set_rows_store("stream") == "discard"
+    with pytest.raises(ValueError, match="'auto', 'plain', 'stream' or 'discard'"):
         _core._set_rows_store("temporal")
     assert _core._set_rows_store("auto") == "stream"  # a bad value left the setting as it was
     assert _core._last_level_cache_bytes() >= 1 << 16
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_discard_makes_the_rows_and_stores_none(dtype):
+    """The benchmarks' compute-alone policy: the losses as ever, the output left as it was."""
+    m = model(dtype, vocab=13, block=8, emb=8, hidden=5, seed=5)
+    batch = batch_for(m, 11)
+    G0, L0 = per_sample(m, batch, False)
+    out = unaligned_like(G0, G0.itemsize)
+    _core._set_rows_store("discard")
+    G1, L1 = per_sample(m, batch, True, out=out)
+    assert G1 is out and np.all(np.isnan(out))
+    assert np.array_equal(bits(L0), bits(L1))
+    _core._set_rows_store("auto")
+    per_sample(m, batch, True, out=out)  # the rows path afterwards: the one-sample bits
+    assert np.array_equal(bits(G0), bits(out))
+
+
+@pytest.mark.parametrize("np_dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("n", [0, 1, 7, 16, 17, 100])
+@pytest.mark.parametrize("shift", [0, 1, 3])
+def test_stream_fill(np_dtype, n, shift):
+    """The streamed write floor's fill: every element, whatever the length and the alignment, and
+    nothing around them."""
+    itemsize = np.dtype(np_dtype).itemsize
+    raw = np.zeros(n + 40, np_dtype)
+    start = ((-raw.ctypes.data) % 64) // itemsize + shift
+    _core._stream_fill(raw[start:start + n], -2.5)
+    want = np.zeros_like(raw)
+    want[start:start + n] = -2.5
+    assert np.array_equal(raw, want)
+    _core._stream_fill(raw[start:start + n].reshape(n, 1), 4.0)  # any C-contiguous shape
+    want[start:start + n] = 4.0
+    assert np.array_equal(raw, want)
+
+
+def test_stream_fill_refuses_what_it_cannot_write():
+    a = np.zeros((4, 6), np.float32)
+    with pytest.raises(TypeError, match="float32 or float64"):
+        _core._stream_fill(np.zeros(8, np.int32), 1.0)
+    with pytest.raises(TypeError):
+        _core._stream_fill(a[:, ::2], 1.0)  # not contiguous: no silent copy written instead
+    ro = np.zeros(8)
+    ro.flags.writeable = False
+    with pytest.raises(TypeError):
+        _core._stream_fill(ro, 1.0)
+    assert not np.any(a) and not np.any(ro)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
@@ -88,13 +139,18 @@ def test_rows_match_one_sample_small_mlp(dtype, n):
     assert_rows_match(m, batch)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("hidden", [4, 19])
-def test_rows_match_one_sample_w4(hidden):
-    """W4 as the benchmark runs it (block 16, embedding 64, FP32), N not a multiple of any width;
-    repeated ids in a context add into one table row in order."""
-    m = model(bt.float32, vocab=27, block=16, emb=64, hidden=hidden, seed=2)
+def test_rows_match_one_sample_w4(dtype, hidden):
+    """W4 as the benchmark runs it (block 16, embedding 64; FP32 there), N not a multiple of any
+    width; repeated ids in a context add into one table row in order, with no other id between
+    them or with some; the first layer's input and weight grads in one pass (its input 1,024, whole
+    vectors: four at a time, then one, then the masked ends a row's alignment leaves); each row's
+    buffered part streamed out over the next sample's forward, the last one's after the loop."""
+    m = model(dtype, vocab=27, block=16, emb=64, hidden=hidden, seed=2)
     batch = batch_for(m, 21, seed=3)
     batch[0] = ([5] * 16, 3)
+    batch[7] = ([1, 2, 1, 26, 2, 1] + [0] * 10, 26)
     assert _core._rows_by_records(sample_program(m, batch[0]))
     assert_rows_match(m, batch)
 
@@ -112,10 +168,12 @@ def test_rows_match_one_sample_narrow_output_layers(dtype, hidden):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("emb", [8, 9])
+@pytest.mark.parametrize("emb", [8, 9, 12])
 def test_rows_match_one_sample_wide_layers(dtype, emb):
     """A layer wide enough for its weight grads' whole cache lines to go into a reused output
-    directly (the rest through the row's buffer), rows of W aligned or not with those lines."""
+    directly (the rest through the row's buffer), rows of W aligned or not with those lines; its
+    input (64, 72, 96) whole vectors or not (the input and weight grads in one pass, or the two
+    loops), FP32 and FP64."""
     m = model(dtype, vocab=13, block=8, emb=emb, hidden=5, seed=5)
     assert_rows_match(m, batch_for(m, 19, seed=6))
 
