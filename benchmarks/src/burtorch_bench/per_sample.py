@@ -9,7 +9,8 @@ buffer) allocating a fresh (N, d) output per call like the peers do, and the sam
 output passed as out= and reused across calls (no fresh pages to fault in); that again with the
 rows' stores forced to ordinary or to non-temporal (streaming) stores (out= picks one by the
 output's size against the last-level cache), and with each row made but not stored
-(burtorch-out-discard: the compute alone, G left as it was); that again with the lanes switched off
+(burtorch-out-discard: the compute alone, G left as it was, while a row fits the
+second-level cache: each row is made whole in a buffer); that again with the lanes switched off
 (bt.set_lanes_enabled(False): each sample replayed into its frame and its row copied out, the
 path before rows were written by their records); an eager burtorch loop (build, backward, copy
 the grads out, rewind); torch.func.vmap(torch.func.grad(...)) and jax.jit(jax.vmap(jax.grad(...)))
@@ -386,7 +387,9 @@ def main(argv=None):
               f"burtorch-compiled-out / floor = {out_ms / min(floors):.2f}")
     if out_ms and "write-stream" in times and "burtorch-out-discard" in times:
         # out= streams above a quarter of the last-level cache: its bounds are the streamed write
-        # and the rows' compute alone; the call costs their sum without overlap, the larger with all
+        # and the rows' compute alone; the call costs their sum without overlap, the larger with all.
+        # discard makes each whole row in a row-sized buffer: the compute alone only while a row
+        # fits the second-level cache (e = 4's 24 KB, not e = 64's 276 KB)
         st, alone = statistics.median(times["write-stream"]), statistics.median(times["burtorch-out-discard"])
         print(f"streamed write floor {1e3 * st:.2f} ms, compute alone (rows made, not stored) {1e3 * alone:.2f} ms: "
               f"out= {1e3 * out_ms:.2f} ms is {out_ms / max(st, alone):.2f}x the larger, "
