@@ -98,6 +98,12 @@ struct LaneWorkspace {
     // The root's grad is local and zeroed before each sweep: the seed is then stored (0 + seed,
     // the same bits) rather than added into a line memset just wrote, and `zero` leaves it out.
     bool seed_stores = false;
+    // A block function compiled from P at run time (lanes/native.hpp, src/burtorch/native.py), or
+    // null: it runs a block's forward and (grads != 0) backward in place of the record loops,
+    // leaving the root's and the guards' values in v and the wrt nodes' grads in g, bitwise what
+    // the record loops leave there. Set by whoever loaded it, after checking those bits.
+    using NativeBlock = void (*)(T* v, T* g, size_t B, int grads, T seed);
+    NativeBlock native = nullptr;
 };
 
 // Which scalar records of P's sweep reach an argument's grad first (in the sweep's order, the
@@ -307,7 +313,10 @@ void replay_blocks(const Program<T>& P, LaneWorkspace<T>& L, const T* arena_valu
         if (k) load_rows(xin.data(), in.x + s0 * k, m, k);
         for (size_t i = 0; i < k; ++i)
             for (size_t l = m; l < B; ++l) xin[i][l] = xin[i][m - 1];
-        for (const Record& r : P.recs) forward_lanes<B>(v, r, args);
+        if (L.native)
+            L.native(v, g, B, reduce == Reduce::values ? 0 : 1, seed);
+        else
+            for (const Record& r : P.recs) forward_lanes<B>(v, r, args);
         bool any_bad = false;
         std::fill(bad.begin(), bad.end(), char(0));
         for (const Guard& gd : P.guards)
@@ -344,18 +353,20 @@ void replay_blocks(const Program<T>& P, LaneWorkspace<T>& L, const T* arena_valu
             for (size_t l = 0; l < m; ++l)
                 if (!bad[l]) values[s0 + l] = double(y[l]);
         if (reduce == Reduce::values) continue;
-        // The grads a one-sample sweep starts from: its local ones zeroed, the wrt ones taken
-        // (zeroed) after the previous sample; every external grad is zeroed here (the others are
-        // never read out).
-        for (const Span& sp : L.zero) std::fill_n(g + size_t(sp.first) * B, size_t(sp.second) * B, T(0));
-        std::fill_n(g, size_t(P.n_ext) * B, T(0));
-        T* gr = g + size_t(P.root) * B;
-        if (L.seed_stores)
-            std::fill_n(gr, B, T(0) + seed);
-        else
-            BT_LANES_SIMD for (size_t l = 0; l < B; ++l) gr[l] += seed;
-        for (size_t i = P.sweep.size(); i-- > 0;)
-            backward_lanes<B>(v, g, P.recs[P.sweep[i]], args, L.scratch, L.first[i]);
+        if (!L.native) {  // else the block function left the wrt grads in g
+            // The grads a one-sample sweep starts from: its local ones zeroed, the wrt ones taken
+            // (zeroed) after the previous sample; every external grad is zeroed here (the others are
+            // never read out).
+            for (const Span& sp : L.zero) std::fill_n(g + size_t(sp.first) * B, size_t(sp.second) * B, T(0));
+            std::fill_n(g, size_t(P.n_ext) * B, T(0));
+            T* gr = g + size_t(P.root) * B;
+            if (L.seed_stores)
+                std::fill_n(gr, B, T(0) + seed);
+            else
+                BT_LANES_SIMD for (size_t l = 0; l < B; ++l) gr[l] += seed;
+            for (size_t i = P.sweep.size(); i-- > 0;)
+                backward_lanes<B>(v, g, P.recs[P.sweep[i]], args, L.scratch, L.first[i]);
+        }
         if (reduce == Reduce::rows && !any_bad) {  // sample after sample, each row in turn
             if (rows_out && stream) {
                 store_rows(gw.data(), row_out.block(), m, nw);
