@@ -84,18 +84,19 @@ void init_lanes(nb::module_& m) {
         "[(slot a, slot b or -1)], records [(op, kind, out, nout, a, b, immediate, var-arity args)], sweep.");
     m.def(
         "_set_lanes_native",
-        [](ProgramBox& box, uintptr_t address, nb::object state) {
+        [](ProgramBox& box, uintptr_t address, uintptr_t rows_address, nb::object state) {
             box.visit([&](auto& R) {
-                using T = typename std::decay_t<decltype(R.prog)>::value_type;
-                using Fn = typename bt::lanes::LaneWorkspace<T>::NativeBlock;
-                R.lane_ws.native = reinterpret_cast<Fn>(address);
+                using W = bt::lanes::LaneWorkspace<typename std::decay_t<decltype(R.prog)>::value_type>;
+                R.lane_ws.native = reinterpret_cast<typename W::NativeBlock>(address);
+                R.lane_ws.native_rows = address ? reinterpret_cast<typename W::NativeRows>(rows_address) : nullptr;
             });
             box.native_state = std::move(state);
         },
-        nb::arg("program"), nb::arg("address"), nb::arg("state").none(),
-        "Makes the program's lane replay call the block function at `address` (0: the record loops again),\n"
-        "keeping `state` (what holds its library loaded) as long as the program. No checks: burtorch.native\n"
-        "sets it only after comparing its bits with the record loops'.");
+        nb::arg("program"), nb::arg("address"), nb::arg("rows_address"), nb::arg("state").none(),
+        "Makes the program's lane replay call the block function at `address` (0: the record loops again)\n"
+        "and its rows mode at `rows_address` (0: none), keeping `state` (what holds their library loaded) as\n"
+        "long as the program. No checks: burtorch.native sets them only after comparing their bits with the\n"
+        "record loops'.");
     m.def(
         "_lanes_native",
         [](ProgramBox& box) {

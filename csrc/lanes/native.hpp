@@ -21,9 +21,11 @@
 
 namespace bt::native {
 
-// The ABI between the core and a generated library: the block function's signature is
-// void(T* v, T* g, size_t B, int grads, T seed) with v, g the lane frame (slot s at s * B).
-inline constexpr int kAbiVersion = 1;
+// The ABI between the core and a generated library (lanes/replay.hpp's LaneWorkspace::native and
+// native_rows): burtorch_lanes_block(T* v, T* g, size_t B, int grads, T seed) with v, g the lane
+// frame (slot s at s * B), and burtorch_lanes_rows(T* v, T* g, size_t B, T seed, const double* x,
+// double* values, T* rows).
+inline constexpr int kAbiVersion = 2;
 
 #define BT_NATIVE_UI(name, fwd, dfdx)                         \
     template <typename T>                                     \

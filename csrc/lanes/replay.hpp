@@ -104,6 +104,12 @@ struct LaneWorkspace {
     // the record loops leave there. Set by whoever loaded it, after checking those bits.
     using NativeBlock = void (*)(T* v, T* g, size_t B, int grads, T seed);
     NativeBlock native = nullptr;
+    // Its rows mode (with native only): a full block of a program without guards, its rows of X
+    // read and its values and rows of grads written in the same loop (x: the block's first row;
+    // values, rows: where the block's go), what load_rows, the values' copy and store_rows do
+    // around `native` otherwise.
+    using NativeRows = void (*)(T* v, T* g, size_t B, T seed, const double* x, double* values, T* rows);
+    NativeRows native_rows = nullptr;
 };
 
 // Which scalar records of P's sweep reach an argument's grad first (in the sweep's order, the
@@ -302,6 +308,8 @@ void replay_blocks(const Program<T>& P, LaneWorkspace<T>& L, const T* arena_valu
     if (stream && rows_out) row_out.reserve(B * nw);
     value_out.start(values, 0);
     row_out.start(rows, 0);
+    // the block function's rows mode: per-sample values and rows, no guard to check
+    const bool fused = L.native && L.native_rows && rows_out && values && P.guards.empty() && in.x;
     for (size_t s0 = 0; s0 < in.n; s0 += B) {
         const size_t m = std::min(B, in.n - s0);  // real lanes; the rest repeat sample s0 + m - 1
         if (s0 + B < in.n) {
@@ -309,6 +317,16 @@ void replay_blocks(const Program<T>& P, LaneWorkspace<T>& L, const T* arena_valu
             if (k) prefetch_lines<false>(in.x + s1 * k, m1 * k * sizeof(double));
             if (values && !stream) prefetch_lines<true>(values + s1, m1 * sizeof(double));
             if (rows_out && !stream) prefetch_lines<true>(rows + s1 * nw, m1 * nw * sizeof(T));
+        }
+        if (fused && m == B) {
+            double* vb = stream ? value_out.block() : values + s0;
+            T* rb = stream ? row_out.block() : rows + s0 * nw;
+            L.native_rows(v, g, B, seed, in.x + s0 * k, vb, rb);
+            if (stream) {
+                value_out.put(m);
+                row_out.put(m * nw);
+            }
+            continue;
         }
         if (k) load_rows(xin.data(), in.x + s0 * k, m, k);
         for (size_t i = 0; i < k; ++i)
