@@ -534,7 +534,10 @@ def _start(prog, job: _Job) -> None:
         _load(prog, job)
         return
     try:
-        job.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+        # the compiler's messages go to a file (a pipe nobody reads until it ends could fill up and
+        # stall it)
+        with open(_log(job.tmp), "wb") as log:
+            job.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log, stdin=subprocess.DEVNULL)
     except OSError as exc:
         _cleanup(job)
         _fail(prog, job, f"the compiler did not start ({exc})")
@@ -542,9 +545,13 @@ def _start(prog, job: _Job) -> None:
     job.status = "compiling"
 
 
+def _log(tmp) -> Path:
+    return Path(str(tmp)[: -len(".so")] + ".log")
+
+
 def _cleanup(job: _Job) -> None:
     if job.tmp is not None:
-        for p in (job.tmp, Path(str(job.tmp)[: -len(".so")] + ".cpp")):
+        for p in (job.tmp, Path(str(job.tmp)[: -len(".so")] + ".cpp"), _log(job.tmp)):
             try:
                 p.unlink()
             except OSError:
@@ -555,9 +562,11 @@ def _cleanup(job: _Job) -> None:
 def _finish(prog, job: _Job) -> None:
     """The compile ended: its file into the cache, then loaded."""
     proc, job.proc = job.proc, None
-    err = proc.stderr.read().decode(errors="replace") if proc.stderr else ""
-    if proc.stderr:
-        proc.stderr.close()
+    assert proc is not None and job.tmp is not None and job.so is not None
+    try:
+        err = _log(job.tmp).read_text(errors="replace")
+    except OSError:
+        err = ""
     if proc.returncode != 0:
         _cleanup(job)
         first = next((ln for ln in err.splitlines() if "error" in ln), err.strip()[:200])
@@ -574,6 +583,7 @@ def _finish(prog, job: _Job) -> None:
 
 
 def _load(prog, job: _Job) -> None:
+    assert job.so is not None
     try:
         lib = ctypes.CDLL(str(job.so))
         abi = lib.burtorch_lanes_abi
@@ -582,8 +592,8 @@ def _load(prog, job: _Job) -> None:
         if abi() != _core._lanes_native_abi() * 100 + size:
             _fail(prog, job, f"{job.so.name} was built for another burtorch or dtype")
             return
-        address = ctypes.cast(lib.burtorch_lanes_block, ctypes.c_void_p).value
-        job.rows_address = ctypes.cast(lib.burtorch_lanes_rows, ctypes.c_void_p).value
+        address = ctypes.cast(lib.burtorch_lanes_block, ctypes.c_void_p).value or 0
+        job.rows_address = ctypes.cast(lib.burtorch_lanes_rows, ctypes.c_void_p).value or 0
     except (OSError, AttributeError) as exc:
         _fail(prog, job, f"{job.so.name} does not load ({exc}): a truncated or foreign file; delete it to rebuild")
         return
