@@ -130,6 +130,7 @@ def _forward_item(rec, k, dtype):
         elif op == "mean_and_mean_squares":
             L.append(f"const T {x(out)} = {s} / T({n});")
             L.append(f"const T {x(out + 1)} = q{k} / T({n});")
+            L.append(f"(void){x(out)}; (void){x(out + 1)};  // a program may read one of the two")
         else:
             L.append(f"const T m{k} = {s} / T({n});")
             L.append(f"T ss{k} = T(0);")
