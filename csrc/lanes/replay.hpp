@@ -308,8 +308,12 @@ void replay_blocks(const Program<T>& P, LaneWorkspace<T>& L, const T* arena_valu
     if (stream && rows_out) row_out.reserve(B * nw);
     value_out.start(values, 0);
     row_out.start(rows, 0);
-    // the block function's rows mode: per-sample values and rows, no guard to check
-    const bool fused = L.native && L.native_rows && rows_out && values && P.guards.empty() && in.x;
+    // The block function, read once: a block's forward and sweep must come from the same side
+    // (the frame holds no intermediate the sweep could read after the block function's forward).
+    const typename LaneWorkspace<T>::NativeBlock native = L.native;
+    const typename LaneWorkspace<T>::NativeRows native_rows = native ? L.native_rows : nullptr;
+    // its rows mode: per-sample values and rows, no guard to check
+    const bool fused = native_rows && rows_out && values && P.guards.empty() && in.x;
     for (size_t s0 = 0; s0 < in.n; s0 += B) {
         const size_t m = std::min(B, in.n - s0);  // real lanes; the rest repeat sample s0 + m - 1
         if (s0 + B < in.n) {
@@ -321,7 +325,7 @@ void replay_blocks(const Program<T>& P, LaneWorkspace<T>& L, const T* arena_valu
         if (fused && m == B) {
             double* vb = stream ? value_out.block() : values + s0;
             T* rb = stream ? row_out.block() : rows + s0 * nw;
-            L.native_rows(v, g, B, seed, in.x + s0 * k, vb, rb);
+            native_rows(v, g, B, seed, in.x + s0 * k, vb, rb);
             if (stream) {
                 value_out.put(m);
                 row_out.put(m * nw);
@@ -331,8 +335,8 @@ void replay_blocks(const Program<T>& P, LaneWorkspace<T>& L, const T* arena_valu
         if (k) load_rows(xin.data(), in.x + s0 * k, m, k);
         for (size_t i = 0; i < k; ++i)
             for (size_t l = m; l < B; ++l) xin[i][l] = xin[i][m - 1];
-        if (L.native)
-            L.native(v, g, B, reduce == Reduce::values ? 0 : 1, seed);
+        if (native)
+            native(v, g, B, reduce == Reduce::values ? 0 : 1, seed);
         else
             for (const Record& r : P.recs) forward_lanes<B>(v, r, args);
         bool any_bad = false;
@@ -371,7 +375,7 @@ void replay_blocks(const Program<T>& P, LaneWorkspace<T>& L, const T* arena_valu
             for (size_t l = 0; l < m; ++l)
                 if (!bad[l]) values[s0 + l] = double(y[l]);
         if (reduce == Reduce::values) continue;
-        if (!L.native) {  // else the block function left the wrt grads in g
+        if (!native) {  // else the block function left the wrt grads in g
             // The grads a one-sample sweep starts from: its local ones zeroed, the wrt ones taken
             // (zeroed) after the previous sample; every external grad is zeroed here (the others are
             // never read out).
