@@ -45,9 +45,11 @@ from typing import Any
 
 from . import _core
 
-# Lanes a program maps (over all its calls) before .map starts compiling it: compiling takes a
-# fraction of a second, which the interpreter's lanes need about this many samples of a short
-# program to spend.
+# Lanes a program maps (over all its calls) before .map starts compiling it: a program mapped over
+# a batch this large, or over many smaller ones, is mapped for throughput. The compile runs in
+# another process (0.5-1 s of CPU for W1 or W2), so no call waits for it; on a busy core it
+# competes with the caller for that long, so programs mapped only a few times over small batches
+# are left to the interpreter.
 NATIVE_AFTER = 50_000
 # Samples replayed both ways after loading a library (full blocks and a partial one).
 CHECK_SAMPLES = 300
