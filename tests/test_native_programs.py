@@ -292,3 +292,12 @@ def test_generated_source_splits_at_library_calls():
     # mul before tanh vectorizes; tanh runs in a loop of its own; the rest vectorizes again
     assert src.count("#pragma omp simd") >= 3
     assert "fwd_tanh(" in src and "da_mul(" in src
+
+
+def test_stale_program_keeps_a_clear_status():
+    with bt.scope():
+        w = bt.Value(0.5)  # a parameter the program reads, discarded when the scope ends
+        f = bt.value_and_grad(lambda a, b: w1(a, b) * w - 0.125 * b, argnums=(0, 1))
+        f.map(np.ones((4, 2)))
+    [status] = bt.compile_native(f)
+    assert status.startswith("interpreter: the check could not replay the program (StaleValueError")

@@ -602,7 +602,10 @@ def _load(prog, job: _Job) -> None:
         return
     job.lib = lib
     job.address = address
-    why = _check(prog, job)
+    try:
+        why = _check(prog, job)
+    except Exception as exc:  # e.g. a program a rewind made stale: it replays nothing any more
+        why = f"the check could not replay the program ({type(exc).__name__}: {exc})"
     if why:
         job.lib = None
         job.address = 0
