@@ -301,3 +301,29 @@ def test_stale_program_keeps_a_clear_status():
         f.map(np.ones((4, 2)))
     [status] = bt.compile_native(f)
     assert status.startswith("interpreter: the check could not replay the program (StaleValueError")
+
+
+def test_two_processes_compile_one_program_into_one_cache(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    code = (
+        "import numpy as np, burtorch as bt\n"
+        "f = bt.value_and_grad(lambda a, b: ((a + b) - (a * b + b ** 3)) ** 2 * 0.5 + 0.0625 * a, argnums=(0, 1))\n"
+        "X = np.random.default_rng(0).uniform(-3, 3, size=(1000, 2))\n"
+        "f.map(X[:2])\n"
+        "print(bt.compile_native(f), f.map(X)[1].tobytes().hex()[:64])\n"
+    )
+    env = {**os.environ, "BURTORCH_CACHE_DIR": str(tmp_path)}
+    procs = [subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    outs = [p.communicate(timeout=120)[0].split() for p in procs]
+    assert all(p.returncode == 0 for p in procs)
+    assert outs[0] == outs[1] and outs[0][0] == "['native']"
+    # one library, whole, and nothing half-made beside it; a third process loads it
+    [so] = tmp_path.glob("lanes-*.so")
+    assert not list(tmp_path.glob("*.tmp*"))
+    third = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert third.stdout.split() == outs[0]
+    assert list(tmp_path.glob("lanes-*.so")) == [so]
