@@ -676,7 +676,7 @@ def on_map(prog, X, n: int) -> None:
         if job.proc.poll() is not None:
             _finish(prog, job)
         return
-    if job.status != "not started":
+    if job.status != "not started" or not _core.lanes_enabled():  # lanes off: one sample at a time
         return
     job.mapped += n
     if job.mapped >= NATIVE_AFTER and n >= 2:
