@@ -32,6 +32,7 @@ renamed into place, so processes compiling the same program at once never see ha
 """
 from __future__ import annotations
 
+import atexit
 import ctypes
 import hashlib
 import os
@@ -546,6 +547,22 @@ def _start(prog, job: _Job) -> None:
         _fail(prog, job, f"the compiler did not start ({exc})")
         return
     job.status = "compiling"
+    _compiling.add(job)
+
+
+# Compiles in flight: at exit they are stopped and their temporary files removed (left running,
+# each would leave its half-made files in the cache).
+_compiling: set[_Job] = set()
+
+
+@atexit.register
+def _stop_compiles() -> None:
+    for job in list(_compiling):
+        if job.proc is not None:
+            job.proc.kill()
+            job.proc.wait()
+        _cleanup(job)
+    _compiling.clear()
 
 
 def _log(tmp) -> Path:
@@ -565,6 +582,7 @@ def _cleanup(job: _Job) -> None:
 def _finish(prog, job: _Job) -> None:
     """The compile ended: its file into the cache, then loaded."""
     proc, job.proc = job.proc, None
+    _compiling.discard(job)
     assert proc is not None and job.tmp is not None and job.so is not None
     try:
         err = _log(job.tmp).read_text(errors="replace")
