@@ -9,7 +9,9 @@ order of operations (kernels.hpp: the `go != 0 ? base + go * d : base` selects, 
 ops' accumulation orders, pow_const's branches picked by its immediate). It reads the block's
 inputs, parameters and constants from their frame slots and leaves what the replay reads back
 (the root's and the guards' values, the wrt nodes' grads) in theirs, so everything around it
-(rows of X in, guards, rows out, streaming stores) stays the interpreter's.
+(rows of X in, guards, rows out, streaming stores) stays the interpreter's. Its rows mode, for
+full blocks of a guard-free program's per-sample rows (what .map asks for), also reads the block's
+rows of X and writes its values and rows of grads in the same loop.
 
 Bits: the core and the generated code are both compiled with -ffp-contract=off, so an expression
 rounds the same whether a kernel runs it per record or the fused loop runs it with its operands
@@ -39,7 +41,6 @@ import os
 import shutil
 import struct
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -259,11 +260,6 @@ def _body(items, keep_values, wrt_slots, grads, inputs=None):
     segs = _segments(items)
     value_segs = [set().union(*(it.reads for it in s)) for s in segs]
     grad_segs = [set().union(*(it.greads for it in s)) for s in segs]
-    defined_in = {}
-    for j, s in enumerate(segs):
-        for it in s:
-            for w in it.writes:
-                defined_in[w] = j
     out: list[str] = []
     touched: set[int] = set()
     for j, s in enumerate(segs):
@@ -765,6 +761,3 @@ def _wait(obj, timeout: float = 120.0) -> str | list[str]:
         return wait_program(obj, timeout)
     return [wait_program(p, timeout) for p in _programs(obj)]
 
-
-def _describe() -> str:
-    return f"{sys.platform}, compiler {compiler()}, cache {cache_dir()}"
