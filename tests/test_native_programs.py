@@ -25,7 +25,7 @@ def native_restored(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("BURTORCH_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "native-cache"))
     yield
     native.set_native_programs(True)
-    native._inject_mismatch = False
+    native.jobs._inject_mismatch = False
 
 
 def block(prog):
@@ -183,7 +183,7 @@ def test_no_compiler_keeps_the_interpreter(monkeypatch):
 
 def test_compile_error_keeps_the_interpreter(monkeypatch, tmp_path):
     monkeypatch.setenv("BURTORCH_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(native, "generate", lambda s: "this is not C++;\n")
+    monkeypatch.setattr(native.jobs, "generate", lambda s: "this is not C++;\n")
     f = bt.value_and_grad(w1, argnums=(0, 1))
     X = np.random.default_rng(0).uniform(-3, 3, size=(100, 2))
     f.map(X)
@@ -219,7 +219,7 @@ def test_corrupted_cached_file_keeps_the_interpreter(monkeypatch, tmp_path):
 
 
 def test_mismatch_keeps_the_interpreter(monkeypatch):
-    monkeypatch.setattr(native, "_inject_mismatch", True)
+    monkeypatch.setattr(native.jobs, "_inject_mismatch", True)
     f = bt.value_and_grad(w1, argnums=(0, 1))
     X = np.random.default_rng(0).uniform(-3, 3, size=(100, 2))
     f.map(X)
