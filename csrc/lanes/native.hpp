@@ -1,5 +1,5 @@
 // The op table's expressions as functions, for lane programs compiled to native code at run time
-// (src/burtorch/native.py generates a block function from a program's records and compiles it
+// (src/burtorch/native/ generates a block function from a program's records and compiles it
 // against this header). Each function is the expression of one row of ops.hpp, generated from
 // the same X-macros the interpreter's kernels expand (lanes/kernels.hpp), so the generated code
 // and the interpreter evaluate the same expressions: built with -ffp-contract=off (both), the

@@ -98,7 +98,7 @@ struct LaneWorkspace {
     // The root's grad is local and zeroed before each sweep: the seed is then stored (0 + seed,
     // the same bits) rather than added into a line memset just wrote, and `zero` leaves it out.
     bool seed_stores = false;
-    // A block function compiled from P at run time (lanes/native.hpp, src/burtorch/native.py), or
+    // A block function compiled from P at run time (lanes/native.hpp, src/burtorch/native/), or
     // null: it runs a block's forward and (grads != 0) backward in place of the record loops,
     // leaving the root's and the guards' values in v and the wrt nodes' grads in g, bitwise what
     // the record loops leave there. Set by whoever loaded it, after checking those bits.
