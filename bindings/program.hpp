@@ -19,6 +19,9 @@ struct ProgramBox {
     nb::object owner;  // the Python Arena
     bt::ArenaBase* arena;
     std::variant<bt::Replayer<float>, bt::Replayer<double>> run;
+    // What keeps a block function compiled from this program loaded (burtorch.native's state for
+    // it, which holds the library), as long as the program lives; None before any.
+    nb::object native_state = nb::none();
 
     // f(bt::Replayer<T>&) by the arena's dtype.
     template <typename F>

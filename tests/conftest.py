@@ -1,4 +1,6 @@
+import os
 import random
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -56,3 +58,17 @@ def shared_data():
     if not (SHARED_DATA / "names.txt").is_file() or not (SHARED_DATA / "tinyshakespeare.txt").is_file():
         pytest.skip(f"the shared data sets are not at {SHARED_DATA}")
     return SHARED_DATA
+
+
+# Lane programs that .map compiles to native code (burtorch.native) go to a cache of this test
+# session, not the user's ~/.cache/burtorch.
+_OWN_CACHE = None
+if "BURTORCH_CACHE_DIR" not in os.environ:
+    _OWN_CACHE = os.environ["BURTORCH_CACHE_DIR"] = tempfile.mkdtemp(prefix="burtorch-test-cache-")
+
+
+def pytest_unconfigure(config):
+    if _OWN_CACHE:
+        import shutil
+
+        shutil.rmtree(_OWN_CACHE, ignore_errors=True)

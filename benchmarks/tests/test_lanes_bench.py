@@ -12,16 +12,22 @@ import burtorch as bt
 from burtorch_bench import lanes
 
 
-def test_lanes_bench_runs_and_leaves_lanes_on(capsys):
+def test_lanes_bench_runs_and_leaves_lanes_on(capsys, monkeypatch, tmp_path):
+    from burtorch import native
+
+    monkeypatch.setenv("BURTORCH_CACHE_DIR", str(tmp_path))  # its compiles stay in the test's directory
     torch_loaded = "torch" in sys.modules  # an earlier test of this process may have imported it
     lanes.main(["--n1", "70", "--n2", "45", "--reps", "1"])
     out = capsys.readouterr().out
+    # the header says whether native code ran: it does wherever a compiler is
+    ran = "ran" if native.compiler() else "did not run (interpreter: no C++ compiler"
     for graph, n in (("W1", "70"), ("W2", "45")):
         assert f"{graph}: N = {n} inputs" in out
-    for row in ("burtorch .map (lanes)", "burtorch .map(out=) (lanes)", "burtorch .map one-sample",
-                "traffic floor"):
+        assert f"{graph}: N = {n} inputs, value and 2 grads each, FP64; medians of 1; native code: {ran}" in out
+    for row in ("burtorch .map (lanes)", "burtorch .map(out=) (lanes)", "burtorch .map(out=) interpreter",
+                "burtorch .map one-sample", "traffic floor"):
         assert out.count(row) == 2
-    assert bt.lanes_enabled()
+    assert bt.lanes_enabled() and native.native_programs_enabled()
     # the header says how the peers were set up and what the floor is
     assert "peers: one-core; XLA_FLAGS=" in out
     assert ("torch loaded: 1 threads" if torch_loaded else "torch not loaded") in out

@@ -98,6 +98,18 @@ struct LaneWorkspace {
     // The root's grad is local and zeroed before each sweep: the seed is then stored (0 + seed,
     // the same bits) rather than added into a line memset just wrote, and `zero` leaves it out.
     bool seed_stores = false;
+    // A block function compiled from P at run time (lanes/native.hpp, src/burtorch/native/), or
+    // null: it runs a block's forward and (grads != 0) backward in place of the record loops,
+    // leaving the root's and the guards' values in v and the wrt nodes' grads in g, bitwise what
+    // the record loops leave there. Set by whoever loaded it, after checking those bits.
+    using NativeBlock = void (*)(T* v, T* g, size_t B, int grads, T seed);
+    NativeBlock native = nullptr;
+    // Its rows mode (with native only): a full block of a program without guards, its rows of X
+    // read and its values and rows of grads written in the same loop (x: the block's first row;
+    // values, rows: where the block's go), what load_rows, the values' copy and store_rows do
+    // around `native` otherwise.
+    using NativeRows = void (*)(T* v, T* g, size_t B, T seed, const double* x, double* values, T* rows);
+    NativeRows native_rows = nullptr;
 };
 
 // Which scalar records of P's sweep reach an argument's grad first (in the sweep's order, the
@@ -296,6 +308,12 @@ void replay_blocks(const Program<T>& P, LaneWorkspace<T>& L, const T* arena_valu
     if (stream && rows_out) row_out.reserve(B * nw);
     value_out.start(values, 0);
     row_out.start(rows, 0);
+    // The block function, read once: a block's forward and sweep must come from the same side
+    // (the frame holds no intermediate the sweep could read after the block function's forward).
+    const typename LaneWorkspace<T>::NativeBlock native = L.native;
+    const typename LaneWorkspace<T>::NativeRows native_rows = native ? L.native_rows : nullptr;
+    // its rows mode: per-sample values and rows, no guard to check
+    const bool fused = native_rows && rows_out && values && P.guards.empty() && in.x;
     for (size_t s0 = 0; s0 < in.n; s0 += B) {
         const size_t m = std::min(B, in.n - s0);  // real lanes; the rest repeat sample s0 + m - 1
         if (s0 + B < in.n) {
@@ -304,10 +322,23 @@ void replay_blocks(const Program<T>& P, LaneWorkspace<T>& L, const T* arena_valu
             if (values && !stream) prefetch_lines<true>(values + s1, m1 * sizeof(double));
             if (rows_out && !stream) prefetch_lines<true>(rows + s1 * nw, m1 * nw * sizeof(T));
         }
+        if (fused && m == B) {
+            double* vb = stream ? value_out.block() : values + s0;
+            T* rb = stream ? row_out.block() : rows + s0 * nw;
+            native_rows(v, g, B, seed, in.x + s0 * k, vb, rb);
+            if (stream) {
+                value_out.put(m);
+                row_out.put(m * nw);
+            }
+            continue;
+        }
         if (k) load_rows(xin.data(), in.x + s0 * k, m, k);
         for (size_t i = 0; i < k; ++i)
             for (size_t l = m; l < B; ++l) xin[i][l] = xin[i][m - 1];
-        for (const Record& r : P.recs) forward_lanes<B>(v, r, args);
+        if (native)
+            native(v, g, B, reduce == Reduce::values ? 0 : 1, seed);
+        else
+            for (const Record& r : P.recs) forward_lanes<B>(v, r, args);
         bool any_bad = false;
         std::fill(bad.begin(), bad.end(), char(0));
         for (const Guard& gd : P.guards)
@@ -344,18 +375,20 @@ void replay_blocks(const Program<T>& P, LaneWorkspace<T>& L, const T* arena_valu
             for (size_t l = 0; l < m; ++l)
                 if (!bad[l]) values[s0 + l] = double(y[l]);
         if (reduce == Reduce::values) continue;
-        // The grads a one-sample sweep starts from: its local ones zeroed, the wrt ones taken
-        // (zeroed) after the previous sample; every external grad is zeroed here (the others are
-        // never read out).
-        for (const Span& sp : L.zero) std::fill_n(g + size_t(sp.first) * B, size_t(sp.second) * B, T(0));
-        std::fill_n(g, size_t(P.n_ext) * B, T(0));
-        T* gr = g + size_t(P.root) * B;
-        if (L.seed_stores)
-            std::fill_n(gr, B, T(0) + seed);
-        else
-            BT_LANES_SIMD for (size_t l = 0; l < B; ++l) gr[l] += seed;
-        for (size_t i = P.sweep.size(); i-- > 0;)
-            backward_lanes<B>(v, g, P.recs[P.sweep[i]], args, L.scratch, L.first[i]);
+        if (!native) {  // else the block function left the wrt grads in g
+            // The grads a one-sample sweep starts from: its local ones zeroed, the wrt ones taken
+            // (zeroed) after the previous sample; every external grad is zeroed here (the others are
+            // never read out).
+            for (const Span& sp : L.zero) std::fill_n(g + size_t(sp.first) * B, size_t(sp.second) * B, T(0));
+            std::fill_n(g, size_t(P.n_ext) * B, T(0));
+            T* gr = g + size_t(P.root) * B;
+            if (L.seed_stores)
+                std::fill_n(gr, B, T(0) + seed);
+            else
+                BT_LANES_SIMD for (size_t l = 0; l < B; ++l) gr[l] += seed;
+            for (size_t i = P.sweep.size(); i-- > 0;)
+                backward_lanes<B>(v, g, P.recs[P.sweep[i]], args, L.scratch, L.first[i]);
+        }
         if (reduce == Reduce::rows && !any_bad) {  // sample after sample, each row in turn
             if (rows_out && stream) {
                 store_rows(gw.data(), row_out.block(), m, nw);

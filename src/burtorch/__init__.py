@@ -130,7 +130,9 @@ _LAZY_NAMES = {"numpy_view": ".views", "load_array": ".views", "memory_report": 
                "grad_oracle": ".oracle", "per_sample_grads": ".oracle_compiled", "record_times": ".record_timer",
                "explain_plan": ".planner",
                **dict.fromkeys(("value_and_grad", "grad", "trace", "Program", "TraceError", "lane_width",
-                                "lanes_enabled", "set_lanes_enabled"), ".program")}
+                                "lanes_enabled", "set_lanes_enabled"), ".program"),
+               **dict.fromkeys(("native_status", "compile_native", "set_native_programs",
+                                "native_programs_enabled"), ".native")}
 
 
 class _BuildInfo(str):

@@ -29,7 +29,7 @@ import sys
 from array import array
 from typing import Any
 
-from . import _core
+from . import _core, native
 
 TraceError = _core.TraceError
 Program = _core.Program
@@ -351,6 +351,7 @@ class Compiled:
             floats, id_args, id_shape0, wrt_pos = self._split(row_args)
             key, progs, arena = self._programs(row_args, floats, id_args, id_shape0, wrt_pos)
         prog = progs[-1]
+        native.on_map(prog, X, N)  # compiles it to native code once it pays (burtorch.native)
         # the ids as one (N, ids per sample) int64 array; None when fn takes none
         ids = np.ascontiguousarray(np.concatenate([c.reshape(N, -1) for c in id_cols], axis=1), dtype=np.int64) \
             if id_cols else None

@@ -1,13 +1,19 @@
 """Many small evaluations: the paper's W1 (Figure 1) and W2 (Figure 2) graphs with gradients over
-N inputs through a recorded program's .map, whose samples replay in SIMD lanes, against the same
+N inputs through a recorded program's .map, whose samples replay in SIMD lanes (natively: the
+program compiled to one fused loop, burtorch.native), against the lanes' interpreter, the same
 program replayed one sample at a time (lanes off: .map before lane replay) and JAX's
 jit(vmap(value_and_grad)), FP64, one core.
 
     taskset -c 0 python -m burtorch_bench.lanes [--n1 100000] [--n2 20000] [--reps 15]
                                                 [--peers one-core|default]
 
-Rows per graph: burtorch .map allocating its outputs (as JAX does), .map(out=...) writing into
-arrays the caller passes and reuses, the one-sample replay, JAX, and the traffic floor: the
+The warm-up runs .map as a user does until it starts compiling the program in the background,
+then waits for the compile (a cache hit loads at once), so the .map rows time the default path
+once native code is ready; the header of each graph says whether native code ran (no compiler:
+the interpreter, and why). Rows per graph: burtorch .map allocating its outputs (as JAX does),
+.map(out=...) writing into arrays the caller passes and reuses, the same with native programs off
+(bt.set_native_programs(False): the lanes' interpreter, record by record), the one-sample replay,
+JAX, and the traffic floor: the
 cheapest pass that reads X (N x 2 doubles) once and writes the outputs once, with the dtypes and
 shapes .map writes (values N, grads N x 2, float64) into arrays reused as out= reuses them:
 np.copyto(grads, X) then values.fill(0), two numpy calls timed like every other row (numpy
@@ -42,17 +48,32 @@ import numpy as np
 
 def _burtorch_rows(expr, X):
     import burtorch as bt
-    from burtorch import _core
+    from burtorch import _core, native
 
     f = bt.value_and_grad(expr, argnums=(0, 1), dtype=bt.float64)
     f.map(X[:2])  # the trace
     values, grads = np.empty(len(X)), np.empty((len(X), 2))
+    # The warm-up: .map as a user calls it, until it has mapped the lanes that start its native
+    # compile in the background, then a wait for that compile (a cache hit loads at once); with
+    # fewer samples than that in all (a short test run), compiled at once instead.
+    for _ in range(-(-native.NATIVE_AFTER // len(X))):
+        f.map(X)
+    status = native._wait(f)[-1]
+    if status == "not started" and native.native_programs_enabled():
+        status = bt.compile_native(f)[-1]
 
     def lanes():
         return f.map(X)
 
     def lanes_out():
         return f.map(X, out=(values, grads))
+
+    def interpreter_out():
+        native.set_native_programs(False)
+        try:
+            return f.map(X, out=(values, grads))
+        finally:
+            native.set_native_programs(True)
 
     def one():
         _core.set_lanes_enabled(False)
@@ -61,8 +82,8 @@ def _burtorch_rows(expr, X):
         finally:
             _core.set_lanes_enabled(True)
 
-    return [("burtorch .map (lanes)", lanes), ("burtorch .map(out=) (lanes)", lanes_out),
-            ("burtorch .map one-sample", one)]
+    return status, [("burtorch .map (lanes)", lanes), ("burtorch .map(out=) (lanes)", lanes_out),
+                    ("burtorch .map(out=) interpreter", interpreter_out), ("burtorch .map one-sample", one)]
 
 
 ONE_CORE_XLA_FLAG = "--xla_cpu_multi_thread_eigen=false"
@@ -154,7 +175,7 @@ def bench(name, expr, jax_expr, n, reps, seed=0):
 
     rng = np.random.default_rng(seed)
     X = rng.uniform(-3.0, 3.0, size=(n, 2))
-    rows = _burtorch_rows(expr, X)
+    status, rows = _burtorch_rows(expr, X)
     try:
         rows += _jax_row(jax_expr, X)
     except ImportError as exc:
@@ -181,7 +202,8 @@ def bench(name, expr, jax_expr, n, reps, seed=0):
     med = {label: statistics.median(ts) for label, ts in times.items()}
     lanes_out = med["burtorch .map(out=) (lanes)"]
     floor = med["traffic floor (numpy pass)"]
-    print(f"{name}: N = {n:,} inputs, value and 2 grads each, FP64; medians of {reps}")
+    print(f"{name}: N = {n:,} inputs, value and 2 grads each, FP64; medians of {reps}; "
+          f"native code: {'ran' if status == 'native' else 'did not run (' + status + ')'}")
     print(f"  {'row':<32} {'median ms':>10} {'min':>8} {'x lanes(out=)':>14} {'x floor':>8} {'others ms':>10}")
     for label, ts in times.items():
         print(f"  {label:<32} {1e3 * med[label]:>10.3f} {1e3 * min(ts):>8.3f} {med[label] / lanes_out:>14.2f}"
