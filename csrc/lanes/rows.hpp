@@ -20,8 +20,8 @@
 // extra). When it is not, the stores are non-temporal (nothing reads the row back soon, the
 // lines the next sample reads stay cached, and no line is read for ownership first): a wide layer's
 // weight grads stream there directly, whole cache lines only, and the other parts are made in a
-// buffer streamed out in one pass, since a non-temporal store of part of a line costs as much as
-// the whole line.
+// buffer and streamed out whole lines at a time (a non-temporal store of part of a line costs as
+// much as the whole line), spread over the next sample's forward records (Trickle).
 //
 // A program qualifies when every record of its sweep that reads an external (parameter) slot is
 // a linear layer over one row whose W and b are external (and x local), or a lookup of an
