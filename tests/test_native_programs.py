@@ -285,6 +285,16 @@ def test_native_status_refuses_other_objects():
         bt.native_status(42)
 
 
+def test_target_flags_are_the_extensions_own(monkeypatch):
+    # a sanitized build adds -mavx2 -mfma to the generic level's -march: without -mfma the
+    # generated code's madd would round a multiply-add in two steps where the core fuses it
+    line = "GNU 12.2.0; Debug; flags: -O1 -fsanitize=address,undefined -mavx2 -mfma -march=x86-64-v2; sanitize: a"
+    monkeypatch.setattr(_core, "build_info", line)
+    assert native.isa_flags() == ["-mavx2", "-mfma", "-march=x86-64-v2"]
+    monkeypatch.setattr(_core, "build_info", "GNU 12.2.0; Release; flags: -O3 -march=native; sanitize: ")
+    assert native.isa_flags() == ["-march=native"]
+
+
 def test_generated_source_splits_at_library_calls():
     f = bt.value_and_grad(lambda a, b: bt.tanh(a * b) * b + a, argnums=(0, 1))
     f(1.0, 2.0)

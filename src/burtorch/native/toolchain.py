@@ -61,10 +61,19 @@ def include_dir() -> Path | None:
 
 
 def isa_flags() -> list[str]:
-    """The target of the ISA level this process loaded (-march), so the generated code computes
-    with the instructions the core's kernels use (madd's FMA among them)."""
+    """The target flags the loaded extension was compiled with: every -m flag of its build line
+    (-march=..., and -mavx2 -mfma where a build adds them to a level, as the sanitized builds
+    do), so the generated code computes with the instructions the core's kernels use. madd() is
+    one fused multiply-add exactly where the core was compiled with FMA, so a target without it
+    would round differently. A build line without -m flags: the loaded level's -march on x86-64,
+    else the compiler's default target."""
     import platform
 
+    info = getattr(_core, "build_info", "")
+    flags = info.split("flags:", 1)[1].split(";", 1)[0].split() if "flags:" in info else []
+    target = [f for f in flags if f.startswith("-m")]
+    if target:
+        return target
     if platform.machine().lower() not in ("x86_64", "amd64"):
         return []
     return [_MARCH.get(getattr(_core, "isa_level", "generic"), "-march=x86-64-v2")]
