@@ -170,6 +170,20 @@ def interpreter_and(f, X):
         np.testing.assert_array_equal(bits(g), bits(w))
 
 
+def test_malformed_check_samples_are_refused_before_anything_changes():
+    f = bt.value_and_grad(w1, argnums=(0, 1))
+    f(1.0, 2.0)
+    before = bt.native_status(f)
+    for X, err, msg in ((np.zeros((5, 3)), ValueError, r"shape \(n >= 1, 2\), got \(5, 3\)"),
+                        (np.zeros((0, 2)), ValueError, "got \\(0, 2\\)"),
+                        (np.array([[np.nan, 1.0]] * 4), ValueError, "NaN or inf"),
+                        ("abc", TypeError, "array of numbers")):
+        with pytest.raises(err, match=msg):
+            bt.compile_native(f, X)
+        assert bt.native_status(f) == before
+    assert bt.compile_native(f, [[1.0, 2.0]] * 3) == ["native"]
+
+
 def test_no_compiler_keeps_the_interpreter(monkeypatch):
     monkeypatch.setenv("CXX", "/nonexistent/c++")
     f = bt.value_and_grad(w1, argnums=(0, 1))

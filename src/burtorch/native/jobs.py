@@ -344,10 +344,30 @@ def native_status(obj) -> str | list[str]:
 def compile_native(obj, X=None, timeout: float = 120.0) -> str | list[str]:
     """Compiles obj's lane programs now (a Program, or every program value_and_grad/grad traced),
     waiting for the compiler; X: samples to check the library's bits on (default: random ones).
-    Returns native_status(obj)."""
+    Returns native_status(obj). A malformed X is a TypeError or ValueError before anything is
+    compiled or changed."""
+    progs = [obj] if isinstance(obj, _core.Program) else _programs(obj)
+    if X is not None:
+        X = _check_samples(X, progs)
     if isinstance(obj, _core.Program):
         return compile_program(obj, X, timeout)
-    return [compile_program(p, X, timeout) for p in _programs(obj)]
+    return [compile_program(p, X, timeout) for p in progs]
+
+
+def _check_samples(X, progs):
+    """X as the check's float64 (n, inputs) array, or the error a .map of it would raise."""
+    import numpy as np
+
+    try:
+        A = np.asarray(X, dtype=np.float64)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"compile_native: X must be an (n, inputs) array of numbers ({exc})") from None
+    for p in progs:
+        if A.ndim != 2 or A.shape[1] != p.num_inputs or len(A) < 1:
+            raise ValueError(f"compile_native: X must have shape (n >= 1, {p.num_inputs}), got {A.shape}")
+    if not np.isfinite(A).all():
+        raise ValueError("compile_native: X holds NaN or inf (the check replays its rows)")
+    return A
 
 
 def _wait(obj, timeout: float = 120.0) -> str | list[str]:
