@@ -272,6 +272,20 @@ def test_background_compile_switches_when_ready(monkeypatch, tmp_path):
     assert bt.native_status(f) == ["native"] and _core._lanes_native(prog)[0] != 0
 
 
+def test_a_map_refused_for_nan_does_not_spoil_the_compile(monkeypatch, tmp_path):
+    monkeypatch.setenv("BURTORCH_CACHE_DIR", str(tmp_path))
+    f = bt.value_and_grad(lambda a, b: w1(a, b) - 0.375 * a, argnums=(0, 1))
+    X = np.random.default_rng(1).uniform(-3, 3, size=(native.NATIVE_AFTER, 2))
+    f(1.0, 2.0)
+    bad = X.copy()
+    bad[3, 1] = np.nan
+    with pytest.raises(ValueError, match="not finite"):
+        f.map(bad)
+    assert bt.native_status(f) == ["not started"]
+    f.map(X)  # finite: the compile starts with these samples as its check
+    assert native._wait(f) == ["native"]
+
+
 def test_cache_hit_loads_at_once(monkeypatch, tmp_path):
     monkeypatch.setenv("BURTORCH_CACHE_DIR", str(tmp_path))
     fn = lambda a, b: w1(a, b) - 0.875 * a  # noqa: E731

@@ -289,7 +289,15 @@ def on_map(prog, X, n: int) -> None:
         return
     job.mapped += n
     if job.mapped >= NATIVE_AFTER and n >= 2:
-        job.check_x = X[:CHECK_SAMPLES].copy()
+        import numpy as np
+
+        check = X[:CHECK_SAMPLES]
+        # This runs before the replay has checked X: a NaN there makes .map raise, and as the
+        # library's check samples it would fail the check and keep the interpreter for good.
+        # A later .map with finite samples starts the compile instead.
+        if not np.isfinite(check).all():
+            return
+        job.check_x = check.copy()
         _start(prog, job)
 
 
