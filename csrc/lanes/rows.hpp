@@ -592,7 +592,9 @@ void linear_row(const Frame<T>& f, const Record& r, const uint32_t* args, bool l
     // (gemm::grad_input's chains, kept in registers)
     constexpr size_t w = size_t(S::W);
     const T* Wt = f.weight(o.v[1].first(0));
-    if (rr.col_w >= 0 && in % w == 0 && in >= 4 * w) {
+    // W's grads made beside x's in one pass where `in` is whole vectors (at least one unrolled step)
+    const bool fused = rr.col_w >= 0 && in % w == 0 && in >= 4 * w;
+    if (fused) {
         // x's grads and W's in one pass (linear_row_fused) over the columns [h, e) whose vectors of
         // W's grads are aligned (all rows alike, `in` being whole vectors); the columns outside
         // (less than a vector each side) by the loops below.
@@ -624,7 +626,7 @@ void linear_row(const Frame<T>& f, const Record& r, const uint32_t* args, bool l
         grad_input_row(gy, Wt, gx, in, out, in_place);
         if (!in_place) scatter_add(g, o.v[0], gx, writes);
     }
-    if (rr.col_w >= 0 && !(in % w == 0 && in >= 4 * w))
+    if (rr.col_w >= 0 && !fused)
         for (uint32_t u = 0; u < out; ++u) {
             const typename S::V a = S::set1(gy[u]);
             const size_t c0 = size_t(rr.col_w) + size_t(u) * in;
