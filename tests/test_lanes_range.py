@@ -156,6 +156,22 @@ def test_rows_match_one_sample_w4(dtype, hidden):
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("block, hidden, vocab", [(1, 1, 27), (2, 6, 64), (3, 9, 65), (5, 4, 100)])
+def test_rows_match_one_sample_layer_over_a_lookup(dtype, block, hidden, vocab):
+    """The first layer's forward taken with the lookup before it in one pass (each table row 64
+    wide: whole steps of four vectors, FP32 and FP64), four units at a time, then one at a
+    time (hidden 1, 6, 9), x's copy left in the frame for the layer's backward; the lookup's
+    grads for tables of up to 64 rows (the rows read marked in one word) and of more (65, 100:
+    zeroed first); one id repeated across the whole context, the table's last row read."""
+    m = model(dtype, vocab=vocab, block=block, emb=64, hidden=hidden, seed=11)
+    batch = batch_for(m, 10, seed=12)
+    batch[4] = ([3] * block, 0)
+    batch[6] = ([vocab - 1] * (block - 1) + [0], 1)
+    assert _core._rows_by_records(sample_program(m, batch[0]))
+    assert_rows_match(m, batch)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("hidden", [3, 8, 32, 64])
 def test_rows_match_one_sample_narrow_output_layers(dtype, hidden):
     """The output layer's forward runs across its units (in up to four vectors): its input one

@@ -30,6 +30,7 @@
 #pragma once
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <cstdint>
 #include <fstream>
 #include <limits>
@@ -137,7 +138,9 @@ struct RowsPlan {
     std::vector<int64_t> narrow;                   // per record of P.recs: its W^T's place in wt, or -1
     std::vector<T> wt;                             // narrow layers' W^T (in x out), made per call
     std::vector<int64_t> ce;                       // per record of P.recs: its place in ce_exps, or -1
+    std::vector<char> after_lookup;                // per record of P.recs: a layer run with the lookup before it
     std::vector<T> ce_exps, ce_gz;                 // a one-row cross-entropy's exps and sum; its gz
+    std::vector<T> zeros;                          // +0s, one table row of the widest lookup (gather_row)
     std::vector<T> row[2];                         // the rows being made and streamed out (streamed rows)
     std::vector<std::pair<size_t, size_t>> holes;  // its columns stored into the matrix directly
 };
@@ -253,6 +256,20 @@ bool plan(const Program<T>& P, RowsPlan<T>& L) {
         nwt += size_t(in) * out;
     }
     L.wt.resize(nwt);
+    // a linear layer over one row whose x is the whole output of the lookup just before it, each
+    // table row a whole number of four-vector steps: both in one pass (gather_linear_forward)
+    L.after_lookup.assign(P.recs.size(), 0);
+    for (size_t k = 1; k < P.recs.size(); ++k) {
+        const Record &r = P.recs[k], &g = P.recs[k - 1];
+        if (r.op != Op::linear || g.op != Op::gather || L.narrow[k] >= 0) continue;
+        const Operands o = decode_operands(P.args.data() + r.a), og = decode_operands(P.args.data() + g.a);
+        const size_t d = og.tail[1];
+        if (o.tail[0] != 1 || o.v[0].n != 1 || o.v[1].n != 1 || (o.tail[3] && o.v[2].n != 1) || og.v[0].n != 1)
+            continue;
+        if (o.v[0].first(0) != g.out || o.tail[1] != size_t(og.tail[0]) * d || d % (4 * size_t(simd::Simd<T>::W)))
+            continue;
+        L.after_lookup[k] = 1;
+    }
     // cross-entropies over one row of logits (one span): the backward reuses the forward's exps
     L.ce.assign(P.recs.size(), -1);
     size_t nce = 0, wide = 0;
@@ -265,6 +282,10 @@ bool plan(const Program<T>& P, RowsPlan<T>& L) {
         nce += size_t(o.tail[1]) + 1;
         wide = std::max<size_t>(wide, o.tail[1]);
     }
+    size_t widest = 0;  // the widest row of a lookup's table
+    for (const Record& r : P.recs)
+        if (r.op == Op::gather) widest = std::max<size_t>(widest, decode_operands(P.args.data() + r.a).tail[1]);
+    L.zeros.assign(widest, T(0));
     L.ce_exps.resize(nce);
     L.ce_gz.resize(wide);
     L.zero_local.clear();
@@ -365,6 +386,65 @@ void gather_rows_forward(const Frame<T>& f, const Record& r, const uint32_t* arg
         size_t j = 0;
         for (; j + w <= d; j += w) S::store(dst + j, S::load(src + j));
         if (j < d) S::store(dst + j, S::load(src + j, int(d - j)), int(d - j));
+    }
+}
+
+// One group of NO output units of gather_linear_forward: per unit, gemm::dots' chains (acc[j][q]
+// takes the vectors of x at positions q mod 4, in order), x's vectors read from the table rows the
+// ids select and, for the first group (`copy`), stored into the lookup's output as gather_forward
+// copies them; then dots' reduction (the chains added pairwise, the lanes summed in order from 0).
+template <typename T, int NO>
+BT_ALWAYS_INLINE void gather_dots(const T* table, const uint32_t* ids, size_t n, size_t d, const T* w, size_t in, T* x,
+                                  bool copy, T* res) {
+    using S = simd::Simd<T>;
+    using V = typename S::V;
+    constexpr size_t W = size_t(S::W), A = 4;
+    V acc[NO][A];
+    for (int j = 0; j < NO; ++j)
+        for (size_t q = 0; q < A; ++q) acc[j][q] = S::zero();
+    for (size_t p = 0; p < n; ++p) {
+        const T* src = table + size_t(ids[p]) * d;
+        const T* wp = w + p * d;
+        T* xp = x + p * d;
+        for (size_t k = 0; k < d; k += A * W)
+#pragma GCC unroll 4
+            for (size_t q = 0; q < A; ++q) {
+                const V xv = S::load(src + k + q * W);
+                if (copy) S::store(xp + k + q * W, xv);
+#pragma GCC unroll 4
+                for (int j = 0; j < NO; ++j) acc[j][q] = S::madd(xv, S::load(wp + j * in + k + q * W), acc[j][q]);
+            }
+    }
+    for (int j = 0; j < NO; ++j) {
+        T l[W];
+        S::store(l, S::add(S::add(acc[j][0], acc[j][1]), S::add(acc[j][2], acc[j][3])));
+        T s = T(0);
+        for (size_t q = 0; q < W; ++q) s += l[q];
+        res[j] = s;
+    }
+}
+
+// A lookup (gather_rows_forward) and the linear layer over its whole output that follows it (one
+// row, y = x W^T + b), in one pass: gemm::forward's path for one row (forward_by_dots: four
+// units at a time, then one at a time, then + b), each unit's dot product taken from the table
+// rows themselves, the first group of units storing the lookup's output on the way (later records
+// read it). The same operations in the same order as the two records one after the other.
+template <typename T>
+void gather_linear_forward(const Frame<T>& f, const Record& g, const Record& r, const uint32_t* args) {
+    const Operands og = decode_operands(args + g.a), o = decode_operands(args + r.a);
+    const size_t n = og.tail[0], d = og.tail[1], in = o.tail[1], out = o.tail[2];
+    const uint32_t* ids = og.tail + 2;
+    const T* table = f.values() + og.v[0].first(0);
+    T* x = f.values() + g.out;
+    const T* w = f.weight(o.v[1].first(0));
+    T* y = f.values() + r.out;
+    size_t u = 0;
+    for (; u + 4 <= out; u += 4) gather_dots<T, 4>(table, ids, n, d, w + u * in, in, x, u == 0, y + u);
+    for (; u < out; ++u) gather_dots<T, 1>(table, ids, n, d, w + u * in, in, x, u == 0, y + u);
+    if (out == 0) gather_rows_forward(f, g, args);
+    if (o.tail[3]) {
+        const T* b = f.values() + o.v[2].first(0);
+        for (u = 0; u < out; ++u) y[u] += b[u];
     }
 }
 
@@ -473,7 +553,12 @@ long forward_rows(const Program<T>& P, Workspace<T>& W, RowsPlan<T>& L, Between 
     const uint32_t* args = W.args.data();
     for (size_t k = 0; k < P.recs.size(); ++k) {
         const Record& r = P.recs[k];
-        if (L.narrow[k] >= 0) {
+        if (k + 1 < P.recs.size() && L.after_lookup[k + 1]) {
+            // the lookup runs with the layer after it
+        } else if (L.after_lookup[k]) {
+            const record_timer::Scope timed(0, record_timer::kind_of(r.op));
+            gather_linear_forward(f, P.recs[k - 1], r, args);
+        } else if (L.narrow[k] >= 0) {
             const record_timer::Scope timed(0, record_timer::kind_of(r.op));
             narrow_linear_forward(f, r, args, L.wt.data() + L.narrow[k]);
         } else if (r.op == Op::gather) {
@@ -649,32 +734,46 @@ void linear_row(const Frame<T>& f, const Record& r, const uint32_t* args, bool l
         for (uint32_t u = 0; u < out; ++u) row[rr.col_b + u] = T(0) + gy[u];
 }
 
-// A lookup of a parameter table: its grads as gather_backward sums them into zeroed grads. The
-// table's part of the row is zeroed (whole vectors), then each position's grads added into the
-// row it reads, in position order: every element 0 + the grads of the positions that read it, in
-// that order, or +0 when none does (or the lookup gets no gradient). No branch depends on the ids:
-// a walk of each table row's positions mispredicted about once per row.
+// A lookup of a parameter table: its grads as gather_backward sums them into zeroed grads: every
+// element of the table's part of the row 0 + the grads of the positions that read it, in position
+// order, or +0 when none does (or the lookup gets no gradient). The positions are walked in order;
+// the first to read a table row adds its grads to +0s (a row of L.zeros, picked by a select, not a
+// branch, so that nothing depends on the ids' pattern) and stores them, the next ones add into
+// what is there; then the table rows no position read are zeroed (walking the bits of those
+// rows). Tables of more than 64 rows: the part zeroed first, then every position adds in.
 template <typename T>
-void gather_row(const Frame<T>& f, const Record& r, const uint32_t* args, bool live, const RowRecord& rr, T* row) {
+void gather_row(const Frame<T>& f, const Record& r, const uint32_t* args, bool live, const RowRecord& rr, T* row,
+                const T* zeros) {
     using S = simd::Simd<T>;
     if (rr.col_w < 0) return;
     const Operands o = decode_operands(args + r.a);
     const uint32_t n = o.tail[0], d = o.tail[1];
     const size_t nt = o.v[0].len(0);
     T* gt = row + rr.col_w;
-    put_zeros(gt, nt, false);
-    if (!live || d == 0) return;
+    if (!live || d == 0) return put_zeros(gt, nt, false);
     const uint32_t* ids = o.tail + 2;
     const T* gy = f.grads() + r.out;
     constexpr size_t w = size_t(S::W);
-    const size_t main = d / w * w;
+    const size_t main = d / w * w, rows = nt / d;
     const int tail = int(d - main);
-    for (uint32_t i = 0; i < n; ++i) {
-        T* dst = gt + size_t(ids[i]) * d;
-        const T* src = gy + size_t(i) * d;
-        for (size_t j = 0; j < main; j += w) S::store(dst + j, S::add(S::load(dst + j), S::load(src + j)));
-        if (tail) S::store(dst + main, S::add(S::load(dst + main, tail), S::load(src + main, tail)), tail);
+    auto add_in = [&](T* dst, const T* prev, const T* src) {
+        for (size_t j = 0; j < main; j += w) S::store(dst + j, S::add(S::load(prev + j), S::load(src + j)));
+        if (tail) S::store(dst + main, S::add(S::load(prev + main, tail), S::load(src + main, tail)), tail);
+    };
+    if (rows > 64) {
+        put_zeros(gt, nt, false);
+        for (uint32_t i = 0; i < n; ++i) add_in(gt + size_t(ids[i]) * d, gt + size_t(ids[i]) * d, gy + size_t(i) * d);
+        return;
     }
+    uint64_t seen = 0;
+    for (uint32_t i = 0; i < n; ++i) {
+        const uint64_t bit = uint64_t(1) << ids[i];
+        T* dst = gt + size_t(ids[i]) * d;
+        add_in(dst, (seen & bit) ? dst : zeros, gy + size_t(i) * d);
+        seen |= bit;
+    }
+    uint64_t unseen = ~seen & (rows == 64 ? ~uint64_t(0) : (uint64_t(1) << rows) - 1);
+    for (; unseen; unseen &= unseen - 1) put_zeros(gt + size_t(std::countr_zero(unseen)) * d, d, false);
 }
 
 }  // namespace rows_detail
@@ -749,7 +848,7 @@ ReplayResult replay_rows(const Program<T>& P, Workspace<T>& W, RowsPlan<T>& L, c
             if (rr.kind == RowKind::linear)
                 rows_detail::linear_row(f, r, args, live, writes, rr, row, direct, L.holes, L);
             else if (rr.kind == RowKind::gather)
-                rows_detail::gather_row(f, r, args, live, rr, row);
+                rows_detail::gather_row(f, r, args, live, rr, row, L.zeros.data());
             else if (live && L.ce[P.sweep[i]] >= 0) {
                 const record_timer::Scope timed(1, record_timer::kind_of(r.op));
                 rows_detail::cross_entropy_row_backward(writes ? first : f, r, args,
