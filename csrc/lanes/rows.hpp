@@ -455,8 +455,19 @@ void cross_entropy_row_forward(const Frame<T>& f, const Record& r, const uint32_
     const Operands o = decode_operands(args + r.a);
     const uint32_t V = o.tail[1], t = o.tail[2];
     const T* z = f.values() + o.v[0].first(0);
-    T m = -std::numeric_limits<T>::infinity();
-    for (uint32_t j = 0; j < V; ++j) m = std::max(m, z[j]);
+    // The max in four chains (then combined), not one: the same value, but for which of +0 and -0
+    // it is when both occur, which changes none of the bits below (z - m and m + log(s), where
+    // log(s) >= +0, are the same for either); NaNs are passed over alike.
+    T m0 = -std::numeric_limits<T>::infinity(), m1 = m0, m2 = m0, m3 = m0;
+    uint32_t j4 = 0;
+    for (; j4 + 4 <= V; j4 += 4) {
+        m0 = std::max(m0, z[j4]);
+        m1 = std::max(m1, z[j4 + 1]);
+        m2 = std::max(m2, z[j4 + 2]);
+        m3 = std::max(m3, z[j4 + 3]);
+    }
+    for (; j4 < V; ++j4) m0 = std::max(m0, z[j4]);
+    const T m = std::max(std::max(m0, m1), std::max(m2, m3));
     T s = T(0);
     for (uint32_t j0 = 0; j0 < V; j0 += 64) {  // logsumexp's blocks
         const uint32_t k = std::min<uint32_t>(64, V - j0);
@@ -773,7 +784,11 @@ void gather_row(const Frame<T>& f, const Record& r, const uint32_t* args, bool l
         seen |= bit;
     }
     uint64_t unseen = ~seen & (rows == 64 ? ~uint64_t(0) : (uint64_t(1) << rows) - 1);
-    for (; unseen; unseen &= unseen - 1) put_zeros(gt + size_t(std::countr_zero(unseen)) * d, d, false);
+    for (; unseen; unseen &= unseen - 1) {
+        T* dst = gt + size_t(std::countr_zero(unseen)) * d;
+        for (size_t j = 0; j < main; j += w) S::store(dst + j, S::zero());
+        if (tail) S::store(dst + main, S::zero(), tail);
+    }
 }
 
 }  // namespace rows_detail
