@@ -35,6 +35,7 @@
 #include <fstream>
 #include <limits>
 #include <string>
+#include <type_traits>
 #include <vector>
 #if defined(__unix__) || defined(__APPLE__)
 #include <unistd.h>
@@ -415,6 +416,29 @@ BT_ALWAYS_INLINE void gather_dots(const T* table, const uint32_t* ids, size_t n,
                 for (int j = 0; j < NO; ++j) acc[j][q] = S::madd(xv, S::load(wp + j * in + k + q * W), acc[j][q]);
             }
     }
+#if defined(BT_SIMD_AVX512)
+    if constexpr (NO == 4 && std::is_same_v<T, float>) {
+        // The four units' lane sums side by side, four lanes of one register: the 4 x 16 lanes
+        // transposed within each 128-bit lane (u[i] holds, in its 128-bit lane k, lane 4k + i of
+        // the four units), then added from +0 in lane order: each unit the same chain of adds.
+        __m512 v[4];
+        for (int j = 0; j < 4; ++j) v[j] = S::add(S::add(acc[j][0], acc[j][1]), S::add(acc[j][2], acc[j][3]));
+        const __m512d t0 = _mm512_castps_pd(_mm512_unpacklo_ps(v[0], v[1]));
+        const __m512d t1 = _mm512_castps_pd(_mm512_unpackhi_ps(v[0], v[1]));
+        const __m512d t2 = _mm512_castps_pd(_mm512_unpacklo_ps(v[2], v[3]));
+        const __m512d t3 = _mm512_castps_pd(_mm512_unpackhi_ps(v[2], v[3]));
+        const __m512 u[4] = {_mm512_castpd_ps(_mm512_unpacklo_pd(t0, t2)), _mm512_castpd_ps(_mm512_unpackhi_pd(t0, t2)),
+                             _mm512_castpd_ps(_mm512_unpacklo_pd(t1, t3)),
+                             _mm512_castpd_ps(_mm512_unpackhi_pd(t1, t3))};
+        __m128 sum = _mm_setzero_ps();
+        for (int i = 0; i < 4; ++i) sum = _mm_add_ps(sum, _mm512_castps512_ps128(u[i]));
+        for (int i = 0; i < 4; ++i) sum = _mm_add_ps(sum, _mm512_extractf32x4_ps(u[i], 1));
+        for (int i = 0; i < 4; ++i) sum = _mm_add_ps(sum, _mm512_extractf32x4_ps(u[i], 2));
+        for (int i = 0; i < 4; ++i) sum = _mm_add_ps(sum, _mm512_extractf32x4_ps(u[i], 3));
+        _mm_storeu_ps(res, sum);
+        return;
+    }
+#endif
     for (int j = 0; j < NO; ++j) {
         T l[W];
         S::store(l, S::add(S::add(acc[j][0], acc[j][1]), S::add(acc[j][2], acc[j][3])));
