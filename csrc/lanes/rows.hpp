@@ -519,7 +519,12 @@ void cross_entropy_row_backward(const Frame<T>& f, const Record& r, const uint32
         gz[j] = y * d;
     }
     gz[t] -= d;
-    scatter_add(f.grads(), o.v[0], gz, f.first_write);
+    // scatter_add's operations into the logits' one span (0 + gz where first written), in line
+    T* g = f.grads() + o.v[0].first(0);
+    if (f.first_write)
+        for (uint32_t j = 0; j < V; ++j) g[j] = gz[j] + T(0);
+    else
+        for (uint32_t j = 0; j < V; ++j) g[j] += gz[j];
 }
 
 // A streamed row's parts made in a buffer, on their way into the matrix: streamed out a few
