@@ -813,9 +813,11 @@ void gather_row(const Frame<T>& f, const Record& r, const uint32_t* args, bool l
         seen |= bit;
     }
     uint64_t unseen = ~seen & (rows == 64 ? ~uint64_t(0) : (uint64_t(1) << rows) - 1);
+    // (stores of whole vectors through the masked store, all lanes on: a plain loop of them
+    // becomes a call to memset, whose setup outweighs a table row's few vectors)
     for (; unseen; unseen &= unseen - 1) {
         T* dst = gt + size_t(std::countr_zero(unseen)) * d;
-        for (size_t j = 0; j < main; j += w) S::store(dst + j, S::zero());
+        for (size_t j = 0; j < main; j += w) S::store(dst + j, S::zero(), int(w));
         if (tail) S::store(dst + main, S::zero(), tail);
     }
 }
