@@ -143,6 +143,7 @@ struct RowsPlan {
     std::vector<T> ce_exps, ce_gz;                 // a one-row cross-entropy's exps and sum; its gz
     std::vector<T> zeros;                          // +0s, one table row of the widest lookup (gather_row)
     std::vector<T> row[2];                         // the rows being made and streamed out (streamed rows)
+    std::vector<uint64_t> written[2];              // per entry of P.sweep: a lookup's table rows not zero in row[b]
     std::vector<std::pair<size_t, size_t>> holes;  // its columns stored into the matrix directly
 };
 
@@ -781,16 +782,23 @@ void linear_row(const Frame<T>& f, const Record& r, const uint32_t* args, bool l
 // branch, so that nothing depends on the ids' pattern) and stores them, the next ones add into
 // what is there; then the table rows no position read are zeroed (walking the bits of those
 // rows). Tables of more than 64 rows: the part zeroed first, then every position adds in.
+// `written` (a reused buffer's, else null): the table rows that buffer may hold other than zeros
+// in, from the row made in it before; the others are zero already and are not stored again.
 template <typename T>
 void gather_row(const Frame<T>& f, const Record& r, const uint32_t* args, bool live, const RowRecord& rr, T* row,
-                const T* zeros) {
+                const T* zeros, uint64_t* written) {
     using S = simd::Simd<T>;
     if (rr.col_w < 0) return;
     const Operands o = decode_operands(args + r.a);
     const uint32_t n = o.tail[0], d = o.tail[1];
     const size_t nt = o.v[0].len(0);
     T* gt = row + rr.col_w;
-    if (!live || d == 0) return put_zeros(gt, nt, false);
+    if (written && nt / std::max<size_t>(d, 1) > 64) written = nullptr;
+    if (!live || d == 0) {
+        put_zeros(gt, nt, false);
+        if (written) *written = 0;
+        return;
+    }
     const uint32_t* ids = o.tail + 2;
     const T* gy = f.grads() + r.out;
     constexpr size_t w = size_t(S::W);
@@ -813,6 +821,10 @@ void gather_row(const Frame<T>& f, const Record& r, const uint32_t* args, bool l
         seen |= bit;
     }
     uint64_t unseen = ~seen & (rows == 64 ? ~uint64_t(0) : (uint64_t(1) << rows) - 1);
+    if (written) {
+        unseen &= *written;
+        *written = seen;
+    }
     // (stores of whole vectors through the masked store, all lanes on: a plain loop of them
     // becomes a call to memset, whose setup outweighs a table row's few vectors)
     for (; unseen; unseen &= unseen - 1) {
@@ -857,7 +869,10 @@ ReplayResult replay_rows(const Program<T>& P, Workspace<T>& W, RowsPlan<T>& L, c
     rows_detail::Trickle<T> trickle;
     int cur = 0;
     if (stream)
-        for (auto& b : L.row) b.assign(nw, T(0));
+        for (int b = 0; b < 2; ++b) {
+            L.row[b].assign(nw, T(0));
+            L.written[b].assign(P.sweep.size(), 0);
+        }
     auto between = [&] {
         if (stream) trickle.some(trickle.step);
     };
@@ -894,7 +909,8 @@ ReplayResult replay_rows(const Program<T>& P, Workspace<T>& W, RowsPlan<T>& L, c
             if (rr.kind == RowKind::linear)
                 rows_detail::linear_row(f, r, args, live, writes, rr, row, direct, L.holes, L);
             else if (rr.kind == RowKind::gather)
-                rows_detail::gather_row(f, r, args, live, rr, row, L.zeros.data());
+                rows_detail::gather_row(f, r, args, live, rr, row, L.zeros.data(),
+                                        stream ? &L.written[cur][i] : nullptr);
             else if (live && L.ce[P.sweep[i]] >= 0) {
                 const record_timer::Scope timed(1, record_timer::kind_of(r.op));
                 rows_detail::cross_entropy_row_backward(writes ? first : f, r, args,
