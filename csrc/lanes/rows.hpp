@@ -393,29 +393,31 @@ void gather_rows_forward(const Frame<T>& f, const Record& r, const uint32_t* arg
 
 // One group of NO output units of gather_linear_forward: per unit, gemm::dots' chains (acc[j][q]
 // takes the vectors of x at positions q mod 4, in order), x's vectors read from the table rows the
-// ids select and, for the first group (`copy`), stored into the lookup's output as gather_forward
+// ids select and, for the first group (COPY), stored into the lookup's output as gather_forward
 // copies them; then dots' reduction (the chains added pairwise, the lanes summed in order from 0).
-template <typename T, int NO>
+template <typename T, int NO, bool COPY>
 BT_ALWAYS_INLINE void gather_dots(const T* table, const uint32_t* ids, size_t n, size_t d, const T* w, size_t in, T* x,
-                                  bool copy, T* res) {
+                                  T* res) {
     using S = simd::Simd<T>;
     using V = typename S::V;
     constexpr size_t W = size_t(S::W), A = 4;
     V acc[NO][A];
     for (int j = 0; j < NO; ++j)
         for (size_t q = 0; q < A; ++q) acc[j][q] = S::zero();
+    const T* wr[NO];  // each unit's row of W, at the current position's columns
+    for (int j = 0; j < NO; ++j) wr[j] = w + j * in;
     for (size_t p = 0; p < n; ++p) {
         const T* src = table + size_t(ids[p]) * d;
-        const T* wp = w + p * d;
-        T* xp = x + p * d;
         for (size_t k = 0; k < d; k += A * W)
 #pragma GCC unroll 4
             for (size_t q = 0; q < A; ++q) {
                 const V xv = S::load(src + k + q * W);
-                if (copy) S::store(xp + k + q * W, xv);
+                if constexpr (COPY) S::store(x + k + q * W, xv);
 #pragma GCC unroll 4
-                for (int j = 0; j < NO; ++j) acc[j][q] = S::madd(xv, S::load(wp + j * in + k + q * W), acc[j][q]);
+                for (int j = 0; j < NO; ++j) acc[j][q] = S::madd(xv, S::load(wr[j] + k + q * W), acc[j][q]);
             }
+        x += d;
+        for (int j = 0; j < NO; ++j) wr[j] += d;
     }
 #if defined(BT_SIMD_AVX512)
     if constexpr (NO == 4 && std::is_same_v<T, float>) {
@@ -463,9 +465,15 @@ void gather_linear_forward(const Frame<T>& f, const Record& g, const Record& r, 
     T* x = f.values() + g.out;
     const T* w = f.weight(o.v[1].first(0));
     T* y = f.values() + r.out;
-    size_t u = 0;
-    for (; u + 4 <= out; u += 4) gather_dots<T, 4>(table, ids, n, d, w + u * in, in, x, u == 0, y + u);
-    for (; u < out; ++u) gather_dots<T, 1>(table, ids, n, d, w + u * in, in, x, u == 0, y + u);
+    size_t u = 0;  // the first group stores x on the way
+    if (out >= 4) {
+        gather_dots<T, 4, true>(table, ids, n, d, w, in, x, y);
+        for (u = 4; u + 4 <= out; u += 4) gather_dots<T, 4, false>(table, ids, n, d, w + u * in, in, x, y + u);
+    } else if (out > 0) {
+        gather_dots<T, 1, true>(table, ids, n, d, w, in, x, y);
+        u = 1;
+    }
+    for (; u < out; ++u) gather_dots<T, 1, false>(table, ids, n, d, w + u * in, in, x, y + u);
     if (out == 0) gather_rows_forward(f, g, args);
     if (o.tail[3]) {
         const T* b = f.values() + o.v[2].first(0);
