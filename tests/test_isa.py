@@ -111,9 +111,11 @@ def test_every_level_gives_the_same_gradients_within_tolerance():
 # The kernel and gradient tests, rerun under each level that is not the one this process runs
 # (that one ran them already): a subset that covers the SIMD code (GEMM-backed linear layers, the
 # fused SGD step against PyTorch, the ops' and range ops' gradients against finite differences,
-# the layers and optimizers against PyTorch, the replayed programs): seconds per level.
+# the layers and optimizers against PyTorch, the replayed programs, and the lanes' and per-sample
+# rows' bitwise agreement with the one-sample replay, whose kernels differ by level): seconds per level.
 KERNEL_TESTS = ["tests/test_linear_kernels.py", "tests/test_fused_sgd.py", "tests/test_range_ops.py",
-                "tests/test_ops.py", "tests/test_nn.py", "tests/test_program_models.py"]
+                "tests/test_ops.py", "tests/test_nn.py", "tests/test_program_models.py",
+                "tests/test_lanes.py", "tests/test_lanes_range.py"]
 
 
 @pytest.mark.parametrize("level", _isa.LEVELS)
