@@ -27,43 +27,36 @@ namespace bt::native {
 // double* values, T* rows).
 inline constexpr int kAbiVersion = 2;
 
-#define BT_NATIVE_UI(name, fwd, dfdx)                         \
-    template <typename T>                                     \
-    [[gnu::always_inline]] inline T fwd_##name(T x, T c) {    \
-        (void)c;                                              \
-        return (fwd);                                         \
-    }                                                         \
-    template <typename T>                                     \
-    [[gnu::always_inline]] inline T d_##name(T x, T y, T c) { \
-        (void)x;                                              \
-        (void)y;                                              \
-        (void)c;                                              \
-        return (dfdx);                                        \
+// fn(p1, p2[, p3]) = expr, each op's formula from the op table; a parameter the formula does not
+// use is cast away.
+#define BT_NATIVE_FN2(fn, p1, p2, expr)              \
+    template <typename T>                            \
+    [[gnu::always_inline]] inline T fn(T p1, T p2) { \
+        (void)p1;                                    \
+        (void)p2;                                    \
+        return (expr);                               \
     }
+#define BT_NATIVE_FN3(fn, p1, p2, p3, expr)                \
+    template <typename T>                                  \
+    [[gnu::always_inline]] inline T fn(T p1, T p2, T p3) { \
+        (void)p1;                                          \
+        (void)p2;                                          \
+        (void)p3;                                          \
+        return (expr);                                     \
+    }
+#define BT_NATIVE_UI(name, fwd, dfdx)    \
+    BT_NATIVE_FN2(fwd_##name, x, c, fwd) \
+    BT_NATIVE_FN3(d_##name, x, y, c, dfdx)
+#define BT_NATIVE_B(name, fwd, dfda, dfdb)  \
+    BT_NATIVE_FN2(fwd_##name, a, b, fwd)    \
+    BT_NATIVE_FN3(da_##name, a, b, y, dfda) \
+    BT_NATIVE_FN3(db_##name, a, b, y, dfdb)
 BT_UNARY_OPS(BT_NATIVE_UI)
 BT_UNARY_IMM_OPS(BT_NATIVE_UI)
-#undef BT_NATIVE_UI
-
-#define BT_NATIVE_B(name, fwd, dfda, dfdb)                     \
-    template <typename T>                                      \
-    [[gnu::always_inline]] inline T fwd_##name(T a, T b) {     \
-        return (fwd);                                          \
-    }                                                          \
-    template <typename T>                                      \
-    [[gnu::always_inline]] inline T da_##name(T a, T b, T y) { \
-        (void)a;                                               \
-        (void)b;                                               \
-        (void)y;                                               \
-        return (dfda);                                         \
-    }                                                          \
-    template <typename T>                                      \
-    [[gnu::always_inline]] inline T db_##name(T a, T b, T y) { \
-        (void)a;                                               \
-        (void)b;                                               \
-        (void)y;                                               \
-        return (dfdb);                                         \
-    }
 BT_BINARY_OPS(BT_NATIVE_B)
+#undef BT_NATIVE_UI
 #undef BT_NATIVE_B
+#undef BT_NATIVE_FN2
+#undef BT_NATIVE_FN3
 
 }  // namespace bt::native
